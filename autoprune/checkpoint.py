@@ -1,0 +1,164 @@
+"""Pruned checkpoints (plain state_dict + JSON metadata, weights-only loading) and ONNX export.
+
+A pruned checkpoint is one ``torch.save`` file holding only tensors and strings::
+
+    {"format": "autoprune-pruned", "version": 1, "state_dict": {...},
+     "metadata": "<JSON: user metadata + the channel attributes of every resized layer>"}
+
+Loading rebuilds nothing by unpickling: the caller passes a freshly built *unpruned* model of the
+same architecture; every tensor is shrunk to the saved shape, the layers' channel attributes are
+set, and the weights are loaded with ``strict=True``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .errors import CheckpointError
+
+FORMAT = "autoprune-pruned"
+VERSION = 1
+# Attributes that hold channel counts, per layer type (FIELD_NOTES: fix these after resizing).
+_CHANNEL_ATTRS = {
+    nn.modules.conv._ConvNd: ("in_channels", "out_channels", "groups"),
+    nn.modules.batchnorm._NormBase: ("num_features",),
+    nn.Linear: ("in_features", "out_features"),
+    nn.GroupNorm: ("num_groups", "num_channels"),
+    nn.LayerNorm: ("normalized_shape",),
+    nn.PReLU: ("num_parameters",),
+}
+
+
+def _channel_attrs(model: nn.Module) -> dict[str, dict[str, Any]]:
+    attrs = {}
+    for name, m in model.named_modules():
+        for kind, keys in _CHANNEL_ATTRS.items():
+            if isinstance(m, kind):
+                attrs[name] = {k: (list(v) if isinstance(v, tuple) else v)
+                               for k in keys if (v := getattr(m, k, None)) is not None}
+    return attrs
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_pruned(model: nn.Module, path: str | os.PathLike, **metadata: Any) -> Path:
+    """Save a (pruned) model as a weights-only checkpoint with JSON ``metadata`` (atomic write).
+
+    ``metadata`` (task, arch, build kwargs, plan...) must be JSON-serialisable.
+    """
+    path = Path(path)
+    try:
+        meta = json.dumps({"user": metadata, "layers": _channel_attrs(model)})
+    except TypeError as e:
+        raise CheckpointError(f"metadata for {path} is not JSON-serialisable ({e}): pass plain "
+                              f"numbers, strings, lists and dicts") from None
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    _atomic_save({"format": FORMAT, "version": VERSION, "metadata": meta, "state_dict": state}, path)
+    return path
+
+
+def _read(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}: check the path")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - corrupt zip, truncated file, unsafe pickle...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} cannot be read as a weights-only checkpoint (corrupt, "
+                              f"truncated or not made by autoprune: {first[:160]})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an autoprune pruned checkpoint (no "
+                              f"'format': '{FORMAT}'); for a plain state_dict use "
+                              f"model.load_state_dict(torch.load(path, weights_only=True))")
+    if data.get("version", 0) > VERSION:
+        raise CheckpointError(f"{path} was written by a newer autoprune (version "
+                              f"{data.get('version')}): upgrade autoprune")
+    return data
+
+
+def read_pruned_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata passed to :func:`save_pruned` for this checkpoint."""
+    return json.loads(_read(path)["metadata"])["user"]
+
+
+def _shrink(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        for store in (module._parameters, module._buffers):
+            for key, tensor in list(store.items()):
+                full = prefix + key
+                if tensor is None or full not in state:
+                    continue
+                shape = state[full].shape
+                if tensor.dim() != len(shape):
+                    raise CheckpointError(f"{path} does not fit this model: {full} has "
+                                          f"{tensor.dim()} dims here, {len(shape)} in the file "
+                                          f"(another architecture?)")
+                if tensor.shape == shape:
+                    continue
+                if any(s > t for s, t in zip(shape, tensor.shape)):
+                    raise CheckpointError(f"{path} does not fit this model: {full} is "
+                                          f"{tuple(shape)} in the file but only "
+                                          f"{tuple(tensor.shape)} here (another width or "
+                                          f"num_classes?)")
+                new = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+                store[key] = nn.Parameter(new, tensor.requires_grad) \
+                    if isinstance(tensor, nn.Parameter) else new
+
+
+def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
+    """Load a pruned checkpoint into ``base_model`` (a fresh, unpruned model of the same
+    architecture), which is resized in place and returned. Uses ``torch.load(weights_only=True)``.
+    """
+    path = Path(path)
+    data = _read(path)
+    state, meta = data["state_dict"], json.loads(data["metadata"])
+    _shrink(base_model, state, path)
+    modules = dict(base_model.named_modules())
+    for name, attrs in meta.get("layers", {}).items():
+        if name not in modules:
+            raise CheckpointError(f"{path} does not fit this model: it has no layer {name!r} "
+                                  f"(another architecture?)")
+        for key, value in attrs.items():
+            setattr(modules[name], key, tuple(value) if isinstance(value, list) else value)
+    try:
+        base_model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise CheckpointError(f"{path} does not fit this model: {' '.join(lines[1:3])[:300]} "
+                              f"(build the same architecture the checkpoint was made from)") from None
+    return base_model
+
+
+def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
+                opset_version: int = 17) -> Path:
+    """Export ``model`` (in eval mode) to ONNX at ``path``; the model's mode is kept."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+    was_training = model.training
+    model.eval()
+    try:
+        torch.onnx.export(model, args, str(path), opset_version=opset_version, dynamo=False,
+                          input_names=["input"], output_names=["output"])
+    finally:
+        model.train(was_training)
+    return path

@@ -1,0 +1,229 @@
+"""Prunable groups of a model: torch-pruning coupled groups with stable names, and channel choice.
+
+A *prunable group* is one torch-pruning (DepGraph) coupled group: every layer whose output channels
+must be removed together (a residual stage is one group). Its stable name is the ``named_modules()``
+name of the earliest module whose output channels the group removes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.nn as nn
+import torch_pruning as tp
+
+from .errors import ConfigError, NoPrunableGroupsError
+
+CRITERIA = ("l1_norm", "l2_norm", "fpgm", "bn_scale")
+ROOT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+
+
+@dataclass(frozen=True)
+class PrunableGroup:
+    """One coupled channel group.
+
+    name: stable name (earliest module, in ``named_modules()`` order, whose outputs it cuts).
+    members: names of every module whose output channels the group removes, in model order.
+    channels: how many channels the group has now.
+    root: the module torch-pruning roots the group at (used to re-create it).
+    """
+
+    name: str
+    members: tuple[str, ...]
+    channels: int
+    root: str
+
+
+def _importance(criterion: str) -> tp.importance.Importance:
+    if criterion == "l1_norm":
+        return tp.importance.GroupMagnitudeImportance(p=1, group_reduction="mean", normalizer=None)
+    if criterion == "l2_norm":
+        return tp.importance.GroupMagnitudeImportance(p=2, group_reduction="mean", normalizer=None)
+    if criterion == "fpgm":
+        return tp.importance.FPGMImportance(p=2, normalizer=None)
+    if criterion == "bn_scale":
+        return tp.importance.BNScaleImportance(normalizer=None)
+    raise ConfigError(f"unknown criterion {criterion!r}: use one of {', '.join(CRITERIA)}")
+
+
+def check_criterion(criterion: str) -> str:
+    """Return ``criterion`` if it is supported, else raise a ConfigError naming the choices."""
+    _importance(criterion)
+    return criterion
+
+
+def channels_to_keep(channels: int, ratio: float, round_to: int | None = None) -> int:
+    """How many of ``channels`` survive pruning ``ratio`` of them (at least one; ``round_to`` multiples)."""
+    if not 0.0 <= ratio < 1.0:
+        raise ConfigError(f"pruning ratio {ratio} is outside [0, 1): pass a fraction such as 0.3")
+    keep = channels - math.floor(ratio * channels + 0.5)
+    if round_to and round_to > 1 and ratio > 0:
+        keep = max(round_to, math.floor(keep / round_to + 0.5) * round_to)
+    return max(1, min(channels, keep))
+
+
+def _resolve_ignored(model: nn.Module, ignored_layers: Iterable[Any]) -> list[nn.Module]:
+    by_name = dict(model.named_modules())
+    modules = []
+    for item in ignored_layers or ():
+        if isinstance(item, str):
+            if item not in by_name:
+                raise ConfigError(f"ignored layer {item!r} is not a module of this model: "
+                                  f"use a name from model.named_modules()")
+            modules.append(by_name[item])
+        elif isinstance(item, nn.Module):
+            modules.append(item)
+        else:
+            raise ConfigError(f"ignored_layers takes module names or modules, not {type(item).__name__}")
+    return modules
+
+
+class PruningGraph:
+    """A model's dependency graph and its prunable groups; the object the core works on.
+
+    Building it traces the model once with ``example_inputs``; the model's train/eval mode is kept.
+    Groups that would change the model's output shape (the classifier, a detection head's last
+    conv) and groups with grouped (non-depthwise) convolutions are left out.
+    """
+
+    def __init__(self, model: nn.Module, example_inputs: Any, ignored_layers: Iterable[Any] = (),
+                 unwrapped_parameters: Sequence[tuple[nn.Parameter, int]] | None = None):
+        self.model = model
+        self.ignored = _resolve_ignored(model, ignored_layers)
+        was_training = model.training
+        try:
+            with torch.enable_grad():
+                self.dg = tp.DependencyGraph().build_dependency(
+                    model, example_inputs=example_inputs, ignored_layers=self.ignored,
+                    unwrapped_parameters=unwrapped_parameters, verbose=False)
+        finally:
+            model.train(was_training)
+        self.names = {m: n for n, m in model.named_modules()}
+        self._order = {n: i for i, n in enumerate(self.names.values())}
+        self.modules = dict(model.named_modules())
+        self.groups = self._list_groups()
+        if not self.groups:
+            raise NoPrunableGroupsError(
+                f"{type(model).__name__} has no prunable channel group (no Conv/Linear whose outputs "
+                f"can be cut without changing the model output): nothing to prune")
+        self.by_name = {g.name: g for g in self.groups}
+
+    # -- listing -----------------------------------------------------------------------------
+    def _cuts_output(self, dep) -> bool:
+        """True if this dependency changes a tensor the model returns."""
+        node = dep.target
+        if node.outputs:
+            return False
+        module = node.module
+        if isinstance(module, ROOT_TYPES) and self.dg.is_in_channel_pruning_fn(dep.handler) \
+                and tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV:
+            return False  # cutting the inputs of the last layer leaves the output as it is
+        return True
+
+    def _list_groups(self) -> list[PrunableGroup]:
+        groups = []
+        for group in self.dg.get_all_groups(ignored_layers=self.ignored, root_module_types=ROOT_TYPES):
+            if any(self._cuts_output(dep) for dep, _ in group):
+                continue
+            members = []
+            grouped_conv = False
+            for dep, _ in group:
+                module = dep.target.module
+                if isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 \
+                        and tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV:
+                    grouped_conv = True
+                if self.dg.is_out_channel_pruning_fn(dep.handler) and module in self.names:
+                    members.append(self.names[module])
+            if grouped_conv or not members:
+                continue
+            members = sorted(set(members), key=self._order.__getitem__)
+            root = self.names[group[0].dep.target.module]
+            groups.append(PrunableGroup(members[0], tuple(members), len(group[0].idxs), root))
+        groups.sort(key=lambda g: self._order[g.name])
+        return groups
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the group structure (names, members, channel counts)."""
+        return group_fingerprint(self.groups)
+
+    def group(self, name: str) -> PrunableGroup:
+        """The group called ``name``; a ConfigError lists the valid names otherwise."""
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise ConfigError(unknown_groups_message([name], self.groups)) from None
+
+    def check_names(self, names: Iterable[str]) -> None:
+        """Raise a ConfigError if any of ``names`` is not a group of this model."""
+        unknown = [n for n in names if n not in self.by_name]
+        if unknown:
+            raise ConfigError(unknown_groups_message(unknown, self.groups))
+
+    # -- pruning -----------------------------------------------------------------------------
+    def tp_group(self, group: PrunableGroup, idxs: Sequence[int] | None = None):
+        """The torch-pruning group for ``group`` (all current channels, or ``idxs``)."""
+        root = self.modules[group.root]
+        pruner = self.dg.get_pruner_of_module(root)
+        if idxs is None:
+            idxs = list(range(pruner.get_out_channels(root)))
+        return self.dg.get_pruning_group(root, pruner.prune_out_channels, list(idxs))
+
+    def channels_to_remove(self, group: PrunableGroup, ratio: float, criterion: str = "l1_norm",
+                           round_to: int | None = None) -> list[int]:
+        """Indices of the least important channels that pruning ``ratio`` of ``group`` removes."""
+        full = self.tp_group(group)
+        channels = len(full[0].idxs)
+        n_remove = channels - channels_to_keep(channels, ratio, round_to)
+        if n_remove <= 0:
+            return []
+        scores = _importance(criterion)(full)
+        if scores is None:  # e.g. bn_scale on a group without BatchNorm
+            scores = _importance("l1_norm")(full)
+        order = torch.argsort(scores.detach().float().cpu(), stable=True)
+        return sorted(order[:n_remove].tolist())
+
+    def touched_modules(self, group: PrunableGroup) -> list[nn.Module]:
+        """Every module (or unwrapped parameter's owner) that pruning ``group`` modifies."""
+        touched = []
+        for dep, _ in self.tp_group(group):
+            module = dep.target.module
+            if isinstance(module, nn.Parameter):
+                name = self.dg._param_to_name[module]
+                module = self.modules[name.rsplit(".", 1)[0]] if "." in name else self.model
+            if isinstance(module, nn.Module) and module not in touched:
+                touched.append(module)
+        return touched
+
+    def remove(self, group: PrunableGroup, idxs: Sequence[int]) -> None:
+        """Physically remove channels ``idxs`` of ``group`` from the model (in place)."""
+        if idxs:
+            self.tp_group(group, idxs).prune()
+
+
+def group_fingerprint(groups: Sequence[PrunableGroup]) -> str:
+    """sha256 (16 hex digits) of the groups' names, members and channel counts."""
+    data = json.dumps([[g.name, g.channels, list(g.members)] for g in groups])
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+def unknown_groups_message(unknown: Sequence[str], groups: Sequence[PrunableGroup]) -> str:
+    known = ", ".join(g.name for g in groups[:12]) + (", ..." if len(groups) > 12 else "")
+    shown = ", ".join(repr(n) for n in list(unknown)[:5]) + (" ..." if len(unknown) > 5 else "")
+    return (f"unknown group name(s) {shown}: this model's groups are {known} "
+            f"(was the profile made for another architecture?)")
+
+
+def prunable_groups(model: nn.Module, example_inputs: Any,
+                    ignored_layers: Iterable[Any] = ()) -> list[PrunableGroup]:
+    """List the prunable channel groups of ``model``, in model order.
+
+    ``example_inputs`` is a batch the model accepts (traced once); ``ignored_layers`` takes module
+    names or modules whose output channels must be kept. Layers that produce the model's outputs are
+    always kept. Raises NoPrunableGroupsError when nothing can be pruned.
+    """
+    return PruningGraph(model, example_inputs, ignored_layers).groups

@@ -1,0 +1,100 @@
+"""Model measurements: parameters, FLOPs (MACs), size of the saved weights, CPU/GPU latency."""
+from __future__ import annotations
+
+import io
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch_pruning as tp
+
+
+def _call(model: nn.Module, inputs: Any):
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def _to(inputs: Any, device: torch.device) -> Any:
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to(device)
+    if isinstance(inputs, dict):
+        return {k: _to(v, device) for k, v in inputs.items()}
+    if isinstance(inputs, (tuple, list)):
+        return type(inputs)(_to(v, device) for v in inputs)
+    return inputs
+
+
+def count_params(model: nn.Module) -> int:
+    """Number of parameters."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def count_flops(model: nn.Module, example_inputs: Any, layer_wise: bool = False):
+    """MACs of one forward pass on ``example_inputs`` (torch-pruning's counter).
+
+    With ``layer_wise`` returns ``(total, {leaf module: macs})``. The model's mode is kept.
+    """
+    was_training = model.training
+    try:
+        with torch.no_grad():
+            result = tp.utils.count_ops_and_params(model, example_inputs, layer_wise=layer_wise)
+    finally:
+        model.train(was_training)
+    if layer_wise:  # per-layer counts are for the whole batch, the total is per sample: rescale
+        leaves = {m: (f or 0) for m, f in result[2].items() if next(m.children(), None) is None}
+        scale = result[0] / max(1, sum(leaves.values()))
+        return int(result[0]), {m: f * scale for m, f in leaves.items()}
+    return int(result[0])
+
+
+def size_mb(model: nn.Module) -> float:
+    """Size in MB (10^6 bytes) of the model's state_dict as ``torch.save`` writes it."""
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    return buf.tell() / 1e6
+
+
+def latency_ms(model: nn.Module, example_inputs: Any, *, device: str | torch.device = "cpu",
+               warmup: int = 5, repeats: int = 30) -> float:
+    """Median wall time in ms of one forward pass (eval mode, no grad), after ``warmup`` runs.
+
+    On CUDA each run is synchronised. The model is moved to ``device`` and back.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was asked but CUDA is not available on this machine")
+    original = next(model.parameters()).device
+    was_training = model.training
+    inputs = _to(example_inputs, device)
+    model.to(device).eval()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = []
+    try:
+        with torch.inference_mode():
+            for i in range(warmup + repeats):
+                sync()
+                start = time.perf_counter()
+                _call(model, inputs)
+                sync()
+                if i >= warmup:
+                    times.append((time.perf_counter() - start) * 1000.0)
+    finally:
+        model.to(original).train(was_training)
+    return statistics.median(times)
+
+
+def measure(model: nn.Module, example_inputs: Any, *, device: str | torch.device = "cpu",
+            warmup: int = 5, repeats: int = 30) -> dict[str, Any]:
+    """``{"params", "flops" (MACs), "size_mb", "latency_ms"}`` of ``model`` on ``example_inputs``."""
+    return {
+        "params": count_params(model),
+        "flops": count_flops(model, example_inputs),
+        "size_mb": size_mb(model),
+        "latency_ms": latency_ms(model, example_inputs, device=device, warmup=warmup,
+                                 repeats=repeats),
+    }

@@ -1,0 +1,195 @@
+"""Sensitivity analysis: how much the metric drops when one group alone loses a share of its channels.
+
+Each point prunes the group for real (in place), evaluates, and puts the touched modules back
+exactly as they were (same Parameter objects), so the model comes back bit-identical. With a
+sensitivity file every point is written atomically as soon as it is measured and a rerun computes
+only what is missing.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import numbers
+import os
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+import torch.nn as nn
+from tqdm.auto import tqdm
+
+from .errors import ConfigError, MetricError, SensitivityFileError
+from .groups import PrunableGroup, PruningGraph, check_criterion
+from .store import Sensitivities, SensitivityRecord, ratio_key, read_record, write_record
+
+DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+EvalFn = Callable[[nn.Module], Any]
+
+
+def check_ratios(ratios: Iterable[float]) -> list[float]:
+    """Validate pruning ratios (each in (0, 1)) and round them to 2 decimals, sorted, unique."""
+    out = []
+    for r in ratios:
+        if not isinstance(r, numbers.Real) or not 0.0 < float(r) < 1.0 or ratio_key(r) in (0.0, 1.0):
+            raise ConfigError(f"pruning ratio {r!r} is outside (0, 1): use fractions such as 0.1 ... 0.9")
+        out.append(ratio_key(r))
+    if not out:
+        raise ConfigError("no pruning ratios given: pass e.g. ratios=(0.1, 0.3, 0.5)")
+    return sorted(set(out))
+
+
+def as_metric(value: Any, where: str) -> float:
+    """Turn what an eval_fn returned into a finite float, or raise a MetricError."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise MetricError(f"eval_fn returned {type(value).__name__} {where}: it must return one "
+                          f"number (e.g. top-1 accuracy as a float)")
+    value = float(value)
+    if not math.isfinite(value):
+        raise MetricError(f"eval_fn returned {value} {where}: check the evaluation data and the "
+                          f"model (empty loader? diverged weights?)")
+    return value
+
+
+def relative_loss(baseline: float, metric: float, higher_is_better: bool = True) -> float:
+    """``(baseline - metric) / |baseline|``; the sign is flipped when lower is better."""
+    drop = baseline - metric if higher_is_better else metric - baseline
+    return drop / abs(baseline)
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """A hash of every parameter and buffer (names, shapes and bytes)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence[int]) -> Iterator[None]:
+    """Remove channels ``idxs`` of ``group`` for the duration of the block, then restore exactly."""
+    modules = graph.touched_modules(group)
+    saved = [(m, dict(m._parameters), dict(m._buffers),
+              {k: v for k, v in m.__dict__.items() if not k.startswith("_")}) for m in modules]
+    dg = graph.dg
+    param_names, module2node = dict(dg._param_to_name), dict(dg.module2node)
+    param_nodes = {node: node.module for node in module2node.values()
+                   if isinstance(node.module, nn.Parameter)}
+    history = len(dg._pruning_history)
+    try:
+        graph.remove(group, idxs)
+        yield
+    finally:
+        for m, params, buffers, attrs in saved:
+            m._parameters.clear()
+            m._parameters.update(params)
+            m._buffers.clear()
+            m._buffers.update(buffers)
+            m.__dict__.update(attrs)
+        dg._param_to_name, dg.module2node = param_names, module2node
+        for node, param in param_nodes.items():
+            node.module = param
+        del dg._pruning_history[history:]
+
+
+def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str) -> float:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return as_metric(eval_fn(model), where)
+    finally:
+        model.train(was_training)
+
+
+def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better, metric_name,
+                 weights) -> SensitivityRecord:
+    groups = {g.name: g.channels for g in graph.groups}
+    model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups,
+                  "weights_sha256": weights}
+    if path is None or not os.path.exists(path):
+        return SensitivityRecord(model=model_meta, criterion=criterion,
+                                 metric={"name": metric_name, "baseline": None,
+                                         "higher_is_better": higher_is_better})
+    record = read_record(path)
+    fp = record.model.get("fingerprint")
+    if fp and fp != graph.fingerprint:
+        raise SensitivityFileError(
+            f"{path} was made for another model (group fingerprint {fp}, this model has "
+            f"{graph.fingerprint}; arch {record.model.get('arch')!r}): pass a new file path")
+    if record.criterion != criterion:
+        raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}: "
+                                   f"pass criterion={record.criterion!r} or a new file path")
+    if bool(record.metric.get("higher_is_better", True)) != bool(higher_is_better):
+        raise SensitivityFileError(f"{path} was measured with higher_is_better="
+                                   f"{record.metric.get('higher_is_better')}: pass the same, "
+                                   f"or a new file path")
+    record.model = {**model_meta, **{k: v for k, v in record.model.items() if v is not None}}
+    return record
+
+
+def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
+                groups: Iterable[str] | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
+                sensitivities_file: str | os.PathLike | None = None, criterion: str = "l1_norm",
+                ignored_layers: Iterable[Any] = (), higher_is_better: bool = True,
+                metric_name: str = "metric", arch: str | None = None,
+                progress: bool = True) -> Sensitivities:
+    """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
+
+    For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
+    ``eval_fn(model)`` is called (model in eval mode, under ``torch.no_grad``) and
+    ``loss = (baseline - metric) / |baseline|`` is recorded (sign flipped if not
+    ``higher_is_better``). The model comes back bit-identical.
+
+    With ``sensitivities_file`` the points already in the file are reused and every new point is
+    written atomically as soon as it is measured: an interrupted run resumes where it stopped.
+    Returns the requested groups and ratios only.
+    """
+    ratios = check_ratios(ratios)
+    check_criterion(criterion)
+    graph = PruningGraph(model, example_inputs, ignored_layers)
+    names = [g.name for g in graph.groups] if groups is None else list(groups)
+    graph.check_names(names)
+    needs = [(graph.group(n), r) for n in names for r in ratios]
+    record = _open_record(sensitivities_file, graph, arch=arch or type(model).__name__,
+                          criterion=criterion, higher_is_better=higher_is_better,
+                          metric_name=metric_name, weights=None)
+    missing = [(g, r) for g, r in needs if not record.has_point(g.name, r)]
+    save = (lambda: write_record(record, sensitivities_file)) if sensitivities_file else (lambda: None)
+
+    if missing or record.metric.get("baseline") is None:
+        weights = weights_sha256(model)
+        stored = record.model.get("weights_sha256")
+        if stored and stored != weights and record.sensitivities:
+            raise SensitivityFileError(
+                f"{sensitivities_file} was measured on other weights of this model: finishing it "
+                f"would mix two models; pass a new file path (or delete the old one)")
+        record.model["weights_sha256"] = weights
+    baseline = record.metric.get("baseline")
+    if baseline is None:
+        baseline = _evaluate(model, eval_fn, "for the unpruned model")
+        if baseline == 0:
+            raise MetricError("the unpruned model scores 0: a relative loss needs a non-zero "
+                              "baseline; evaluate a trained model or use another metric")
+        record.metric["baseline"] = baseline
+        save()
+    baseline = float(baseline)
+
+    bar = tqdm(missing, desc="sensitivity", unit="pt", disable=not progress or not missing,
+               dynamic_ncols=True)
+    for group, ratio in bar:
+        bar.set_postfix_str(f"{group.name}@{ratio:.2f}")
+        idxs = graph.channels_to_remove(group, ratio, criterion)
+        if idxs:
+            with pruned_temporarily(graph, group, idxs):
+                metric = _evaluate(model, eval_fn, f"for group {group.name} at ratio {ratio:.2f}")
+            loss = relative_loss(baseline, metric, higher_is_better)
+        else:  # too few channels to remove any at this ratio
+            loss = 0.0
+        record.set_point(group.name, ratio, loss)
+        save()
+    bar.close()
+    return {n: {r: record.sensitivities[n][r] for r in ratios} for n in names}

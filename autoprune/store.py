@@ -1,0 +1,249 @@
+"""The sensitivity file: a JSON schema, atomic writes, loading, validation, merging and import.
+
+Layout (format version 1)::
+
+    {"format": "autoprune-sensitivity", "version": 1,
+     "model": {"arch": "resnet18", "fingerprint": "1a2b...", "groups": {"conv1": 64, ...},
+               "weights_sha256": "..."},
+     "metric": {"name": "top1", "baseline": 0.91, "higher_is_better": true},
+     "criterion": "l1_norm", "created": "...", "updated": "...", "extra": {...},
+     "sensitivities": {"conv1": {"0.10": 0.002, "0.20": 0.011, ...}, ...}}
+
+Ratio keys are written with two decimals; losses are ``(baseline - metric) / |baseline|`` (sign
+flipped for lower-is-better metrics). Files are written to a temporary file and renamed, so a crash
+at any moment leaves either the old or the new complete file.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+import math
+import os
+import pickle
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Union
+
+from .errors import SensitivityFileError
+
+FORMAT = "autoprune-sensitivity"
+VERSION = 1
+Sensitivities = dict[str, dict[float, float]]
+PathLike = Union[str, os.PathLike]
+
+_MODEL_KEYS = ("arch", "fingerprint", "groups", "weights_sha256")
+_METRIC_KEYS = {"metric_name": "name", "baseline": "baseline", "higher_is_better": "higher_is_better"}
+
+
+def ratio_key(ratio: float) -> float:
+    """Ratios are stored rounded to 2 decimals."""
+    return round(float(ratio), 2)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class SensitivityRecord:
+    """A sensitivity file in memory: the points plus what they were measured on."""
+
+    sensitivities: Sensitivities = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    metric: dict[str, Any] = field(default_factory=lambda: {"name": "metric", "baseline": None,
+                                                            "higher_is_better": True})
+    criterion: str = "l1_norm"
+    extra: dict[str, Any] = field(default_factory=dict)
+    created: str = field(default_factory=_now)
+
+    def set_point(self, group: str, ratio: float, loss: float) -> None:
+        self.sensitivities.setdefault(group, {})[ratio_key(ratio)] = float(loss)
+
+    def has_point(self, group: str, ratio: float) -> bool:
+        return ratio_key(ratio) in self.sensitivities.get(group, {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION,
+            "model": self.model, "metric": self.metric, "criterion": self.criterion,
+            "created": self.created, "updated": _now(), "extra": self.extra,
+            "sensitivities": {g: {f"{r:.2f}": loss for r, loss in sorted(points.items())}
+                              for g, points in self.sensitivities.items()},
+        }
+
+
+def write_record(record: SensitivityRecord, path: PathLike) -> Path:
+    """Write ``record`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record.to_json(), indent=1, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _parse_points(path: Path, raw: Any) -> Sensitivities:
+    if not isinstance(raw, Mapping):
+        raise SensitivityFileError(f"{path}: 'sensitivities' must map group names to "
+                                   f"{{ratio: loss}}; the file is damaged")
+    sens: Sensitivities = {}
+    for group, points in raw.items():
+        if not isinstance(points, Mapping):
+            raise SensitivityFileError(f"{path}: group {group!r} must hold {{ratio: loss}}, "
+                                       f"not {type(points).__name__}; the file is damaged")
+        parsed = {}
+        for r, loss in points.items():
+            try:
+                ratio, value = float(r), float(loss)
+            except (TypeError, ValueError):
+                raise SensitivityFileError(f"{path}: group {group!r} has a non-numeric point "
+                                           f"{r!r}: {loss!r}; the file is damaged") from None
+            if not 0.0 < ratio < 1.0 or not math.isfinite(value):
+                raise SensitivityFileError(f"{path}: group {group!r} has an invalid point "
+                                           f"{r!r}: {loss!r} (ratios lie in (0, 1), losses are finite)")
+            parsed[ratio_key(ratio)] = value
+        sens[str(group)] = dict(sorted(parsed.items()))
+    return sens
+
+
+def read_record(path: PathLike) -> SensitivityRecord:
+    """Load and validate a sensitivity file (JSON only; never unpickles)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SensitivityFileError(f"no sensitivity file at {path}: check the path, or compute one "
+                                   f"with autoprune.sensitivity(..., sensitivities_file=...)")
+    try:
+        data = json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise SensitivityFileError(f"{path} is not a JSON sensitivity file (binary content; a "
+                                   f"PaddleSlim pickle? convert it with import_paddleslim(..., "
+                                   f"allow_pickle=True))") from None
+    except json.JSONDecodeError as e:
+        raise SensitivityFileError(f"{path} is corrupt or truncated ({e.msg} at line {e.lineno}): "
+                                   f"delete it to start over, or restore a copy") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SensitivityFileError(f"{path} is not an autoprune sensitivity file (no "
+                                   f"\"format\": \"{FORMAT}\" field)")
+    version = data.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise SensitivityFileError(f"{path} has format version {version!r}; this autoprune reads "
+                                   f"version {VERSION}: upgrade autoprune")
+    for key, kind in (("model", dict), ("metric", dict), ("extra", dict), ("criterion", str)):
+        if key in data and not isinstance(data[key], kind):
+            raise SensitivityFileError(f"{path}: field {key!r} must be a {kind.__name__}; "
+                                       f"the file is damaged")
+    record = SensitivityRecord(
+        sensitivities=_parse_points(path, data.get("sensitivities", {})),
+        model=data.get("model", {}), criterion=data.get("criterion", "l1_norm"),
+        extra=data.get("extra", {}), created=data.get("created") or _now())
+    record.metric.update(data.get("metric", {}))
+    return record
+
+
+def load_sensitivities(path: PathLike) -> Sensitivities:
+    """The ``{group: {ratio: loss}}`` table of a sensitivity file."""
+    return read_record(path).sensitivities
+
+
+def save_sensitivities(sens: Mapping[str, Mapping[float, float]], path: PathLike,
+                       **metadata: Any) -> Path:
+    """Write ``sens`` as a sensitivity file (atomically).
+
+    Known metadata keys: ``arch``, ``fingerprint``, ``groups``, ``weights_sha256`` (model),
+    ``metric_name``, ``baseline``, ``higher_is_better`` (metric), ``criterion``; any other key is
+    kept under ``extra``.
+    """
+    record = SensitivityRecord()
+    for group, points in sens.items():
+        for ratio, loss in points.items():
+            record.set_point(group, ratio, loss)
+    record.sensitivities = _parse_points(Path(path), record.sensitivities)
+    for key, value in metadata.items():
+        if key in _MODEL_KEYS:
+            record.model[key] = value
+        elif key in _METRIC_KEYS:
+            record.metric[_METRIC_KEYS[key]] = value
+        elif key == "criterion":
+            record.criterion = value
+        else:
+            record.extra[key] = value
+    return write_record(record, path)
+
+
+def merge_sensitivities(items: Iterable[Union[PathLike, Mapping[str, Mapping[float, float]]]]
+                        ) -> Sensitivities:
+    """Union of several tables or files; where two give the same (group, ratio), the later wins.
+
+    Files made for models with different group structures (fingerprints) are refused.
+    """
+    merged: Sensitivities = {}
+    fingerprint = None
+    for item in items:
+        if isinstance(item, Mapping):
+            table = item
+        else:
+            record = read_record(item)
+            fp = record.model.get("fingerprint")
+            if fp and fingerprint and fp != fingerprint:
+                raise SensitivityFileError(f"cannot merge {item}: it was made for another model "
+                                           f"(fingerprint {fp} != {fingerprint})")
+            fingerprint = fingerprint or fp
+            table = record.sensitivities
+        for group, points in table.items():
+            merged.setdefault(group, {}).update({ratio_key(r): float(v) for r, v in points.items()})
+    return {g: dict(sorted(p.items())) for g, p in merged.items()}
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Unpickler that builds only dicts, lists, numbers and strings (and numpy scalars)."""
+
+    _ALLOWED = {("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+                ("numpy", "dtype"), ("collections", "OrderedDict")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise SensitivityFileError(f"refusing to unpickle {module}.{name}: a PaddleSlim "
+                                   f"sensitivity file holds only numbers and names")
+
+
+def import_paddleslim(path: PathLike, *, allow_pickle: bool = False,
+                      name_map: Mapping[str, str] | None = None) -> Sensitivities:
+    """Read a PaddleSlim sensitivities pickle (``{param: {ratio: loss}}``); opt-in only.
+
+    Pickle files can run code when loaded; this reader is restricted to plain data, but it still
+    requires ``allow_pickle=True``. ``name_map`` renames PaddleSlim parameter names to autoprune
+    group names (unmapped names are kept). Save the result with ``save_sensitivities``.
+    """
+    path = Path(path)
+    if not allow_pickle:
+        raise SensitivityFileError(f"{path} would be read with pickle, which can run code: pass "
+                                   f"allow_pickle=True (CLI: --allow-pickle) if you trust it")
+    if not path.is_file():
+        raise SensitivityFileError(f"no PaddleSlim sensitivity file at {path}: check the path")
+    warnings.warn(f"reading pickle file {path} (restricted to plain data)", stacklevel=2)
+    try:
+        with open(path, "rb") as f:
+            data = _PlainDataUnpickler(f).load()
+    except SensitivityFileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise SensitivityFileError(f"{path} is not a readable PaddleSlim pickle ({e})") from None
+    if not isinstance(data, Mapping):
+        raise SensitivityFileError(f"{path}: expected {{param: {{ratio: loss}}}}, "
+                                   f"got {type(data).__name__}")
+    name_map = dict(name_map or {})
+    renamed = {name_map.get(str(k), str(k)): v for k, v in data.items()}
+    return _parse_points(path, copy.deepcopy(renamed))
