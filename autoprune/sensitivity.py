@@ -20,7 +20,9 @@ from tqdm.auto import tqdm
 
 from .errors import ConfigError, MetricError, SensitivityFileError
 from .groups import PrunableGroup, PruningGraph, check_criterion
-from .store import Sensitivities, SensitivityRecord, ratio_key, read_record, write_record
+from .measure import flush_denormals
+from .store import (Sensitivities, SensitivityRecord, ratio_key, read_record,
+                    remove_stale_temp_files, write_record)
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 EvalFn = Callable[[nn.Module], Any]
@@ -110,6 +112,8 @@ def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better
     groups = {g.name: g.channels for g in graph.groups}
     model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups,
                   "weights_sha256": weights}
+    if path is not None:
+        remove_stale_temp_files(path)
     if path is None or not os.path.exists(path):
         return SensitivityRecord(model=model_meta, criterion=criterion,
                                  metric={"name": metric_name, "baseline": None,
@@ -178,6 +182,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         save()
     baseline = float(baseline)
 
+    flush_denormals()  # pruned variants of trained weights are full of them on CPU
     bar = tqdm(missing, desc="sensitivity", unit="pt", disable=not progress or not missing,
                dynamic_ncols=True)
     for group, ratio in bar:

@@ -94,6 +94,13 @@ def write_record(record: SensitivityRecord, path: PathLike) -> Path:
     return path
 
 
+def remove_stale_temp_files(path: PathLike) -> None:
+    """Delete temp files that a killed writer of ``path`` left behind (never the file itself)."""
+    path = Path(path)
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
 def _parse_points(path: Path, raw: Any) -> Sensitivities:
     if not isinstance(raw, Mapping):
         raise SensitivityFileError(f"{path}: 'sensitivities' must map group names to "

@@ -1,0 +1,117 @@
+"""A small supervised training loop and top-k evaluation, shared by the demo and the task adapters.
+
+SGD with momentum (or AdamW), linear warm-up then cosine decay, AMP on CUDA, a progress bar per
+epoch and one log line per epoch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from .measure import flush_denormals
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """``"auto"`` means CUDA when there is one, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+@dataclass
+class FitConfig:
+    """Hyper-parameters of :func:`fit`."""
+
+    epochs: int = 1
+    lr: float = 0.05
+    optimizer: str = "sgd"          # "sgd" or "adamw"
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 0.0
+    label_smoothing: float = 0.0
+    progress: bool = True
+
+
+def _optimizer(model: nn.Module, cfg: FitConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay,
+                               nesterov=True)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    raise ValueError(f"optimizer {cfg.optimizer!r} is not 'sgd' or 'adamw'")
+
+
+def warmup_cosine(step: int, total: int, warmup: int) -> float:
+    """LR multiplier: linear warm-up over ``warmup`` steps, then cosine decay to 0 at ``total``."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.device,
+        loss_fn: Callable | None = None,
+        on_epoch_end: Callable[[int, float], None] | None = None) -> list[float]:
+    """Train ``model`` on ``loader`` for ``cfg.epochs``; returns the mean loss of each epoch."""
+    loss_fn = loss_fn or nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    model.to(device).train()
+    flush_denormals()
+    opt = _optimizer(model, cfg)
+    total = cfg.epochs * len(loader)
+    warmup = int(cfg.warmup_epochs * len(loader))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, warmup))
+    use_amp = device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    history = []
+    for epoch in range(cfg.epochs):
+        model.train()
+        running, seen = 0.0, 0
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not cfg.progress,
+                   leave=False, dynamic_ncols=True)
+        for inputs, targets in bar:
+            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            with torch.autocast(device.type, enabled=use_amp):
+                loss = loss_fn(model(inputs), targets)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
+                                         f"lower the learning rate (lr={cfg.lr})")
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            sched.step()
+            running += loss.item() * len(targets)
+            seen += len(targets)
+            bar.set_postfix(loss=f"{running / seen:.4f}", lr=f"{sched.get_last_lr()[0]:.4g}")
+        history.append(running / max(1, seen))
+        if on_epoch_end:
+            on_epoch_end(epoch, history[-1])
+    return history
+
+
+@torch.no_grad()
+def evaluate_topk(model: nn.Module, batches: Iterable, *, device: torch.device,
+                  topk: tuple[int, ...] = (1, 5)) -> dict[str, float]:
+    """Top-k accuracy (fractions in [0, 1]) over ``batches`` of ``(inputs, targets)``."""
+    was_training = model.training
+    model.to(device).eval()
+    correct = {k: 0 for k in topk}
+    seen = 0
+    for inputs, targets in batches:
+        inputs, targets = inputs.to(device), targets.to(device)
+        logits = model(inputs)
+        top = logits.topk(min(max(topk), logits.shape[1]), dim=1).indices
+        hits = top == targets[:, None]
+        for k in topk:
+            correct[k] += hits[:, :k].any(dim=1).sum().item()
+        seen += len(targets)
+    model.train(was_training)
+    if seen == 0:
+        raise ValueError("evaluation data is empty: pass a dataset with at least one image")
+    return {f"top{k}": correct[k] / seen for k in topk}

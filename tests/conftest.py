@@ -1,0 +1,208 @@
+"""Shared fixtures for the core-engine tests: small models, example inputs, a deterministic eval_fn.
+
+Everything runs on CPU with tiny inputs; nothing is downloaded (timm/torchvision models are built
+from their configs with random weights).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Tiny tensors: one intra-op thread is faster, and with two threads on a busy two-core machine
+# OpenMP spin-waits made a single mobilenet_v2 forward take seconds. One thread is also what makes
+# results bit-reproducible across processes (the subprocess reload test relies on it).
+torch.set_num_threads(1)
+
+NUM_CLASSES = 10
+IMG = 32
+
+
+class ToyNet(nn.Module):
+    """stem conv-bn-relu; a residual block x + bn(conv(relu(bn(conv(x))))); two parallel conv
+    branches concatenated; a strided conv; global pool; linear head."""
+
+    def __init__(self, num_classes: int = NUM_CLASSES):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+                                  nn.ReLU())
+        self.block_conv1 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.block_bn1 = nn.BatchNorm2d(16)
+        self.block_conv2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.block_bn2 = nn.BatchNorm2d(16)
+        self.branch_a = nn.Sequential(nn.Conv2d(16, 8, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.branch_b = nn.Sequential(nn.Conv2d(16, 12, 3, padding=1, bias=False),
+                                      nn.BatchNorm2d(12), nn.ReLU())
+        self.fuse = nn.Sequential(nn.Conv2d(20, 24, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(24), nn.ReLU())
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(24, num_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = F.relu(self.block_bn1(self.block_conv1(x)))
+        x = F.relu(x + self.block_bn2(self.block_conv2(y)))
+        x = torch.cat([self.branch_a(x), self.branch_b(x)], dim=1)
+        x = self.fuse(x)
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+# The groups ToyNet must have (name, channels); the residual group is named after stem.0.
+TOY_GROUPS = [("stem.0", 16), ("block_conv1", 16), ("branch_a.0", 8), ("branch_b.0", 12),
+              ("fuse.0", 24)]
+
+
+def _resnet18(num_classes):
+    import torchvision
+    return torchvision.models.resnet18(weights=None, num_classes=num_classes)
+
+
+def _mobilenet_v2(num_classes):
+    import torchvision
+    return torchvision.models.mobilenet_v2(weights=None, num_classes=num_classes)
+
+
+def _efficientnet_b0(num_classes):
+    import timm
+    return timm.create_model("efficientnet_b0", pretrained=False, num_classes=num_classes)
+
+
+def _mobilenetv3_small(num_classes):
+    import timm
+    return timm.create_model("mobilenetv3_small_100", pretrained=False, num_classes=num_classes)
+
+
+FACTORIES: dict[str, Callable[[int], nn.Module]] = {
+    "toy": ToyNet,
+    "resnet18": _resnet18,
+    "mobilenet_v2": _mobilenet_v2,
+    "efficientnet_b0": _efficientnet_b0,
+    "mobilenetv3_small_100": _mobilenetv3_small,
+}
+REAL_MODELS = ["resnet18", "mobilenet_v2", "efficientnet_b0", "mobilenetv3_small_100"]
+ALL_MODELS = REAL_MODELS + ["toy"]
+# The module that produces the logits (must never lose output channels).
+HEADS = {"toy": "fc", "resnet18": "fc", "mobilenet_v2": "classifier.1",
+         "efficientnet_b0": "classifier", "mobilenetv3_small_100": "classifier"}
+
+
+def randomize_norms(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every BatchNorm non-trivial affine parameters and running statistics (deterministic),
+    so restoring/saving buffers and BN-coupled channels is really exercised."""
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                n = m.num_features
+                if m.affine:
+                    m.weight.copy_(0.5 + torch.rand(n, generator=g))
+                    m.bias.copy_(0.2 * torch.randn(n, generator=g))
+                if m.track_running_stats:
+                    m.running_mean.copy_(0.1 * torch.randn(n, generator=g))
+                    m.running_var.copy_(0.5 + torch.rand(n, generator=g))
+    return model
+
+
+def make_model(name: str, seed: int = 0, num_classes: int = NUM_CLASSES) -> nn.Module:
+    """A freshly built model in eval mode with seeded random weights."""
+    torch.manual_seed(seed)
+    model = FACTORIES[name](num_classes)
+    return randomize_norms(model, seed).eval()
+
+
+def make_input(batch: int = 2, size: int = IMG, seed: int = 123) -> torch.Tensor:
+    return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+class RefEval:
+    """A deterministic, higher-is-better eval_fn: ``1 / (1 + ||out - ref|| / ||ref - mean(ref)||)``
+    where ``ref`` is the unpruned model's output on a fixed batch. Baseline = 1 exactly; removing
+    channels gives a clearly non-zero loss. Counts its calls; can raise KeyboardInterrupt on a
+    given call (to simulate an interrupted run) and records the mode it was called in."""
+
+    def __init__(self, model: nn.Module, x: torch.Tensor, interrupt_on_call: int | None = None):
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            self.ref = model(x).detach().clone()
+        model.train(was_training)
+        self.x = x
+        self.scale = float((self.ref - self.ref.mean(0)).norm())
+        self.calls = 0
+        self.interrupt_on_call = interrupt_on_call
+        self.seen_training: list[bool] = []
+        self.seen_grad: list[bool] = []
+
+    def __call__(self, model: nn.Module) -> float:
+        self.calls += 1
+        if self.interrupt_on_call is not None and self.calls == self.interrupt_on_call:
+            raise KeyboardInterrupt("simulated Ctrl-C")
+        self.seen_training.append(model.training)
+        self.seen_grad.append(torch.is_grad_enabled())
+        out = model(self.x)
+        return 1.0 / (1.0 + float((out - self.ref).norm()) / self.scale)
+
+
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_state(model: nn.Module, snap: dict[str, torch.Tensor]) -> None:
+    state = model.state_dict()
+    assert list(state) == list(snap)
+    for k, v in state.items():
+        assert v.shape == snap[k].shape, k
+        assert v.dtype == snap[k].dtype, k
+        assert torch.equal(v, snap[k]), k
+
+
+def assert_one_line(exc_info) -> str:
+    msg = str(exc_info.value)
+    assert msg.strip(), "error message is empty"
+    assert "\n" not in msg, f"error message spans several lines: {msg!r}"
+    return msg
+
+
+def outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+    model.train(was_training)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture
+def toy():
+    return make_model("toy")
+
+
+@pytest.fixture
+def resnet18():
+    return make_model("resnet18")
+
+
+@pytest.fixture
+def x():
+    """A batch of two 32x32 images."""
+    return make_input()
+
+
+@pytest.fixture
+def x1():
+    """A single 32x32 image (FLOPs are counted per sample)."""
+    return make_input(batch=1)
+
+
+def clone(model: nn.Module) -> nn.Module:
+    return copy.deepcopy(model)

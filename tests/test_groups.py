@@ -1,0 +1,145 @@
+"""prunable_groups: stable names, members, channel counts, ignored layers, output layers kept."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autoprune as ap
+from autoprune.groups import group_fingerprint
+from conftest import (ALL_MODELS, HEADS, TOY_GROUPS, assert_same_state, make_input, make_model,
+                      snapshot)
+
+RESNET18_GROUPS = [
+    "conv1", "layer1.0.conv1", "layer1.1.conv1", "layer2.0.conv1", "layer2.0.conv2",
+    "layer2.1.conv1", "layer3.0.conv1", "layer3.0.conv2", "layer3.1.conv1", "layer4.0.conv1",
+    "layer4.0.conv2", "layer4.1.conv1",
+]
+
+
+def _groups(name, **kw):
+    model = make_model(name)
+    return model, ap.prunable_groups(model, make_input(), **kw)
+
+
+def test_resnet18_names_members_and_channels():
+    model, groups = _groups("resnet18")
+    by = {g.name: g for g in groups}
+    assert [g.name for g in groups] == RESNET18_GROUPS
+
+    # the stem group is coupled through the residual adds of layer1
+    stem = by["conv1"]
+    assert stem.channels == 64
+    assert set(stem.members) == {"conv1", "bn1", "layer1.0.conv2", "layer1.0.bn2",
+                                 "layer1.1.conv2", "layer1.1.bn2"}
+    assert by["layer1.0.conv1"].members == ("layer1.0.conv1", "layer1.0.bn1")
+    assert by["layer1.0.conv1"].channels == 64
+
+    # a downsampling stage: named after its earliest module, not the torch-pruning root
+    stage = by["layer2.0.conv2"]
+    assert stage.channels == 128
+    assert {"layer2.0.conv2", "layer2.0.bn2", "layer2.0.downsample.0", "layer2.0.downsample.1",
+            "layer2.1.conv2", "layer2.1.bn2"} == set(stage.members)
+    assert by["layer4.0.conv2"].channels == 512
+    assert by["layer4.1.conv1"].channels == 512
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_names_are_earliest_member_and_head_is_never_cut(name):
+    model, groups = _groups(name)
+    order = {n: i for i, (n, _) in enumerate(model.named_modules())}
+    modules = dict(model.named_modules())
+    assert groups, "every test model has prunable groups"
+    assert len({g.name for g in groups}) == len(groups), "group names must be unique"
+    head = HEADS[name]
+    assert isinstance(modules[head], (nn.Linear, nn.Conv2d))
+    for g in groups:
+        assert g.name in g.members
+        assert g.name == min(g.members, key=order.__getitem__)
+        assert list(g.members) == sorted(g.members, key=order.__getitem__)
+        assert head not in g.members, f"{head} (the classifier) would lose outputs in {g.name}"
+        for member in g.members:
+            m = modules[member]
+            if isinstance(m, nn.Conv2d):
+                assert m.out_channels == g.channels, (g.name, member)
+            elif isinstance(m, nn.modules.batchnorm._BatchNorm):
+                assert m.num_features == g.channels, (g.name, member)
+            elif isinstance(m, nn.Linear):
+                assert m.out_features == g.channels, (g.name, member)
+    # groups come in model order
+    assert [g.name for g in groups] == sorted((g.name for g in groups), key=order.__getitem__)
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_names_identical_across_fresh_models(name):
+    a = make_model(name, seed=0)
+    b = make_model(name, seed=1)
+    ga = ap.prunable_groups(a, make_input(size=32))
+    gb = ap.prunable_groups(b, make_input(size=64))
+    assert [(g.name, g.members, g.channels) for g in ga] == \
+        [(g.name, g.members, g.channels) for g in gb]
+    assert group_fingerprint(ga) == group_fingerprint(gb)
+
+
+def test_toy_model_residual_and_concat_groups():
+    model, groups = _groups("toy")
+    assert [(g.name, g.channels) for g in groups] == TOY_GROUPS
+    by = {g.name: g for g in groups}
+    # residual: the stem and the block's second conv are one group
+    assert set(by["stem.0"].members) == {"stem.0", "stem.1", "block_conv2", "block_bn2"}
+    # concat: each branch is its own group, and fuse.0 (which reads the concat) is not in them
+    assert set(by["branch_a.0"].members) == {"branch_a.0", "branch_a.1"}
+    assert set(by["branch_b.0"].members) == {"branch_b.0", "branch_b.1"}
+    assert all("fc" not in g.members for g in groups)
+
+
+@pytest.mark.parametrize("name,group,min_convs", [
+    ("resnet18", "conv1", 3), ("resnet18", "layer3.0.conv2", 3), ("mobilenet_v2", None, 2),
+    ("toy", "stem.0", 2)])
+def test_residual_group_has_several_convs(name, group, min_convs):
+    model, groups = _groups(name)
+    modules = dict(model.named_modules())
+
+    def n_convs(g):
+        return sum(isinstance(modules[m], nn.Conv2d) and modules[m].groups == 1 for m in g.members)
+
+    if group is None:  # mobilenet_v2: some group must span the projection convs of a residual stage
+        assert max(n_convs(g) for g in groups) >= min_convs
+        assert any(set(g.members) >= {"features.2.conv.2", "features.3.conv.2"} for g in groups)
+    else:
+        assert n_convs(next(g for g in groups if g.name == group)) >= min_convs
+
+
+def test_ignored_layers_by_name_and_by_module():
+    model = make_model("resnet18")
+    x = make_input()
+    full = [g.name for g in ap.prunable_groups(model, x)]
+    by_name = [g.name for g in ap.prunable_groups(model, x, ignored_layers=["layer1.0.conv1"])]
+    assert by_name == [n for n in full if n != "layer1.0.conv1"]
+    by_module = [g.name for g in ap.prunable_groups(model, x, ignored_layers=[model.layer2[0].conv1])]
+    assert by_module == [n for n in full if n != "layer2.0.conv1"]
+    # ignoring any one member of a coupled group removes the whole group
+    coupled = [g.name for g in ap.prunable_groups(model, x,
+                                                  ignored_layers=["layer2.0.downsample.0"])]
+    assert "layer2.0.conv2" not in coupled
+    assert len(coupled) == len(full) - 1
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_listing_keeps_weights_and_mode(training):
+    model = make_model("mobilenet_v2").train(training)
+    snap = snapshot(model)
+    ap.prunable_groups(model, make_input())
+    assert model.training is training
+    assert all(m.training is training for m in model.modules())
+    assert_same_state(model, snap)
+
+
+def test_prune_never_changes_output_shape():
+    for name in ("efficientnet_b0", "mobilenetv3_small_100"):
+        model = make_model(name)
+        x = make_input()
+        groups = ap.prunable_groups(model, x)
+        ap.prune(model, x, {g.name: 0.5 for g in groups})
+        with torch.no_grad():
+            assert model(x).shape == (2, 10)

@@ -1,0 +1,63 @@
+"""The shared training loop learns; top-k evaluation; report tables."""
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from autoprune.report import to_console, to_csv, to_markdown, write_reports
+from autoprune.training import FitConfig, evaluate_topk, fit, warmup_cosine
+
+
+def _separable_data(n=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    return TensorDataset(x, y)
+
+
+def test_fit_learns_and_evaluates():
+    torch.manual_seed(0)
+    data = _separable_data()
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    loader = DataLoader(data, batch_size=32, shuffle=True)
+    before = evaluate_topk(model, loader, device=torch.device("cpu"), topk=(1,))["top1"]
+    losses = fit(model, loader, FitConfig(epochs=8, lr=0.1, warmup_epochs=1, progress=False),
+                 device=torch.device("cpu"))
+    after = evaluate_topk(model, loader, device=torch.device("cpu"), topk=(1, 3))
+    assert losses[-1] < losses[0]
+    assert after["top1"] > max(before, 0.85)
+    assert after["top3"] >= after["top1"]
+
+
+def test_fit_stops_on_nan_loss():
+    model = nn.Linear(8, 4)
+    loader = DataLoader(_separable_data(64), batch_size=32)
+    with pytest.raises(FloatingPointError, match="lower the learning rate"):
+        fit(model, loader, FitConfig(epochs=1, lr=1e30, progress=False), device=torch.device("cpu"),
+            loss_fn=lambda out, y: out.sum() * float("nan"))
+
+
+def test_evaluate_empty_data_is_an_error():
+    with pytest.raises(ValueError, match="empty"):
+        evaluate_topk(nn.Linear(8, 4), [], device=torch.device("cpu"))
+
+
+def test_warmup_cosine_schedule():
+    assert warmup_cosine(0, 100, 10) == pytest.approx(0.1)
+    assert warmup_cosine(10, 100, 10) == pytest.approx(1.0)
+    assert warmup_cosine(100, 100, 10) == pytest.approx(0.0)
+
+
+def test_reports(tmp_path):
+    m = lambda p, f, acc: {"params": p, "flops": f, "size_mb": p * 4e-6, "metrics": {"top1": acc},
+                           "latency_cpu_ms": f / 1e7, "latency_gpu_ms": None}
+    report = {"task": "classification", "baseline": m(1_000_000, 2e8, 0.9),
+              "pruned": m(500_000, 1e8, 0.88), "flops_reduction": 0.5}
+    text = to_console(report)
+    assert "-50.0 %" in text and "-0.0200" in text and "GPU latency" not in text
+    assert to_markdown(report).count("\n") == 2 + 5
+    assert to_csv(report).splitlines()[0] == "metric,baseline,pruned,change"
+    paths = write_reports(report, tmp_path / "out")
+    assert json.loads(paths["json"].read_text())["flops_reduction"] == 0.5
