@@ -36,20 +36,19 @@ def ratios_by_loss(sens: Table, loss: float) -> dict[str, float]:
     if not isinstance(loss, (int, float)) or not math.isfinite(loss):
         raise ConfigError(f"loss threshold {loss!r} is not a finite number: pass e.g. 0.05")
     _check_table(sens)
-    ratios = {}
-    for name, points in sens.items():
-        pts = sorted((float(r), float(v)) for r, v in points.items())
-        ratios[name] = 0.0
-        for i in range(len(pts) - 1, -1, -1):
-            r0, l0 = pts[i]
-            if l0 <= loss:
-                if i == len(pts) - 1:
-                    ratios[name] = r0
-                else:
-                    r1, l1 = pts[i + 1]
-                    ratios[name] = r0 + (loss - l0) * (r1 - r0) / (l1 - l0)
-                break
-    return ratios
+    return {name: _ratio_for_loss(points, loss) for name, points in sens.items()}
+
+
+def _ratio_for_loss(points: Mapping[float, float], loss: float) -> float:
+    pts = sorted((float(r), float(v)) for r, v in points.items())
+    for i in range(len(pts) - 1, -1, -1):
+        r0, l0 = pts[i]
+        if l0 <= loss:
+            if i == len(pts) - 1:
+                return r0
+            r1, l1 = pts[i + 1]
+            return r0 + (loss - l0) * (r1 - r0) / (l1 - l0)
+    return 0.0
 
 
 class FlopsRatios(dict):
@@ -92,13 +91,30 @@ class FlopsModel:
         return self.total - sum(cost[m] * (1.0 - f) for m, f in factor.items())
 
 
+def _flops_curve(points: Mapping[float, float], tilt: float = 1e-6) -> dict[float, float]:
+    """A group's loss curve made continuous and increasing, for FLOPs allocation.
+
+    Pruning nothing loses nothing, so the curve starts at (0, 0); pruning more is never counted
+    as less harmful than pruning less (running maximum); and a tiny tilt breaks ties between
+    equal losses. For an increasing measured curve this changes nothing but the start point, and
+    a group's ratio then grows continuously with the threshold instead of jumping.
+    """
+    curve, worst = {0.0: 0.0}, 0.0
+    for r, v in sorted((float(r), float(v)) for r, v in points.items()):
+        worst = max(worst, v)
+        curve[r] = worst + tilt * r
+    return curve
+
+
 def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_flops: float, *,
                     round_to: int | None = None, ignored_layers: Iterable[Any] = (),
                     max_ratio: float = 0.9) -> FlopsRatios:
     """Ratios that remove ``pruned_flops`` (a fraction in (0, 1)) of the model's FLOPs.
 
     Bisection on the loss threshold of :func:`ratios_by_loss` (PaddleSlim ``sensitive_prune``):
-    the least sensitive groups are pruned first. The FLOPs reduction is then measured on a pruned
+    the least sensitive groups are pruned first. Each group's curve starts at (ratio 0, loss 0) and
+    is made non-decreasing (see :func:`_flops_curve`), so every FLOPs figure between 0 and the
+    most the table allows is reachable. The FLOPs reduction is then measured on a pruned
     copy and returned as ``.achieved`` (within one percentage point of the target whenever the
     profile allows it). Raises ConfigError if the target cannot be reached.
     """
@@ -110,8 +126,10 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
     graph.check_names(sens)
     flops = FlopsModel(graph, example_inputs, round_to)
 
+    anchored = {name: _flops_curve(points) for name, points in sens.items()}
+
     def reduction(threshold: float) -> tuple[float, dict[str, float]]:
-        ratios = {k: min(v, max_ratio) for k, v in ratios_by_loss(sens, threshold).items()}
+        ratios = {k: min(_ratio_for_loss(p, threshold), max_ratio) for k, p in anchored.items()}
         return 1.0 - flops.predict(ratios) / flops.total, ratios
 
     losses = [float(v) for points in sens.values() for v in points.values()]

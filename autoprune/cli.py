@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from .errors import AutopruneError
+from .errors import AutopruneError, ConfigError
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -51,6 +51,89 @@ def _convert(args: argparse.Namespace) -> None:
     print(f"wrote {args.output} ({len(sens)} groups) from PaddleSlim pickle {args.input}")
 
 
+def _load_config(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path) as f:
+            cfg = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"no config file at {path}: check the path") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path} must hold a mapping of settings (task: ..., model: ..., ...)")
+    return cfg
+
+
+def _train(args: argparse.Namespace) -> None:
+    import inspect
+
+    cfg = _load_config(args.config)
+    task = cfg.pop("task", "classification")
+    api = _task_api(task)
+    allowed = set(inspect.signature(api.train).parameters)
+    unknown = sorted(set(cfg) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {args.config}; "
+                          f"{task} takes: {', '.join(sorted(allowed))}")
+    for key in ("model", "train_data"):
+        if key not in cfg:
+            raise ConfigError(f"{args.config} lacks '{key}:' (e.g. model: resnet18, "
+                              f"train_data: fashion-mnist)")
+    api.train(**cfg)
+
+
+def _task_api(task: str):
+    import importlib
+
+    from .tasks import TASKS
+
+    if task not in TASKS:
+        raise ConfigError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+    return importlib.import_module(f"autoprune.{task}")
+
+
+def _ratios(text: str | None):
+    from .sensitivity import DEFAULT_RATIOS
+
+    if not text:
+        return DEFAULT_RATIOS
+    try:
+        return tuple(float(r) for r in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--ratios {text!r} must be comma-separated numbers such as "
+                          f"0.1,0.3,0.5") from None
+
+
+def _sensitivity(args: argparse.Namespace) -> None:
+    api = _task_api(args.task)
+    sens = api.analyze_sensitivity(args.checkpoint, args.data, args.output,
+                                   ratios=_ratios(args.ratios), criterion=args.criterion,
+                                   eval_limit=args.limit, device=args.device)
+    print(f"wrote {args.output}: {len(sens)} groups")
+
+
+def _prune(args: argparse.Namespace) -> None:
+    from .pipeline import prune_checkpoint
+
+    out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
+                           eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
+                           criterion=args.criterion, round_to=args.round_to)
+    print(f"wrote {args.output}: FLOPs -{out.flops_reduction:.1%}, params "
+          f"-{out.params_reduction:.1%} (not retrained: run `autoprune train` with "
+          f"pretrain_weights to fine-tune)")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from .pipeline import compare_checkpoints
+
+    report = compare_checkpoints(args.baseline, args.pruned, args.data, save_dir=args.save_dir,
+                                 eval_limit=args.limit, device=args.device)
+    print(f"report written to {args.save_dir}/report.json, report.md, report.csv "
+          f"(FLOPs -{report['flops_reduction']:.1%})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoprune`` command."""
     p = argparse.ArgumentParser(prog="autoprune", description="Sensitivity-driven structured "
@@ -71,6 +154,46 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="auto", help="auto, cpu or cuda")
     d.set_defaults(func=_demo)
+
+    t = sub.add_parser("train", help="train (and prune, when sensitivities_file is set) from a "
+                       "YAML config: task, model, train_data, eval_data, epochs, save_dir, "
+                       "sensitivities_file, eval_metric_loss or pruned_flops, ...")
+    t.add_argument("config", help="YAML file; keys are the arguments of autoprune.<task>.train")
+    t.set_defaults(func=_train)
+
+    se = sub.add_parser("sensitivity", help="measure the sensitivities of a trained checkpoint "
+                        "on validation data (resumable)")
+    se.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
+    se.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
+    se.add_argument("output", help="sensitivity file to write or complete (JSON)")
+    se.add_argument("--task", default="classification")
+    se.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
+    se.add_argument("--criterion", default="l1_norm", help="l1_norm, l2_norm, fpgm or bn_scale")
+    se.add_argument("--limit", type=int, help="use only this many validation images")
+    se.add_argument("--device", default="auto")
+    se.set_defaults(func=_sensitivity)
+
+    pr = sub.add_parser("prune", help="prune a checkpoint with a sensitivity file (no retraining)")
+    pr.add_argument("checkpoint")
+    pr.add_argument("sensitivities", help="a sensitivity file, or DEFAULT")
+    pr.add_argument("output", help="where to write the pruned checkpoint")
+    target = pr.add_mutually_exclusive_group()
+    target.add_argument("--eval-metric-loss", type=float, default=0.05,
+                        help="tolerated relative loss per group (default 0.05)")
+    target.add_argument("--pruned-flops", type=float, help="fraction of FLOPs to remove instead")
+    pr.add_argument("--criterion", default="l1_norm")
+    pr.add_argument("--round-to", type=int, help="keep multiples of this many channels")
+    pr.set_defaults(func=_prune)
+
+    rp = sub.add_parser("report", help="compare a baseline and a pruned checkpoint: size, FLOPs, "
+                        "metrics, latency")
+    rp.add_argument("baseline")
+    rp.add_argument("pruned")
+    rp.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
+    rp.add_argument("--save-dir", default=".", help="where report.json/md/csv go (default .)")
+    rp.add_argument("--limit", type=int, help="use only this many validation images")
+    rp.add_argument("--device", default="auto")
+    rp.set_defaults(func=_report)
 
     s = sub.add_parser("show", help="print a sensitivity file as a table")
     s.add_argument("file")

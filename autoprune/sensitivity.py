@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from .errors import ConfigError, MetricError, SensitivityFileError
 from .groups import PrunableGroup, PruningGraph, check_criterion
 from .measure import flush_denormals
-from .store import (Sensitivities, SensitivityRecord, ratio_key, read_record,
+from .store import (Sensitivities, SensitivityRecord, check_fingerprint, ratio_key, read_record,
                     remove_stale_temp_files, write_record)
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -107,11 +107,11 @@ def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str) -> float:
         model.train(was_training)
 
 
-def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better, metric_name,
-                 weights) -> SensitivityRecord:
+def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better,
+                 metric_name) -> SensitivityRecord:
+    """The record to fill: the file at ``path`` if it exists (checked against this model), else new."""
     groups = {g.name: g.channels for g in graph.groups}
-    model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups,
-                  "weights_sha256": weights}
+    model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups}
     if path is not None:
         remove_stale_temp_files(path)
     if path is None or not os.path.exists(path):
@@ -119,11 +119,7 @@ def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better
                                  metric={"name": metric_name, "baseline": None,
                                          "higher_is_better": higher_is_better})
     record = read_record(path)
-    fp = record.model.get("fingerprint")
-    if fp and fp != graph.fingerprint:
-        raise SensitivityFileError(
-            f"{path} was made for another model (group fingerprint {fp}, this model has "
-            f"{graph.fingerprint}; arch {record.model.get('arch')!r}): pass a new file path")
+    check_fingerprint(record, path, graph.fingerprint)
     if record.criterion != criterion:
         raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}: "
                                    f"pass criterion={record.criterion!r} or a new file path")
@@ -131,7 +127,7 @@ def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better
         raise SensitivityFileError(f"{path} was measured with higher_is_better="
                                    f"{record.metric.get('higher_is_better')}: pass the same, "
                                    f"or a new file path")
-    record.model = {**model_meta, **{k: v for k, v in record.model.items() if v is not None}}
+    record.model = {**record.model, **model_meta, "arch": record.model.get("arch") or arch}
     return record
 
 
@@ -160,17 +156,19 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     needs = [(graph.group(n), r) for n in names for r in ratios]
     record = _open_record(sensitivities_file, graph, arch=arch or type(model).__name__,
                           criterion=criterion, higher_is_better=higher_is_better,
-                          metric_name=metric_name, weights=None)
+                          metric_name=metric_name)
     missing = [(g, r) for g, r in needs if not record.has_point(g.name, r)]
     save = (lambda: write_record(record, sensitivities_file)) if sensitivities_file else (lambda: None)
 
     if missing or record.metric.get("baseline") is None:
         weights = weights_sha256(model)
         stored = record.model.get("weights_sha256")
-        if stored and stored != weights and record.sensitivities:
-            raise SensitivityFileError(
-                f"{sensitivities_file} was measured on other weights of this model: finishing it "
-                f"would mix two models; pass a new file path (or delete the old one)")
+        if stored and stored != weights:
+            if record.sensitivities:
+                raise SensitivityFileError(
+                    f"{sensitivities_file} was measured on other weights of this model: finishing "
+                    f"it would mix two models; pass a new file path (or delete the old one)")
+            record.metric["baseline"] = None  # only a baseline of the other weights: measure anew
         record.model["weights_sha256"] = weights
     baseline = record.metric.get("baseline")
     if baseline is None:

@@ -159,6 +159,15 @@ def read_record(path: PathLike) -> SensitivityRecord:
     return record
 
 
+def check_fingerprint(record: SensitivityRecord, path: PathLike, fingerprint: str) -> None:
+    """Refuse a record whose group fingerprint differs from the model's ``fingerprint``."""
+    stored = record.model.get("fingerprint")
+    if stored and stored != fingerprint:
+        raise SensitivityFileError(
+            f"{path} was made for another model (group fingerprint {stored}, this model has "
+            f"{fingerprint}; arch {record.model.get('arch')!r}): pass a new file path")
+
+
 def load_sensitivities(path: PathLike) -> Sensitivities:
     """The ``{group: {ratio: loss}}`` table of a sensitivity file."""
     return read_record(path).sensitivities

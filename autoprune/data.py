@@ -1,0 +1,69 @@
+"""Data helpers shared by the task adapters: loaders, and evaluation batches decoded once."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .errors import ConfigError
+
+
+def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers: int = 0,
+                seed: int = 0, drop_last: bool = False) -> DataLoader:
+    """A DataLoader with a seeded shuffle (reproducible epochs)."""
+    if len(dataset) == 0:
+        raise ConfigError("the dataset is empty: check the data path (no images were found)")
+    if batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size} must be at least 1")
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                      generator=torch.Generator().manual_seed(seed) if shuffle else None,
+                      drop_last=drop_last and len(dataset) > batch_size,
+                      persistent_workers=num_workers > 0)
+
+
+class CachedBatches:
+    """Iterates a loader's batches, decoding and preprocessing them only once.
+
+    The first pass keeps the batches in memory as long as they total at most ``max_bytes``
+    (default 2 GB); past that it falls back to iterating the loader each time.
+    """
+
+    def __init__(self, loader: DataLoader, max_bytes: int = 2 * 1024 ** 3):
+        self.loader = loader
+        self.max_bytes = max_bytes
+        self._cache: list[Any] | None = None
+        self._too_big = False
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._cache is not None:
+            yield from self._cache
+            return
+        if self._too_big:
+            yield from self.loader
+            return
+        cache, size = [], 0
+        for batch in self.loader:
+            if not self._too_big:
+                size += sum(t.numel() * t.element_size() for t in _tensors(batch))
+                if size > self.max_bytes:
+                    self._too_big, cache = True, []
+                else:
+                    cache.append(batch)
+            yield batch
+        if not self._too_big:
+            self._cache = cache
+
+
+def _tensors(batch: Any):
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, (list, tuple)):
+        for b in batch:
+            yield from _tensors(b)
+    elif isinstance(batch, dict):
+        for b in batch.values():
+            yield from _tensors(b)

@@ -1,0 +1,324 @@
+"""The task-agnostic journey: base model -> sensitivities -> ratios -> prune -> retrain -> report.
+
+It talks to a task only through the :class:`~autoprune.tasks.base.TaskAdapter` protocol.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+import torch.nn as nn
+
+from .allocate import ratios_by_flops, ratios_by_loss
+from .checkpoint import load_pruned, read_pruned_metadata, save_pruned
+from .errors import CheckpointError, ConfigError, SensitivityFileError
+from .groups import PruningGraph, check_criterion
+from .measure import measure
+from .plots import plot_sensitivities
+from .profiles import DEFAULT, find_profile
+from .prune import prune
+from .report import to_console, write_reports
+from .sensitivity import DEFAULT_RATIOS, sensitivity
+from .store import check_fingerprint, read_record
+from .tasks.base import TaskAdapter, TrainResult
+
+
+def check_save_dir(save_dir: str | os.PathLike) -> Path:
+    """Create ``save_dir`` and make sure it is writable (a clear error otherwise)."""
+    path = Path(save_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".autoprune-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"save_dir {path} is not writable ({e.strerror}): choose another "
+                          f"folder") from None
+    return path
+
+
+def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
+    """Load an autoprune checkpoint (pruned or not) or a plain state_dict into ``model``."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}: check pretrain_weights")
+    try:
+        return load_pruned(path, model)
+    except CheckpointError as e:
+        if "not an autoprune pruned checkpoint" not in str(e):
+            raise
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        first = str(e).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{path} does not fit this model ({first}): was it made for "
+                              f"another architecture or num_classes?") from None
+    return model
+
+
+def _check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> None:
+    if pruned_flops is not None:
+        if isinstance(pruned_flops, bool) or not isinstance(pruned_flops, (int, float)) \
+                or not 0 < pruned_flops < 1:
+            raise ConfigError(f"pruned_flops={pruned_flops!r} is outside (0, 1): pass the "
+                              f"fraction of FLOPs to remove, e.g. 0.4")
+    elif eval_metric_loss is None or isinstance(eval_metric_loss, bool) \
+            or not isinstance(eval_metric_loss, (int, float)) or not math.isfinite(eval_metric_loss) \
+            or not 0 < eval_metric_loss < 1:
+        raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} is outside (0, 1): pass the "
+                          f"tolerated relative loss, e.g. 0.05 for 5 %")
+
+
+def _sens_mode(sensitivities_file: Any) -> str:
+    if sensitivities_file is None:
+        return "none"
+    if isinstance(sensitivities_file, str) and sensitivities_file.upper() == DEFAULT:
+        return "default"
+    return "existing" if Path(sensitivities_file).exists() else "new"
+
+
+def _checkpoint_meta(adapter: TaskAdapter, arch: str | None, model: nn.Module,
+                     **extra: Any) -> dict[str, Any]:
+    return {"task": adapter.task, "arch": arch, "build": adapter.build_kwargs(model),
+            "input_size": getattr(adapter, "input_size", None), **extra}
+
+
+def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
+                             arch: str | None) -> Path:
+    """Resolve ``sensitivities_file`` ("DEFAULT" or a path) and refuse a file or profile made for
+    another model, before any time is spent training or measuring."""
+    mode = _sens_mode(sensitivities_file)
+    if mode == "default":
+        if arch is None:
+            raise ConfigError("sensitivities_file='DEFAULT' needs a model name (e.g. 'resnet18'), "
+                              "not a model object of unknown architecture")
+        path = find_profile(adapter.task, arch)
+    else:
+        path = Path(sensitivities_file)
+    if mode in ("default", "existing"):
+        record = read_record(path)
+        graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
+        fingerprint = record.model.get("fingerprint")
+        if mode == "default" and fingerprint != graph.fingerprint:
+            raise SensitivityFileError(
+                f"the DEFAULT profile for {arch} does not match this model's groups (another "
+                f"width, num_classes or a patched layer?): pass sensitivities_file=<new path>")
+        check_fingerprint(record, path, graph.fingerprint)
+    return path
+
+
+def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, *,
+                      arch: str | None, criterion: str = "l1_norm",
+                      ratios: Iterable[float] = DEFAULT_RATIOS, progress: bool = True
+                      ) -> tuple[dict[str, dict[float, float]], Path]:
+    """The sensitivity table for ``model``: the DEFAULT profile, or a file completed on the
+    adapter's evaluation data (only missing points are computed)."""
+    path = check_sensitivities_file(adapter, model, sensitivities_file, arch)
+    if _sens_mode(sensitivities_file) == "default":
+        return read_record(path).sensitivities, path
+    sens = sensitivity(model, adapter.example_inputs(model),
+                       lambda m: adapter.evaluate(m)[adapter.metric], ratios=ratios,
+                       sensitivities_file=path, criterion=criterion,
+                       ignored_layers=adapter.ignored_layers(model),
+                       higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
+                       arch=arch, progress=progress)
+    return sens, path
+
+
+def _figures(adapter: TaskAdapter, model: nn.Module, metrics: dict[str, float]) -> dict[str, Any]:
+    inputs = adapter.timing_inputs(model)
+    cpu = measure(copy.deepcopy(model).cpu(), inputs.cpu() if torch.is_tensor(inputs) else inputs)
+    gpu = None
+    if torch.cuda.is_available():
+        gpu = measure(model, inputs, device="cuda")["latency_ms"]
+    return {"params": cpu["params"], "flops": cpu["flops"], "size_mb": cpu["size_mb"],
+            "metrics": metrics, "latency_cpu_ms": cpu["latency_ms"], "latency_gpu_ms": gpu}
+
+
+def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir: str | os.PathLike,
+          pretrain_weights: str | os.PathLike | None = None, sensitivities_file: Any = None,
+          eval_metric_loss: float | None = 0.05, pruned_flops: float | None = None,
+          pretrain_epochs: int | None = None, criterion: str = "l1_norm",
+          round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
+          progress: bool = True) -> TrainResult:
+    """The PaddleX-style flow for any task (see ``autoprune.classification.train``)."""
+    mode = _sens_mode(sensitivities_file)
+    if mode != "none":
+        _check_targets(eval_metric_loss, pruned_flops)
+        check_criterion(criterion)
+    save_dir = check_save_dir(save_dir)
+    arch = adapter.arch_key(model) if isinstance(model, str) else None
+    model = adapter.build(arch) if isinstance(model, str) else model
+    adapter.check_model(model)
+    outputs = [save_dir / "baseline" / "best.pt", save_dir / "pruned" / "best.pt", save_dir / "best.pt"]
+    if pretrain_weights is not None:
+        src = Path(pretrain_weights).resolve()
+        if any(src == p.resolve() for p in outputs):
+            raise ConfigError(f"pretrain_weights {pretrain_weights} lies where this run writes its "
+                              f"outputs: pick another save_dir (the input is never overwritten)")
+        load_weights(model, pretrain_weights)
+    model.to(getattr(adapter, "device", "cpu"))
+    meta = _checkpoint_meta(adapter, arch, model)
+    if mode != "none":
+        check_sensitivities_file(adapter, model, sensitivities_file, arch)
+
+    if mode == "none":  # plain training
+        model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False})
+        return TrainResult(model, baseline_path=save_dir / "best.pt",
+                           metrics=adapter.evaluate(model) if _has_eval(adapter) else {})
+
+    if pretrain_weights is None:  # the one-call flow: train the base model first
+        print(f"[autoprune] training the base model ({pretrain_epochs or epochs} epochs)")
+        model = adapter.fit(model, pretrain_epochs or epochs, save_dir / "baseline",
+                            meta={**meta, "pruned": False})
+        baseline_path = save_dir / "baseline" / "best.pt"
+    else:
+        baseline_path = Path(pretrain_weights)
+    base_metrics = adapter.evaluate(model)
+    print(f"[autoprune] baseline {adapter.metric} = {base_metrics[adapter.metric]:.4f}")
+
+    print(f"[autoprune] sensitivities ({mode}: {sensitivities_file})")
+    sens, sens_path = get_sensitivities(adapter, model, sensitivities_file, arch=arch,
+                                        criterion=criterion, ratios=ratios, progress=progress)
+    example = adapter.example_inputs(model)
+    ignored = adapter.ignored_layers(model)
+    if pruned_flops is not None:
+        chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
+                                 ignored_layers=ignored)
+    else:
+        chosen = ratios_by_loss(sens, eval_metric_loss)
+    baseline_model = copy.deepcopy(model)
+    result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
+                   ignored_layers=ignored)
+    print(f"[autoprune] pruned {len(result.plan)} groups: FLOPs {result.flops_before / 1e6:.1f}M "
+          f"-> {result.flops_after / 1e6:.1f}M (-{result.flops_reduction:.1%}); retraining "
+          f"{epochs} epochs")
+    model = adapter.fit(model, epochs, save_dir / "pruned",
+                        meta={**meta, "pruned": True, "plan": result.plan})
+    report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
+              "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
+              "pruned_flops_target": pruned_flops, "criterion": criterion, "round_to": round_to,
+              "ratios": dict(chosen), "flops_reduction": result.flops_reduction,
+              "baseline": _figures(adapter, baseline_model, base_metrics),
+              "pruned": _figures(adapter, model, adapter.evaluate(model))}
+    write_reports(report, save_dir)
+    plot_sensitivities(sens, save_dir / "sensitivity.png", title=f"Sensitivity: {arch or 'model'}",
+                       threshold=None if pruned_flops is not None else eval_metric_loss)
+    print(to_console(report))
+    return TrainResult(model, report=report, baseline_path=baseline_path,
+                       pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
+                       ratios=dict(chosen), metrics=report["pruned"]["metrics"])
+
+
+def _has_eval(adapter: TaskAdapter) -> bool:
+    return getattr(adapter, "eval_set", None) is not None
+
+
+def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file: str | os.PathLike,
+                        *, pretrain_weights: str | os.PathLike | None = None,
+                        criterion: str = "l1_norm", ratios: Iterable[float] = DEFAULT_RATIOS,
+                        progress: bool = True) -> dict[str, dict[float, float]]:
+    """Step 2 of the flow: measure the sensitivities of a trained model into ``save_file``.
+
+    ``model`` is a checkpoint path written by autoprune, a model name (then pass
+    ``pretrain_weights``) or a model object.
+    """
+    arch = None
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
+        meta = read_pruned_metadata(model)
+        arch = meta.get("arch")
+        model = load_model(model, adapter)
+    elif isinstance(model, str):
+        arch = adapter.arch_key(model)
+        model = adapter.build(arch)
+        if pretrain_weights is None:
+            raise ConfigError("a model name needs pretrain_weights=<checkpoint of the trained "
+                              "model>: sensitivities of an untrained model mean nothing")
+    if pretrain_weights is not None:
+        load_weights(model, pretrain_weights)
+    model.to(getattr(adapter, "device", "cpu"))
+    sens, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
+                                ratios=ratios, progress=progress)
+    return sens
+
+
+def load_model(path: str | os.PathLike, adapter: TaskAdapter | None = None,
+               base_model: nn.Module | None = None) -> nn.Module:
+    """Rebuild the model saved at ``path`` (pruned or not) and load its weights (weights-only).
+
+    The architecture comes from the checkpoint's metadata; a checkpoint of a custom model object
+    needs ``base_model`` (a fresh instance of the same unpruned architecture).
+    """
+    meta = read_pruned_metadata(path)
+    if base_model is None:
+        if not meta.get("arch"):
+            raise CheckpointError(f"{path} was saved from a custom model object: pass "
+                                  f"base_model=<a fresh instance of that architecture>")
+        if adapter is None:
+            from .tasks import get_adapter
+
+            adapter = get_adapter(meta.get("task", "classification"))
+        if meta.get("task") not in (None, adapter.task):
+            raise CheckpointError(f"{path} is a {meta.get('task')} checkpoint, not "
+                                  f"{adapter.task}: use autoprune.{meta.get('task')}.load_model")
+        base_model = adapter.build(meta["arch"], **meta.get("build", {}))
+    return load_pruned(path, base_model).eval()
+
+
+def adapter_for_checkpoint(path: str | os.PathLike, **kwargs: Any) -> tuple[TaskAdapter, dict]:
+    """The task adapter a checkpoint was made with (its classes and input size), plus its metadata."""
+    from .tasks import get_adapter
+
+    meta = read_pruned_metadata(path)
+    settings = {"input_size": meta.get("input_size"), **meta.get("build", {}), **kwargs}
+    return get_adapter(meta.get("task", "classification"), **settings), meta
+
+
+def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
+                     output: str | os.PathLike, *, eval_metric_loss: float | None = 0.05,
+                     pruned_flops: float | None = None, criterion: str = "l1_norm",
+                     round_to: int | None = None):
+    """Prune a saved model with a sensitivity file (or "DEFAULT") and save it, without retraining."""
+    if Path(output).resolve() == Path(checkpoint).resolve():
+        raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
+                          f"input is never overwritten)")
+    _check_targets(eval_metric_loss, pruned_flops)
+    adapter, meta = adapter_for_checkpoint(checkpoint)
+    model = load_model(checkpoint, adapter)
+    if _sens_mode(sensitivities_file) == "new":
+        raise SensitivityFileError(f"no sensitivity file at {sensitivities_file}: measure one "
+                                   f"with `autoprune sensitivity` first, or pass DEFAULT")
+    sens, _ = get_sensitivities(adapter, model, sensitivities_file, arch=meta.get("arch"),
+                                criterion=criterion) if _sens_mode(sensitivities_file) == "default" \
+        else (read_record(sensitivities_file).sensitivities, None)
+    example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
+                             ignored_layers=ignored) if pruned_flops is not None \
+        else ratios_by_loss(sens, eval_metric_loss)
+    result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
+                   ignored_layers=ignored)
+    previous = meta.get("plan") or {}
+    save_pruned(model, output, **{**meta, "pruned": True, "plan": {**previous, **result.plan}})
+    return result
+
+
+def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, data: Any, *,
+                        save_dir: str | os.PathLike = ".", eval_limit: int | None = None,
+                        device: str = "auto") -> dict[str, Any]:
+    """Evaluate and measure two checkpoints of one architecture; write and print the report."""
+    adapter, meta = adapter_for_checkpoint(baseline, eval_data=data, eval_limit=eval_limit,
+                                           device=device, progress=False)
+    models = [load_model(p, adapter).to(adapter.device) for p in (baseline, pruned)]
+    figures = [_figures(adapter, m, adapter.evaluate(m)) for m in models]
+    report = {"task": adapter.task, "arch": meta.get("arch"), "baseline": figures[0],
+              "pruned": figures[1], "flops_reduction": 1 - figures[1]["flops"] / figures[0]["flops"]}
+    write_reports(report, check_save_dir(save_dir))
+    print(to_console(report))
+    return report

@@ -1,0 +1,56 @@
+"""The one small protocol every task adapter implements, and what a pipeline run returns.
+
+The pipeline (``autoprune.pipeline``) is task-agnostic: it only calls these methods. An adapter
+is the one place that knows about timm/torchvision, Ultralytics or segmentation-models-pytorch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch.nn as nn
+
+
+class TaskAdapter(Protocol):
+    """What the pipeline needs from a task. An adapter holds its data and training settings."""
+
+    task: str               # "classification", "detection", "segmentation"
+    metric: str             # the metric sensitivities are measured with, e.g. "top1"
+    higher_is_better: bool
+
+    def build(self, arch: str, **build_kwargs: Any) -> nn.Module:
+        """A fresh, untrained model of architecture ``arch``."""
+
+    def example_inputs(self, model: nn.Module) -> Any:
+        """One batch the model accepts (used to trace the graph and count FLOPs)."""
+
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        """Modules (or names) whose output channels must never be pruned."""
+
+    def fit(self, model: nn.Module, epochs: int, save_dir: Path) -> nn.Module:
+        """Train ``model`` for ``epochs`` and return the best model (also saved in ``save_dir``)."""
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Metrics of ``model`` on the evaluation data; includes ``self.metric``."""
+
+    def timing_inputs(self, model: nn.Module) -> Any:
+        """The batch latency is measured on."""
+
+
+@dataclass
+class TrainResult:
+    """What ``<task>.train(...)`` returns.
+
+    report: the before/after dict written to ``report.json`` (None when nothing was pruned);
+    baseline_path / pruned_path: the saved checkpoints (``load_model`` reads both);
+    sensitivities_path: the sensitivity file used; ratios: the per-group ratios applied.
+    """
+
+    model: nn.Module
+    report: dict[str, Any] | None = None
+    baseline_path: Path | None = None
+    pruned_path: Path | None = None
+    sensitivities_path: Path | None = None
+    ratios: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,240 @@
+"""Classification adapter: timm / torchvision models, ImageFolder / Dataset / Fashion-MNIST data,
+top-1/top-5 metrics. The only module of the classification task that imports timm or torchvision."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset
+
+from ..checkpoint import save_pruned
+from ..data import CachedBatches, make_loader
+from ..datasets import FashionMNIST
+from ..errors import ConfigError
+from ..training import FitConfig, evaluate_topk, fit, pick_device
+
+FASHION_MNIST = "fashion-mnist"
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def resolve_arch(name: str) -> str:
+    """Canonical architecture key ``timm/<name>`` or ``torchvision/<name>``.
+
+    A bare name is looked up in timm first, then torchvision; prefix ``torchvision/`` or
+    ``timm/`` to choose.
+    """
+    import timm
+    import torchvision
+
+    source, _, bare = name.rpartition("/")
+    if source not in ("", "timm", "torchvision"):
+        raise ConfigError(f"unknown model source {source!r} in {name!r}: use 'timm/<name>', "
+                          f"'torchvision/<name>' or a bare name")
+    if source in ("", "timm") and timm.is_model(bare):
+        return f"timm/{bare}"
+    if source in ("", "torchvision") and bare in torchvision.models.list_models():
+        return f"torchvision/{bare}"
+    raise ConfigError(f"unknown model name {name!r}: not a timm or torchvision model (e.g. "
+                      f"resnet18, mobilenetv3_small_100, efficientnet_b0, mobilenet_v2)")
+
+
+def build_classifier(arch: str, num_classes: int) -> nn.Module:
+    """An untrained classifier (no weights are downloaded)."""
+    arch = resolve_arch(arch)
+    source, name = arch.split("/", 1)
+    if source == "timm":
+        import timm
+
+        return timm.create_model(name, pretrained=False, num_classes=num_classes)
+    import torchvision
+
+    return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+
+
+def _image_folder(path: Path, size: int, train: bool) -> Dataset:
+    from torchvision import datasets, transforms
+
+    if train:
+        tf = transforms.Compose([
+            transforms.RandomResizedCrop(size, scale=(0.35, 1.0)), transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    else:
+        tf = transforms.Compose([
+            transforms.Resize(int(round(size / 0.875))), transforms.CenterCrop(size),
+            transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    try:
+        return datasets.ImageFolder(str(path), transform=tf)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path} holds no images in class sub-folders ({e}): expected "
+                          f"<root>/<class>/<image>.jpg") from None
+
+
+def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | None = None,
+                    root: str | None = None) -> Dataset:
+    """``"fashion-mnist"``, an ImageFolder directory, or a torch Dataset of (image, label)."""
+    if isinstance(spec, Dataset):
+        return spec
+    if isinstance(spec, str) and spec.lower() == FASHION_MNIST:
+        return FashionMNIST("train" if train else "test", root=root, size=input_size, channels=3,
+                            limit=limit)
+    if isinstance(spec, (str, os.PathLike)):
+        path = Path(spec)
+        if not path.is_dir():
+            raise ConfigError(f"data path {path} does not exist or is not a folder: pass an "
+                              f"ImageFolder root (<root>/<class>/<image>), a Dataset or "
+                              f"'{FASHION_MNIST}'")
+        ds = _image_folder(path, input_size, train)
+        if limit is not None:
+            ds = torch.utils.data.Subset(ds, range(min(limit, len(ds))))
+            ds.classes = ds.dataset.classes
+        return ds
+    raise ConfigError(f"data must be a folder path, a torch Dataset or '{FASHION_MNIST}', "
+                      f"not {type(spec).__name__}")
+
+
+def dataset_classes(ds: Dataset) -> list[str] | None:
+    """The class names a dataset declares, if any."""
+    classes = getattr(ds, "classes", None)
+    return list(classes) if classes is not None else None
+
+
+class ClassificationAdapter:
+    """Classification task: builds timm/torchvision models, trains with SGD/AdamW + warm-up +
+    cosine, evaluates top-1/top-5 on cached evaluation batches."""
+
+    task = "classification"
+    metric = "top1"
+    higher_is_better = True
+
+    def __init__(self, train_data: Any = None, eval_data: Any = None, *,
+                 num_classes: int | None = None, input_size: int | None = None,
+                 batch_size: int = 64, lr: float = 0.05, optimizer: str = "sgd",
+                 weight_decay: float = 5e-4, warmup_epochs: float = 0.5,
+                 label_smoothing: float = 0.0, device: str = "auto", num_workers: int = 0,
+                 train_limit: int | None = None, eval_limit: int | None = None,
+                 data_root: str | None = None, seed: int = 0, progress: bool = True):
+        is_fashion = lambda d: isinstance(d, str) and d.lower() == FASHION_MNIST
+        fashion = is_fashion(train_data)
+        self.input_size = input_size or (32 if fashion or is_fashion(eval_data) else 224)
+        if self.input_size < 8:
+            raise ConfigError(f"input_size={self.input_size} is too small: use 32 or more")
+        self.device = pick_device(device)
+        self.cfg = FitConfig(lr=lr, optimizer=optimizer, weight_decay=weight_decay,
+                             warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
+                             progress=progress)
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.train_set = self.eval_set = None
+        if train_data is not None:
+            self.train_set = resolve_dataset(train_data, train=True, input_size=self.input_size,
+                                             limit=train_limit, root=data_root)
+            make_loader(self.train_set, batch_size, shuffle=False)  # checks emptiness
+        if eval_data is None and fashion:
+            eval_data = FASHION_MNIST
+        if eval_data is not None:
+            self.eval_set = resolve_dataset(eval_data, train=False, input_size=self.input_size,
+                                            limit=eval_limit, root=data_root)
+        self.num_classes = self._check_classes(num_classes)
+        self._eval_batches = None
+
+    def _check_classes(self, num_classes: int | None) -> int | None:
+        found = [c for c in (dataset_classes(self.train_set) if self.train_set else None,
+                             dataset_classes(self.eval_set) if self.eval_set else None) if c]
+        if len(found) == 2 and found[0] != found[1]:
+            raise ConfigError(f"training and evaluation data have different classes ({len(found[0])}"
+                              f" vs {len(found[1])}): use the same class folders in both")
+        if found and num_classes is not None and num_classes != len(found[0]):
+            raise ConfigError(f"num_classes={num_classes} but the data has {len(found[0])} classes "
+                              f"({', '.join(map(str, found[0][:5]))}...): pass "
+                              f"num_classes={len(found[0])} or omit it")
+        if num_classes is not None and num_classes < 2:
+            raise ConfigError(f"num_classes={num_classes} must be at least 2")
+        return num_classes if num_classes is not None else (len(found[0]) if found else None)
+
+    # -- the TaskAdapter protocol ----------------------------------------------------------------
+    def build(self, arch: str, num_classes: int | None = None, **_: Any) -> nn.Module:
+        num_classes = num_classes or self.num_classes
+        if num_classes is None:
+            raise ConfigError("num_classes is unknown: pass num_classes= or data that declares "
+                              "its classes")
+        return build_classifier(arch, num_classes)
+
+    def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
+        return {"num_classes": self.num_classes or _output_classes(model)}
+
+    def arch_key(self, name: str) -> str:
+        return resolve_arch(name)
+
+    def check_model(self, model: nn.Module) -> None:
+        """Refuse a model whose output size does not match the data's classes."""
+        out = _output_classes(model)
+        if self.num_classes is not None and out is not None and out != self.num_classes:
+            raise ConfigError(f"the model predicts {out} classes but the data has "
+                              f"{self.num_classes}: build it with num_classes={self.num_classes}")
+
+    def example_inputs(self, model: nn.Module) -> torch.Tensor:
+        return torch.randn(1, 3, self.input_size, self.input_size,
+                           generator=torch.Generator().manual_seed(0)).to(_device_of(model))
+
+    def timing_inputs(self, model: nn.Module) -> torch.Tensor:
+        return self.example_inputs(model)
+
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        return []  # the classifier produces the output, which the core never prunes
+
+    def fit(self, model: nn.Module, epochs: int, save_dir: Path,
+            meta: dict[str, Any] | None = None) -> nn.Module:
+        """Train, evaluate after each epoch, keep ``best.pt`` (by top-1) and ``last.pt``."""
+        if self.train_set is None:
+            raise ConfigError("training needs train_data")
+        if epochs < 1:
+            raise ConfigError(f"epochs={epochs} must be at least 1")
+        save_dir = Path(save_dir)
+        loader = make_loader(self.train_set, self.batch_size, shuffle=True,
+                             num_workers=self.num_workers, seed=self.seed, drop_last=True)
+        best = {"score": -1.0, "state": None}
+
+        def on_epoch_end(epoch: int, loss: float) -> None:
+            metrics = self.evaluate(model) if self.eval_set is not None else {}
+            score = metrics.get(self.metric, -loss)
+            shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            print(f"epoch {epoch + 1}/{epochs}  loss {loss:.4f}  {shown}", flush=True)
+            save_pruned(model, save_dir / "last.pt", **(meta or {}), epoch=epoch + 1,
+                        metrics=metrics)
+            if score > best["score"]:
+                best.update(score=score, state=copy.deepcopy(model.state_dict()))
+                save_pruned(model, save_dir / "best.pt", **(meta or {}), epoch=epoch + 1,
+                            metrics=metrics)
+
+        fit(model, loader, dataclasses.replace(self.cfg, epochs=epochs), device=self.device, on_epoch_end=on_epoch_end)
+        model.load_state_dict(best["state"])
+        return model
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        if self.eval_set is None:
+            raise ConfigError("evaluation needs eval_data (a validation folder or Dataset)")
+        if self._eval_batches is None:
+            self._eval_batches = CachedBatches(make_loader(
+                self.eval_set, max(self.batch_size, 128), shuffle=False,
+                num_workers=self.num_workers))
+        k = min(5, self.num_classes or 5)
+        return evaluate_topk(model, self._eval_batches, device=self.device,
+                             topk=(1, k) if k > 1 else (1,))
+
+
+def _output_classes(model: nn.Module) -> int | None:
+    get = getattr(model, "get_classifier", None)  # timm
+    head = get() if callable(get) else None
+    if head is None:
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        head = linears[-1] if linears else None
+    return getattr(head, "out_features", None)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
