@@ -24,6 +24,7 @@ from .errors import CheckpointError
 
 FORMAT = "autoprune-pruned"
 VERSION = 1
+BASE_SHAPES = "_autoprune_base_shapes"  # set on a model by prune(): its tensor shapes before pruning
 # Attributes that hold channel counts, per layer type (FIELD_NOTES: fix these after resizing).
 _CHANNEL_ATTRS = {
     nn.modules.conv._ConvNd: ("in_channels", "out_channels", "groups"),
@@ -65,7 +66,8 @@ def save_pruned(model: nn.Module, path: str | os.PathLike, **metadata: Any) -> P
     """
     path = Path(path)
     try:
-        meta = json.dumps({"user": metadata, "layers": _channel_attrs(model)})
+        meta = json.dumps({"user": metadata, "layers": _channel_attrs(model),
+                           "base_shapes": getattr(model, BASE_SHAPES, None)})
     except TypeError as e:
         raise CheckpointError(f"metadata for {path} is not JSON-serialisable ({e}): pass plain "
                               f"numbers, strings, lists and dicts") from None
@@ -91,12 +93,19 @@ def _read(path: str | os.PathLike) -> dict[str, Any]:
     if data.get("version", 0) > VERSION:
         raise CheckpointError(f"{path} was written by a newer autoprune (version "
                               f"{data.get('version')}): upgrade autoprune")
-    return data
+    try:
+        meta = json.loads(data["metadata"])
+        if not isinstance(meta, dict) or not isinstance(data["state_dict"], dict):
+            raise TypeError
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{path} is damaged (its metadata or weights cannot be read): "
+                              f"restore a copy or save the model again") from None
+    return {**data, "metadata": meta}
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """The metadata passed to :func:`save_pruned` for this checkpoint."""
-    return json.loads(_read(path)["metadata"])["user"]
+    return _read(path)["metadata"].get("user", {})
 
 
 def _shrink(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
@@ -130,7 +139,9 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
     """
     path = Path(path)
     data = _read(path)
-    state, meta = data["state_dict"], json.loads(data["metadata"])
+    state, meta = data["state_dict"], data["metadata"]
+    base_shapes = meta.get("base_shapes") or {k: list(v.shape) for k, v in state.items()}
+    _check_base(base_model, base_shapes, path)
     _shrink(base_model, state, path)
     modules = dict(base_model.named_modules())
     for name, attrs in meta.get("layers", {}).items():
@@ -145,7 +156,21 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise CheckpointError(f"{path} does not fit this model: {' '.join(lines[1:3])[:300]} "
                               f"(build the same architecture the checkpoint was made from)") from None
+    setattr(base_model, BASE_SHAPES, base_shapes)
     return base_model
+
+
+def _check_base(model: nn.Module, base_shapes: dict[str, list[int]], path: Path) -> None:
+    """The model must be the architecture the checkpoint was pruned from, tensor for tensor."""
+    own = {k: list(v.shape) for k, v in model.state_dict().items()}
+    for key, shape in base_shapes.items():
+        if key not in own:
+            raise CheckpointError(f"{path} does not fit this model: it has no tensor {key!r} "
+                                  f"(another architecture?)")
+        if own[key] != list(shape):
+            raise CheckpointError(f"{path} does not fit this model: {key} is {tuple(own[key])} here "
+                                  f"but {tuple(shape)} in the model the checkpoint was made from "
+                                  f"(another width or num_classes?)")
 
 
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,

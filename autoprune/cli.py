@@ -12,7 +12,7 @@ def _demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
     run_demo(args.save_dir, arch=args.arch, epochs=args.epochs,
-             finetune_epochs=args.finetune_epochs, train_images=args.train_images,
+             pretrain_epochs=args.pretrain_epochs, train_images=args.train_images,
              val_images=args.val_images, size=args.size, eval_metric_loss=args.eval_metric_loss,
              seed=args.seed, device=args.device)
 
@@ -140,12 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
                                 "channel pruning for PyTorch CNNs.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    d = sub.add_parser("demo", help="train, analyse, prune and fine-tune a torchvision model on "
-                       "Fashion-MNIST (CPU, a few minutes) and print the before/after table")
+    d = sub.add_parser("demo", help="the one-call flow on Fashion-MNIST: train, analyse, prune "
+                       "and retrain a model (CPU, a few minutes) and print the before/after table")
     d.add_argument("--save-dir", default="runs/demo", help="output folder (default: runs/demo)")
-    d.add_argument("--arch", default="resnet18", help="torchvision model name (default: resnet18)")
-    d.add_argument("--epochs", type=int, default=3, help="training epochs (default: 3)")
-    d.add_argument("--finetune-epochs", type=int, default=2, help="epochs after pruning (default: 2)")
+    d.add_argument("--arch", default="resnet18", help="timm or torchvision model name "
+                   "(default: resnet18)")
+    d.add_argument("--pretrain-epochs", type=int, default=3,
+                   help="epochs of the base model (default: 3)")
+    d.add_argument("--epochs", type=int, default=2, help="epochs after pruning (default: 2)")
     d.add_argument("--train-images", type=int, default=12000, help="training subset (default: 12000)")
     d.add_argument("--val-images", type=int, default=1000, help="validation subset (default: 1000)")
     d.add_argument("--size", type=int, default=32, help="input size in pixels (default: 32)")

@@ -97,8 +97,9 @@ class PruningGraph:
         was_training = model.training
         try:
             with torch.enable_grad():
+                # ignored layers are traced (their coupling matters) and only skipped as roots
                 self.dg = tp.DependencyGraph().build_dependency(
-                    model, example_inputs=example_inputs, ignored_layers=self.ignored,
+                    model, example_inputs=example_inputs,
                     unwrapped_parameters=unwrapped_parameters, verbose=False)
         finally:
             model.train(was_training)

@@ -8,7 +8,8 @@ from typing import Any, Iterable, Mapping
 import torch.nn as nn
 
 from .errors import ConfigError
-from .groups import PruningGraph, channels_to_keep, check_criterion
+from .checkpoint import BASE_SHAPES
+from .groups import PruningGraph, check_criterion
 from .measure import count_flops, count_params
 
 
@@ -66,6 +67,8 @@ def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
         raise ConfigError(f"round_to={round_to!r} must be a positive whole number such as 8")
     graph = PruningGraph(model, example_inputs, ignored_layers)
     graph.check_names(ratios)
+    if not hasattr(model, BASE_SHAPES):  # what it was before any pruning: checked on load
+        setattr(model, BASE_SHAPES, {k: list(v.shape) for k, v in model.state_dict().items()})
     result = PruneResult(model, params_before=count_params(model),
                          flops_before=count_flops(model, example_inputs))
     chosen = []

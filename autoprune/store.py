@@ -156,6 +156,11 @@ def read_record(path: PathLike) -> SensitivityRecord:
         model=data.get("model", {}), criterion=data.get("criterion", "l1_norm"),
         extra=data.get("extra", {}), created=data.get("created") or _now())
     record.metric.update(data.get("metric", {}))
+    baseline = record.metric.get("baseline")
+    if baseline is not None and (isinstance(baseline, bool) or not isinstance(baseline, (int, float))
+                                 or not math.isfinite(baseline) or baseline == 0):
+        raise SensitivityFileError(f"{path}: metric baseline {baseline!r} is not a finite non-zero "
+                                   f"number; the file is damaged (delete it to start over)")
     return record
 
 
@@ -226,7 +231,7 @@ class _PlainDataUnpickler(pickle.Unpickler):
     """Unpickler that builds only dicts, lists, numbers and strings (and numpy scalars)."""
 
     _ALLOWED = {("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-                ("numpy", "dtype"), ("collections", "OrderedDict")}
+                ("numpy", "dtype"), ("collections", "OrderedDict"), ("_codecs", "encode")}
 
     def find_class(self, module: str, name: str):
         if (module, name) in self._ALLOWED:

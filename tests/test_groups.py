@@ -143,3 +143,26 @@ def test_prune_never_changes_output_shape():
         ap.prune(model, x, {g.name: 0.5 for g in groups})
         with torch.no_grad():
             assert model(x).shape == (2, 10)
+
+
+
+
+@pytest.mark.parametrize("name,ignored", [
+    ("resnet18", "conv1"),            # a member of the residual stem group
+    ("resnet18", "layer1.0.conv2"),   # consumes layer1.0.conv1's outputs, itself in a residual group
+    ("toy", "fuse.0"),                # reads the concat of both branches
+])
+def test_ignoring_a_coupled_layer_keeps_the_other_groups_intact(name, ignored):
+    model = make_model(name)
+    x = make_input()
+    full = ap.prunable_groups(model, x)
+    groups = ap.prunable_groups(model, x, ignored_layers=[ignored])
+    # exactly the groups that would cut the ignored layer's outputs disappear; the rest are unchanged
+    assert [(g.name, g.members) for g in groups] == \
+        [(g.name, g.members) for g in full if ignored not in g.members]
+    modules = dict(model.named_modules())
+    out_before = modules[ignored].out_channels
+    ap.prune(model, x, {g.name: 0.5 for g in groups}, ignored_layers=[ignored])
+    assert modules[ignored].out_channels == out_before
+    with torch.no_grad():
+        assert model(x).shape == (2, 10)

@@ -19,8 +19,17 @@ class TaskAdapter(Protocol):
     metric: str             # the metric sensitivities are measured with, e.g. "top1"
     higher_is_better: bool
 
+    def arch_key(self, name: str) -> str:
+        """The canonical architecture key of a model name (e.g. ``timm/resnet18``)."""
+
     def build(self, arch: str, **build_kwargs: Any) -> nn.Module:
         """A fresh, untrained model of architecture ``arch``."""
+
+    def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
+        """What ``build`` needs to rebuild ``model``'s architecture (saved in checkpoints)."""
+
+    def check_model(self, model: nn.Module) -> None:
+        """Raise a ConfigError if ``model`` does not fit the data (e.g. number of classes)."""
 
     def example_inputs(self, model: nn.Module) -> Any:
         """One batch the model accepts (used to trace the graph and count FLOPs)."""

@@ -1,0 +1,169 @@
+"""ratios_by_loss (PaddleSlim semantics, hand-computed) and ratios_by_flops (measured, exact)."""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+import autoprune as ap
+from conftest import RefEval, assert_one_line, make_input, make_model
+
+# ---- ratios_by_loss -----------------------------------------------------------------------------
+
+MONO = {0.1: 0.01, 0.2: 0.02, 0.3: 0.05, 0.4: 0.2}
+
+
+@pytest.mark.parametrize("threshold,expected", [
+    (0.03, 0.2 + (0.03 - 0.02) * (0.3 - 0.2) / (0.05 - 0.02)),   # 0.2333...
+    (0.1, 0.3 + (0.1 - 0.05) * (0.4 - 0.3) / (0.2 - 0.05)),      # 0.3333...
+    (0.02, 0.2),          # exactly on a point: that point, nothing added
+    (0.05, 0.3),
+    (0.015, 0.15),        # halfway between 0.01 and 0.02
+    (0.2, 0.4),           # all points within -> largest ratio
+    (5.0, 0.4),
+    (0.01, 0.1),
+    (0.0099, 0.0),        # even the smallest ratio is over -> 0
+    (-1.0, 0.0),
+])
+def test_ratios_by_loss_monotone(threshold, expected):
+    assert ap.ratios_by_loss({"g": MONO}, threshold)["g"] == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("points,threshold,expected", [
+    # the scan starts at the top: 0.3 (0.02) is within, although 0.2 (0.08) is not
+    ({0.1: 0.01, 0.2: 0.08, 0.3: 0.02, 0.4: 0.1}, 0.05, 0.3 + 0.03 * 0.1 / 0.08),   # 0.3375
+    ({0.1: 0.0, 0.2: 0.05, 0.3: 0.04, 0.4: 0.2}, 0.045, 0.3 + 0.005 * 0.1 / 0.16),  # 0.303125
+    ({0.1: 0.01, 0.2: 0.04, 0.3: 0.03}, 0.035, 0.3),      # top point within
+    ({0.1: 0.01, 0.2: 0.04, 0.3: 0.03}, 0.02, 0.1 + 0.01 * 0.1 / 0.03),  # 0.1333...
+    ({0.1: 0.3, 0.2: 0.01, 0.5: 0.6}, 0.1, 0.2 + 0.09 * 0.3 / 0.59),  # uneven spacing, first over
+    ({0.1: -0.01, 0.3: -0.02}, 0.0, 0.3),                 # pruning helped everywhere
+])
+def test_ratios_by_loss_non_monotone(points, threshold, expected):
+    assert ap.ratios_by_loss({"g": points}, threshold)["g"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_ratios_by_loss_several_groups_unordered_input():
+    sens = {"a": {0.5: 0.5, 0.1: 0.01, 0.3: 0.03},   # keys given out of order
+            "b": {0.1: 0.2, 0.2: 0.3},
+            "c": {0.1: 0.0, 0.9: 0.01}}
+    ratios = ap.ratios_by_loss(sens, 0.04)
+    assert set(ratios) == {"a", "b", "c"}
+    assert ratios["a"] == pytest.approx(0.3 + 0.01 * 0.2 / 0.47)
+    assert ratios["b"] == 0.0
+    assert ratios["c"] == 0.9
+    assert all(isinstance(v, float) for v in ratios.values())
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "0.1", None])
+def test_ratios_by_loss_bad_threshold(bad):
+    with pytest.raises(ap.ConfigError) as info:
+        ap.ratios_by_loss({"g": MONO}, bad)
+    assert_one_line(info)
+
+
+@pytest.mark.parametrize("table", [{}, {"g": {1.5: 0.1}}, {"g": {0.0: 0.1}}, {"g": {0.2: math.nan}}])
+def test_ratios_by_loss_bad_table(table):
+    with pytest.raises(ap.ConfigError) as info:
+        ap.ratios_by_loss(table, 0.1)
+    assert_one_line(info)
+
+
+# ---- ratios_by_flops ----------------------------------------------------------------------------
+
+def smooth_table(names, ratios=tuple(r / 10 for r in range(1, 10))):
+    """A monotone synthetic profile over real group names: loss = k_g * ratio^2."""
+    return {n: {r: (1 + (i * 7) % 3) * r * r for r in ratios} for i, n in enumerate(names)}
+
+
+def _check_achieved(model, x, result, target, round_to=None, tol=0.01):
+    assert isinstance(result, ap.FlopsRatios)
+    assert result.target == target
+    assert abs(result.achieved - target) <= tol, (result.achieved, target)
+    assert all(0 < r <= 0.9 for r in result.values())
+    # .achieved is what a real prune with these ratios does
+    pruned = copy.deepcopy(model)
+    real = ap.prune(pruned, x, dict(result), round_to=round_to)
+    assert real.flops_reduction == pytest.approx(result.achieved, abs=1e-9)
+    measured = 1 - ap.count_flops(pruned, x) / ap.count_flops(model, x)
+    assert measured == pytest.approx(result.achieved, abs=1e-9)
+    return real
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+@pytest.mark.parametrize("target", [0.3, 0.5])
+def test_ratios_by_flops_hits_target_synthetic(name, target, x1):
+    model = make_model(name)
+    names = [g.name for g in ap.prunable_groups(model, x1)]
+    sens = smooth_table(names)
+    result = ap.ratios_by_flops(model, x1, sens, target)
+    _check_achieved(model, x1, result, target)
+    # the least sensitive groups are pruned hardest (loss = k * r^2, k in {1, 2, 3})
+    by_k = {}
+    for i, n in enumerate(names):
+        by_k.setdefault(1 + (i * 7) % 3, []).append(result.get(n, 0.0))
+    assert min(by_k[1]) >= max(by_k[2]) >= max(by_k[3])
+    assert min(by_k[1]) > max(by_k[3])
+    # groups with the same loss curve get the same ratio (only FLOPs-neutral rounding differs)
+    for ratios in by_k.values():
+        assert max(ratios) - min(ratios) < 1e-6
+    assert math.isfinite(result.threshold)
+
+
+@pytest.fixture(scope="module")
+def resnet18_real_table():
+    model = make_model("resnet18")
+    x = make_input(batch=2)
+    sens = ap.sensitivity(model, x, RefEval(model, x), ratios=[0.1, 0.3, 0.5, 0.7, 0.9],
+                          progress=False)
+    return model, sens
+
+
+@pytest.mark.parametrize("target", [0.3, 0.5])
+def test_ratios_by_flops_hits_target_real_table(resnet18_real_table, target, x1):
+    model, sens = resnet18_real_table
+    result = ap.ratios_by_flops(model, x1, sens, target)
+    _check_achieved(model, x1, result, target)
+
+
+@pytest.mark.parametrize("name,tol", [("resnet18", 0.01), ("mobilenet_v2", 0.03)])
+def test_ratios_by_flops_round_to_8(name, tol, x1):
+    model = make_model(name)
+    names = [g.name for g in ap.prunable_groups(model, x1)]
+    result = ap.ratios_by_flops(model, x1, smooth_table(names), 0.5, round_to=8)
+    real = _check_achieved(model, x1, result, 0.5, round_to=8, tol=tol)
+    for group, entry in real.plan.items():
+        assert entry["kept"] % 8 == 0 or entry["kept"] == entry["channels"], (group, entry)
+
+
+def test_ratios_by_flops_leaves_model_untouched(x1):
+    from conftest import assert_same_state, snapshot
+    model = make_model("resnet18")
+    snap = snapshot(model)
+    names = [g.name for g in ap.prunable_groups(model, x1)]
+    ap.ratios_by_flops(model, x1, smooth_table(names), 0.3)
+    assert_same_state(model, snap)
+
+
+def test_ratios_by_flops_unreachable_target(x1):
+    model = make_model("resnet18")
+    names = [g.name for g in ap.prunable_groups(model, x1)]
+    sens = {n: {0.1: 0.01} for n in names}
+    with pytest.raises(ap.ConfigError) as info:
+        ap.ratios_by_flops(model, x1, sens, 0.9)
+    assert "reachable" in assert_one_line(info)
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, 1, 1.0, -0.1, 1.5, float("nan"), "0.3", None])
+def test_ratios_by_flops_target_out_of_range(bad, x1):
+    model = make_model("toy")
+    with pytest.raises(ap.ConfigError) as info:
+        ap.ratios_by_flops(model, x1, {"fuse.0": {0.5: 0.1}}, bad)
+    assert_one_line(info)
+
+
+def test_ratios_by_flops_unknown_group(x1):
+    model = make_model("toy")
+    with pytest.raises(ap.ConfigError) as info:
+        ap.ratios_by_flops(model, x1, {"layer9.conv": {0.5: 0.1}}, 0.3)
+    assert "layer9.conv" in assert_one_line(info)

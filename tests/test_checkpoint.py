@@ -1,0 +1,192 @@
+"""save_pruned / load_pruned / read_pruned_metadata / export_onnx."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autoprune as ap
+from conftest import ALL_MODELS, assert_one_line, make_input, make_model, outputs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pruned(name, ratio=0.3, x=None):
+    model = make_model(name, seed=0)
+    x = make_input() if x is None else x
+    groups = ap.prunable_groups(model, x)
+    # uneven ratios so that each group ends up with its own width
+    ratios = {g.name: [0.2, 0.3, 0.5][i % 3] for i, g in enumerate(groups)}
+    result = ap.prune(model, x, ratios)
+    return model.eval(), result
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_round_trip_identical_outputs(name, tmp_path):
+    x = make_input()
+    model, result = _pruned(name, x=x)
+    path = ap.save_pruned(model, tmp_path / "m.pt", arch=name, num_classes=10, plan=result.plan)
+    assert Path(path).is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pt"], "temporary files were left behind"
+
+    fresh = make_model(name, seed=1)  # other random weights: everything must come from the file
+    assert ap.count_params(fresh) > ap.count_params(model)
+    loaded = ap.load_pruned(path, fresh)
+    assert loaded is fresh
+    loaded.eval()
+    assert ap.count_params(loaded) == ap.count_params(model)
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    for (n, a), (_, b) in zip(model.named_modules(), loaded.named_modules()):
+        for attr in ("in_channels", "out_channels", "groups", "num_features", "in_features",
+                     "out_features"):
+            assert getattr(a, attr, None) == getattr(b, attr, None), (n, attr)
+    assert torch.equal(outputs(loaded, x), outputs(model, x))
+    # the loaded model is an ordinary trainable module
+    assert all(p.requires_grad for p in loaded.parameters())
+    loaded.train()
+    loaded(make_input(batch=2)).sum().backward()
+    assert ap.read_pruned_metadata(path)["plan"] == result.plan
+
+
+def test_metadata_round_trip(tmp_path):
+    model, _ = _pruned("toy")
+    meta = {"task": "classification", "arch": "toy", "build": {"num_classes": 10},
+            "ratios": {"fuse.0": 0.5}, "note": None, "flag": True}
+    ap.save_pruned(model, tmp_path / "m.pt", **meta)
+    assert ap.read_pruned_metadata(tmp_path / "m.pt") == meta
+
+
+def test_metadata_must_be_json(tmp_path):
+    model, _ = _pruned("toy")
+    with pytest.raises(ap.CheckpointError) as info:
+        ap.save_pruned(model, tmp_path / "m.pt", model_object=object())
+    assert_one_line(info)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_checkpoint_holds_only_plain_data(tmp_path):
+    model, _ = _pruned("toy")
+    ap.save_pruned(model, tmp_path / "m.pt", arch="toy")
+    data = torch.load(tmp_path / "m.pt", weights_only=True)  # must not need unpickling classes
+    assert data["format"] == "autoprune-pruned"
+    assert all(isinstance(v, torch.Tensor) for v in data["state_dict"].values())
+
+
+@pytest.fixture
+def resnet_ckpt(tmp_path):
+    model, _ = _pruned("resnet18")
+    return ap.save_pruned(model, tmp_path / "resnet18.pt", arch="resnet18")
+
+
+@pytest.mark.parametrize("build", [
+    lambda: make_model("mobilenet_v2"),
+    lambda: make_model("toy"),
+    lambda: make_model("efficientnet_b0"),
+    lambda: __import__("torchvision").models.resnet34(num_classes=10),
+    lambda: make_model("resnet18", num_classes=5),
+])
+def test_load_into_another_architecture_is_refused(resnet_ckpt, build):
+    with pytest.raises(ap.CheckpointError) as info:
+        ap.load_pruned(resnet_ckpt, build())
+    assert_one_line(info)
+
+
+def test_load_into_more_classes_is_refused(resnet_ckpt):
+    with pytest.raises(ap.CheckpointError):
+        ap.load_pruned(resnet_ckpt, make_model("resnet18", num_classes=20))
+
+
+def _plain_save(obj):
+    def write(path):
+        torch.save(obj, path)
+    return write
+
+
+BAD_CHECKPOINTS = {
+    "truncated": lambda path, good: path.write_bytes(good[: len(good) // 2]),
+    "cut at 100 bytes": lambda path, good: path.write_bytes(good[:100]),
+    "empty": lambda path, good: path.write_bytes(b""),
+    "random bytes": lambda path, good: path.write_bytes(os.urandom(4096)),
+    "json text": lambda path, good: path.write_text('{"format": "autoprune-pruned"}'),
+    "corrupted middle": lambda path, good: path.write_bytes(
+        good[:2000] + bytes(4000) + good[6000:]),
+    "plain state_dict": lambda path, good: _plain_save(make_model("toy").state_dict())(path),
+    "a tensor": lambda path, good: _plain_save(torch.zeros(3))(path),
+    "a dict of another format": lambda path, good: _plain_save({"format": "x", "a": 1})(path),
+    "a newer version": lambda path, good: _plain_save(
+        {"format": "autoprune-pruned", "version": 99, "metadata": "{}", "state_dict": {}})(path),
+    "a whole pickled module": lambda path, good: _plain_save(make_model("toy"))(path),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_CHECKPOINTS))
+def test_bad_checkpoint_files_are_one_line_errors(kind, resnet_ckpt, tmp_path):
+    good = Path(resnet_ckpt).read_bytes()
+    bad = tmp_path / "bad.pt"
+    BAD_CHECKPOINTS[kind](bad, good)
+    for call in (lambda: ap.load_pruned(bad, make_model("resnet18")),
+                 lambda: ap.read_pruned_metadata(bad)):
+        with pytest.raises(ap.CheckpointError) as info:
+            call()
+        assert_one_line(info)
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(ap.CheckpointError) as info:
+        ap.load_pruned(tmp_path / "nope.pt", make_model("toy"))
+    assert_one_line(info)
+
+
+def test_reload_in_a_fresh_process(tmp_path):
+    model, _ = _pruned("resnet18")
+    x = make_input()
+    ckpt = ap.save_pruned(model, tmp_path / "r.pt", arch="resnet18")
+    torch.save(x, tmp_path / "x.pt")
+    script = textwrap.dedent(f"""
+        import torch, torchvision, autoprune
+        torch.set_num_threads(1)
+        torch.manual_seed(12345)
+        model = torchvision.models.resnet18(weights=None, num_classes=10)
+        autoprune.load_pruned({str(ckpt)!r}, model)
+        model.eval()
+        x = torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True)
+        with torch.no_grad():
+            torch.save(model(x), {str(tmp_path / 'out.pt')!r})
+        print(autoprune.read_pruned_metadata({str(ckpt)!r})["arch"])
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+        "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "resnet18"
+    theirs = torch.load(tmp_path / "out.pt", weights_only=True)
+    assert torch.equal(theirs, outputs(model, x))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's legacy-exporter notice
+def test_export_onnx(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    model, _ = _pruned("resnet18")
+    x1 = make_input(batch=1)
+    model.train()
+    path = ap.export_onnx(model, x1, tmp_path / "sub" / "r.onnx")
+    assert model.training, "export keeps the model's mode"
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto)
+    (inp,) = proto.graph.input
+    assert [d.dim_value for d in inp.type.tensor_type.shape.dim] == [1, 3, 32, 32]
+    (out,) = proto.graph.output
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim] == [1, 10]
+    # the exported weights have the pruned shapes
+    pruned_shape = list(model.layer1[0].conv1.weight.shape)
+    assert pruned_shape[0] < 64
+    assert any(list(init.dims) == pruned_shape for init in proto.graph.initializer)

@@ -1,0 +1,249 @@
+"""sensitivity(): real losses for coupled groups, exact restoration, ratio keys, sign, resume."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+import autoprune as ap
+from conftest import (ALL_MODELS, RefEval, assert_one_line, assert_same_state, make_input,
+                      make_model, outputs, snapshot)
+
+GROUPS = ["conv1", "layer1.0.conv1", "layer2.0.conv2"]
+RATIOS = [0.3, 0.6]
+
+
+def _run(model, x, ev, **kw):
+    kw.setdefault("progress", False)
+    return ap.sensitivity(model, x, ev, **kw)
+
+
+def test_residual_coupled_groups_have_real_loss(resnet18):
+    x = make_input(batch=4)
+    sens = _run(resnet18, x, RefEval(resnet18, x), groups=["conv1", "layer2.0.conv2"],
+                ratios=RATIOS)
+    assert set(sens) == {"conv1", "layer2.0.conv2"}
+    for group, points in sens.items():
+        assert list(points) == RATIOS
+        for ratio, loss in points.items():
+            assert 0.01 < loss < 1.0, (group, ratio, loss)
+
+
+def _loss_of_real_prune(model, x, ev, group, ratio, criterion="l1_norm"):
+    pruned = copy.deepcopy(model)
+    ap.prune(pruned, x, {group: ratio}, criterion=criterion)
+    pruned.eval()
+    with torch.no_grad():
+        metric = ev(pruned)
+    return 1.0 - metric  # baseline is exactly 1
+
+
+@pytest.mark.parametrize("name,groups", [
+    ("toy", None),  # every group: residual, plain and both concat branches
+    ("resnet18", ["conv1", "layer2.0.conv2"]),
+    ("mobilenet_v2", ["features.2.conv.2", "features.4.conv.0.0"]),
+    ("efficientnet_b0", ["conv_stem", "blocks.1.0.conv_pw"]),
+])
+def test_loss_equals_loss_of_a_real_prune(name, groups):
+    """Each point is what prune() of that group alone really does (same channels, same metric),
+    including points measured after other points were restored."""
+    model = make_model(name)
+    x = make_input(batch=4)
+    ev = RefEval(model, x)
+    sens = _run(model, x, ev, groups=groups, ratios=[0.25, 0.5])
+    if groups is None:
+        assert list(sens) == [g.name for g in ap.prunable_groups(model, x)]
+    for group, points in sens.items():
+        for ratio, loss in points.items():
+            assert loss == pytest.approx(_loss_of_real_prune(model, x, ev, group, ratio), abs=1e-6)
+            assert loss > 0
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+@pytest.mark.parametrize("training", [False, True])
+def test_model_comes_back_bit_identical(name, training):
+    model = make_model(name)
+    x = make_input()
+    ev = RefEval(model, x)
+    model.train(training)
+    snap = snapshot(model)
+    params = [id(p) for p in model.parameters()]
+    before = outputs(model, x)
+    groups = [g.name for g in ap.prunable_groups(model, x)][:3]
+    _run(model, x, ev, groups=groups, ratios=[0.3, 0.7])
+    assert ev.calls == 1 + len(groups) * 2
+    assert model.training is training
+    assert_same_state(model, snap)
+    assert [id(p) for p in model.parameters()] == params, "Parameter objects were replaced"
+    assert torch.equal(outputs(model, x), before)
+    # eval_fn always ran in eval mode without autograd
+    assert ev.seen_training and not any(ev.seen_training)
+    assert not any(ev.seen_grad)
+
+
+def test_ratio_keys_rounded_to_two_decimals(toy, x, tmp_path):
+    path = tmp_path / "s.json"
+    sens = _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.333, 0.5, 0.50001],
+                sensitivities_file=path)
+    assert list(sens["fuse.0"]) == [0.33, 0.5]
+    on_disk = json.loads(path.read_text())["sensitivities"]["fuse.0"]
+    assert sorted(on_disk) == ["0.33", "0.50"]
+    assert ap.load_sensitivities(path)["fuse.0"] == sens["fuse.0"]
+
+
+def test_lower_is_better_flips_sign(toy, x):
+    high = _run(toy, x, RefEval(toy, x), groups=["stem.0", "fuse.0"], ratios=[0.25, 0.5])
+    low = _run(toy, x, RefEval(toy, x), groups=["stem.0", "fuse.0"], ratios=[0.25, 0.5],
+               higher_is_better=False)
+    for g in high:
+        for r in high[g]:
+            assert high[g][r] > 0
+            assert low[g][r] == pytest.approx(-high[g][r], abs=1e-12)
+
+    # an error-like metric (lower is better) gives a positive loss when it gets worse
+    ev = RefEval(toy, x)
+    err = _run(toy, x, lambda m: 2.0 - ev(m), groups=["fuse.0"], ratios=[0.5],
+               higher_is_better=False)
+    assert err["fuse.0"][0.5] == pytest.approx(high["fuse.0"][0.5], abs=1e-12)
+
+
+def test_file_contents(toy, x, tmp_path):
+    path = tmp_path / "s.json"
+    _run(toy, x, RefEval(toy, x), groups=["stem.0", "branch_b.0"], ratios=[0.5],
+         sensitivities_file=path, arch="toynet", metric_name="cos")
+    data = json.loads(path.read_text())
+    assert data["format"] == "autoprune-sensitivity" and data["version"] == 1
+    assert data["model"]["arch"] == "toynet"
+    assert data["model"]["groups"] == {"stem.0": 16, "block_conv1": 16, "branch_a.0": 8,
+                                       "branch_b.0": 12, "fuse.0": 24}
+    assert data["model"]["fingerprint"]
+    assert data["metric"]["name"] == "cos"
+    assert data["metric"]["baseline"] == 1.0
+    assert data["metric"]["higher_is_better"] is True
+    assert data["criterion"] == "l1_norm"
+    assert set(data["sensitivities"]) == {"stem.0", "branch_b.0"}
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"], "temporary files were left behind"
+
+
+def test_resume_after_interruption_computes_only_missing_points(tmp_path):
+    x = make_input(batch=4)
+    model = make_model("resnet18")
+    path = tmp_path / "sens.json"
+
+    # a first run on a subset
+    ev = RefEval(model, x)
+    _run(model, x, ev, groups=GROUPS[:1], ratios=RATIOS, sensitivities_file=path)
+    assert ev.calls == 1 + 2
+
+    # the full run is interrupted on its third evaluation (baseline is stored: no call for it)
+    snap = snapshot(model)
+    ev = RefEval(model, x, interrupt_on_call=3)
+    with pytest.raises(KeyboardInterrupt):
+        _run(model, x, ev, groups=GROUPS, ratios=RATIOS, sensitivities_file=path)
+    assert_same_state(model, snap)  # interrupted mid-point: the model was still put back
+    data = json.loads(path.read_text())
+    assert data["sensitivities"].keys() == {"conv1", "layer1.0.conv1"}
+    assert sorted(data["sensitivities"]["conv1"]) == ["0.30", "0.60"]
+    assert sorted(data["sensitivities"]["layer1.0.conv1"]) == ["0.30", "0.60"]
+    assert data["metric"]["baseline"] == 1.0
+    assert [p.name for p in tmp_path.iterdir()] == ["sens.json"]
+
+    # the rerun evaluates only the two missing points
+    ev = RefEval(model, x)
+    resumed = _run(model, x, ev, groups=GROUPS, ratios=RATIOS, sensitivities_file=path)
+    assert ev.calls == 2
+    # a further rerun evaluates nothing
+    ev = RefEval(model, x)
+    again = _run(model, x, ev, groups=GROUPS, ratios=RATIOS, sensitivities_file=path)
+    assert ev.calls == 0
+    assert again == resumed
+
+    # same numbers as one uninterrupted run
+    fresh = make_model("resnet18")
+    straight = _run(fresh, x, RefEval(fresh, x), groups=GROUPS, ratios=RATIOS)
+    assert list(resumed) == GROUPS
+    for g in GROUPS:
+        assert list(resumed[g]) == RATIOS
+        for r in RATIOS:
+            assert resumed[g][r] == pytest.approx(straight[g][r], rel=1e-9, abs=1e-12)
+    assert ap.load_sensitivities(path) == resumed
+
+
+def test_new_ratios_on_a_stored_file_reuse_the_baseline(toy, x, tmp_path):
+    path = tmp_path / "s.json"
+    _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.25], sensitivities_file=path)
+    ev = RefEval(toy, x)
+    sens = _run(toy, x, ev, groups=["fuse.0"], ratios=[0.25, 0.5], sensitivities_file=path)
+    assert ev.calls == 1
+    assert list(sens["fuse.0"]) == [0.25, 0.5]
+
+
+def test_file_made_for_another_model_is_refused(toy, x, tmp_path):
+    path = tmp_path / "s.json"
+    _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.5], sensitivities_file=path)
+    before = path.read_bytes()
+    resnet = make_model("resnet18")
+    ev = RefEval(resnet, x)
+    with pytest.raises(ap.SensitivityFileError) as info:
+        _run(resnet, x, ev, groups=["conv1"], ratios=[0.5], sensitivities_file=path)
+    assert "another model" in assert_one_line(info)
+    assert ev.calls == 0
+    assert path.read_bytes() == before, "a refused file must not be modified"
+
+    # same architecture, other group structure (an ignored layer) -> also another fingerprint
+    with pytest.raises(ap.SensitivityFileError):
+        _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.5], sensitivities_file=path,
+             ignored_layers=["stem.0"])
+
+
+def test_file_measured_on_other_weights_is_refused(x, tmp_path):
+    path = tmp_path / "s.json"
+    a = make_model("toy", seed=0)
+    _run(a, x, RefEval(a, x), groups=["fuse.0"], ratios=[0.25], sensitivities_file=path)
+    b = make_model("toy", seed=1)
+    with pytest.raises(ap.SensitivityFileError) as info:
+        _run(b, x, RefEval(b, x), groups=["fuse.0"], ratios=[0.25, 0.5], sensitivities_file=path)
+    assert_one_line(info)
+
+
+def test_baseline_only_file_from_other_weights_is_remeasured(x, tmp_path):
+    path = tmp_path / "s.json"
+    a = make_model("toy", seed=0)
+    _run(a, x, lambda m: 2.0, groups=[], ratios=[0.5], sensitivities_file=path)
+    assert json.loads(path.read_text())["metric"]["baseline"] == 2.0
+    b = make_model("toy", seed=1)
+    ev = RefEval(b, x)
+    sens = _run(b, x, ev, groups=["fuse.0"], ratios=[0.5], sensitivities_file=path)
+    assert ev.calls == 2  # the baseline of the other weights is not reused
+    assert json.loads(path.read_text())["metric"]["baseline"] == 1.0
+    assert 0 < sens["fuse.0"][0.5] < 1
+
+
+@pytest.mark.parametrize("kw", [{"criterion": "l2_norm"}, {"higher_is_better": False}])
+def test_file_measured_differently_is_refused(toy, x, tmp_path, kw):
+    path = tmp_path / "s.json"
+    _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.5], sensitivities_file=path)
+    with pytest.raises(ap.SensitivityFileError) as info:
+        _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.5], sensitivities_file=path,
+             **kw)
+    assert_one_line(info)
+
+
+@pytest.mark.parametrize("criterion", ["l1_norm", "l2_norm", "fpgm", "bn_scale"])
+def test_every_criterion_measures_real_prunes(toy, x, criterion):
+    ev = RefEval(toy, x)
+    sens = _run(toy, x, ev, groups=["block_conv1", "branch_b.0"], ratios=[0.5],
+                criterion=criterion)
+    for g, points in sens.items():
+        assert points[0.5] == pytest.approx(
+            _loss_of_real_prune(toy, x, ev, g, 0.5, criterion=criterion), abs=1e-6)
+
+
+def test_too_few_channels_to_remove_gives_zero_loss_without_evaluating(toy, x):
+    # branch_a.0 has 8 channels: 4 % of 8 rounds to 0 channels removed
+    ev = RefEval(toy, x)
+    sens = _run(toy, x, ev, groups=["branch_a.0"], ratios=[0.04])
+    assert sens == {"branch_a.0": {0.04: 0.0}}
+    assert ev.calls == 1
