@@ -14,8 +14,8 @@ def plot_sensitivities(sens: Mapping[str, Mapping[float, float]], path: str | Pa
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
-    cmap = plt.get_cmap("viridis")
-    n = max(1, len(sens) - 1)
+    cmap = plt.get_cmap("tab20" if len(sens) <= 20 else "viridis")
+    n = 19 if len(sens) <= 20 else max(1, len(sens) - 1)
     for i, (name, points) in enumerate(sens.items()):
         ratios = sorted(points)
         ax.plot(ratios, [points[r] for r in ratios], marker="o", ms=3, lw=1.2,

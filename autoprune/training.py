@@ -5,15 +5,19 @@ epoch and one log line per epoch.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from .checkpoint import save_pruned
 from .measure import flush_denormals
 
 
@@ -93,6 +97,36 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
         if on_epoch_end:
             on_epoch_end(epoch, history[-1])
     return history
+
+
+def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epochs: int,
+                  device: torch.device, save_dir: str | Path, meta: dict[str, Any] | None = None,
+                  evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+                  metric: str = "", higher_is_better: bool = True,
+                  loss_fn: Callable | None = None) -> nn.Module:
+    """:func:`fit` for ``epochs``, evaluating after each epoch; writes ``last.pt`` every epoch and
+    ``best.pt`` whenever ``metric`` improves (or the training loss, without ``evaluate``), both
+    through :func:`~autoprune.checkpoint.save_pruned` with ``meta``. Returns the model holding
+    the best weights."""
+    save_dir = Path(save_dir)
+    best: dict[str, Any] = {"score": -math.inf, "state": None}
+
+    def on_epoch_end(epoch: int, loss: float) -> None:
+        metrics = evaluate(model) if evaluate else {}
+        score = metrics[metric] if metric in metrics else -loss
+        score = score if higher_is_better or metric not in metrics else -score
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        print(f"epoch {epoch + 1}/{epochs}  loss {loss:.4f}  {shown}", flush=True)
+        save_pruned(model, save_dir / "last.pt", **(meta or {}), epoch=epoch + 1, metrics=metrics)
+        if score > best["score"]:
+            best.update(score=score, state=copy.deepcopy(model.state_dict()))
+            save_pruned(model, save_dir / "best.pt", **(meta or {}), epoch=epoch + 1,
+                        metrics=metrics)
+
+    fit(model, loader, dataclasses.replace(cfg, epochs=epochs), device=device, loss_fn=loss_fn,
+        on_epoch_end=on_epoch_end)
+    model.load_state_dict(best["state"])
+    return model
 
 
 @torch.no_grad()

@@ -2,8 +2,6 @@
 top-1/top-5 metrics. The only module of the classification task that imports timm or torchvision."""
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -12,11 +10,10 @@ import torch
 import torch.nn as nn
 from torch.utils.data import Dataset
 
-from ..checkpoint import save_pruned
 from ..data import CachedBatches, make_loader
 from ..datasets import FashionMNIST
 from ..errors import ConfigError
-from ..training import FitConfig, evaluate_topk, fit, pick_device
+from ..training import FitConfig, evaluate_topk, fit_keep_best, pick_device
 
 FASHION_MNIST = "fashion-mnist"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -193,26 +190,12 @@ class ClassificationAdapter:
             raise ConfigError("training needs train_data")
         if epochs < 1:
             raise ConfigError(f"epochs={epochs} must be at least 1")
-        save_dir = Path(save_dir)
         loader = make_loader(self.train_set, self.batch_size, shuffle=True,
                              num_workers=self.num_workers, seed=self.seed, drop_last=True)
-        best = {"score": -1.0, "state": None}
-
-        def on_epoch_end(epoch: int, loss: float) -> None:
-            metrics = self.evaluate(model) if self.eval_set is not None else {}
-            score = metrics.get(self.metric, -loss)
-            shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-            print(f"epoch {epoch + 1}/{epochs}  loss {loss:.4f}  {shown}", flush=True)
-            save_pruned(model, save_dir / "last.pt", **(meta or {}), epoch=epoch + 1,
-                        metrics=metrics)
-            if score > best["score"]:
-                best.update(score=score, state=copy.deepcopy(model.state_dict()))
-                save_pruned(model, save_dir / "best.pt", **(meta or {}), epoch=epoch + 1,
-                            metrics=metrics)
-
-        fit(model, loader, dataclasses.replace(self.cfg, epochs=epochs), device=self.device, on_epoch_end=on_epoch_end)
-        model.load_state_dict(best["state"])
-        return model
+        return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
+                             save_dir=save_dir, meta=meta,
+                             evaluate=self.evaluate if self.eval_set is not None else None,
+                             metric=self.metric)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:
