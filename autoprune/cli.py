@@ -107,11 +107,15 @@ def _ratios(text: str | None):
 
 
 def _sensitivity(args: argparse.Namespace) -> None:
+    from .distributed import init_from_env, rank_and_world
+
+    init_from_env()  # under torchrun: the points are shared out over the ranks
     api = _task_api(args.task)
     sens = api.analyze_sensitivity(args.checkpoint, args.data, args.output,
                                    ratios=_ratios(args.ratios), criterion=args.criterion,
                                    eval_limit=args.limit, device=args.device)
-    print(f"wrote {args.output}: {len(sens)} groups")
+    if rank_and_world()[0] == 0:
+        print(f"wrote {args.output}: {len(sens)} groups")
 
 
 def _prune(args: argparse.Namespace) -> None:
@@ -164,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_train)
 
     se = sub.add_parser("sensitivity", help="measure the sensitivities of a trained checkpoint "
-                        "on validation data (resumable)")
+                        "on validation data (resumable; `torchrun --nproc_per_node N -m autoprune "
+                        "sensitivity ...` shares the points over N processes/GPUs)")
     se.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
     se.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
     se.add_argument("output", help="sensitivity file to write or complete (JSON)")

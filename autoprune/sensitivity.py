@@ -12,7 +12,7 @@ import hashlib
 import math
 import numbers
 import os
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -21,8 +21,9 @@ from tqdm.auto import tqdm
 from .errors import ConfigError, MetricError, SensitivityFileError
 from .groups import PrunableGroup, PruningGraph, check_criterion
 from .measure import flush_denormals
-from .store import (Sensitivities, SensitivityRecord, check_fingerprint, ratio_key, read_record,
-                    remove_stale_temp_files, write_record)
+from .distributed import barrier, broadcast, gather, rank_and_world, shard
+from .store import (Sensitivities, SensitivityRecord, absorb_shards, check_fingerprint, ratio_key,
+                    read_record, record_from_json, remove_stale_temp_files, shard_path, write_record)
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 EvalFn = Callable[[nn.Module], Any]
@@ -109,26 +110,55 @@ def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str) -> float:
 
 def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better,
                  metric_name) -> SensitivityRecord:
-    """The record to fill: the file at ``path`` if it exists (checked against this model), else new."""
+    """The record to fill: the file at ``path`` if it exists (checked against this model), else new.
+
+    Points that a killed distributed run left in shard files are merged in (and saved).
+    """
     groups = {g.name: g.channels for g in graph.groups}
     model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups}
     if path is not None:
         remove_stale_temp_files(path)
     if path is None or not os.path.exists(path):
-        return SensitivityRecord(model=model_meta, criterion=criterion,
-                                 metric={"name": metric_name, "baseline": None,
-                                         "higher_is_better": higher_is_better})
-    record = read_record(path)
-    check_fingerprint(record, path, graph.fingerprint)
-    if record.criterion != criterion:
-        raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}: "
-                                   f"pass criterion={record.criterion!r} or a new file path")
-    if bool(record.metric.get("higher_is_better", True)) != bool(higher_is_better):
-        raise SensitivityFileError(f"{path} was measured with higher_is_better="
-                                   f"{record.metric.get('higher_is_better')}: pass the same, "
-                                   f"or a new file path")
-    record.model = {**record.model, **model_meta, "arch": record.model.get("arch") or arch}
+        record = SensitivityRecord(model=model_meta, criterion=criterion,
+                                   metric={"name": metric_name, "baseline": None,
+                                           "higher_is_better": higher_is_better})
+    else:
+        record = read_record(path)
+        check_fingerprint(record, path, graph.fingerprint)
+        if record.criterion != criterion:
+            raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}: "
+                                       f"pass criterion={record.criterion!r} or a new file path")
+        if bool(record.metric.get("higher_is_better", True)) != bool(higher_is_better):
+            raise SensitivityFileError(f"{path} was measured with higher_is_better="
+                                       f"{record.metric.get('higher_is_better')}: pass the same, "
+                                       f"or a new file path")
+        record.model = {**record.model, **model_meta, "arch": record.model.get("arch") or arch}
+    if path is not None:
+        shards = absorb_shards(record, path)
+        if shards:
+            write_record(record, path)
+            for shard_file in shards:
+                shard_file.unlink(missing_ok=True)
     return record
+
+
+def _stopped_early(record: SensitivityRecord, group: str, ratio: float, cap: float | None) -> bool:
+    """True when a smaller ratio of ``group`` already lost more than ``cap``."""
+    if cap is None:
+        return False
+    return any(r < ratio and loss > cap for r, loss in record.sensitivities.get(group, {}).items())
+
+
+def _check_weights(record: SensitivityRecord, model: nn.Module, path) -> None:
+    weights = weights_sha256(model)
+    stored = record.model.get("weights_sha256")
+    if stored and stored != weights:
+        if record.sensitivities:
+            raise SensitivityFileError(
+                f"{path} was measured on other weights of this model: finishing it would mix "
+                f"two models; pass a new file path (or delete the old one)")
+        record.metric["baseline"] = None  # only a baseline of the other weights: measure anew
+    record.model["weights_sha256"] = weights
 
 
 def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
@@ -136,6 +166,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                 sensitivities_file: str | os.PathLike | None = None, criterion: str = "l1_norm",
                 ignored_layers: Iterable[Any] = (), higher_is_better: bool = True,
                 metric_name: str = "metric", arch: str | None = None,
+                early_stop: float | None = None, extra: Mapping[str, Any] | None = None,
                 progress: bool = True) -> Sensitivities:
     """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
 
@@ -146,53 +177,81 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
 
     With ``sensitivities_file`` the points already in the file are reused and every new point is
     written atomically as soon as it is measured: an interrupted run resumes where it stopped.
-    Returns the requested groups and ratios only.
+    ``early_stop`` (off by default) skips a group's larger ratios once its loss passes that cap;
+    it and ``extra`` (e.g. how the evaluation data was subset) are recorded in the file.
+    Under ``torch.distributed`` (torchrun) the points are shared out over the ranks; each rank
+    keeps its points in a shard file and rank 0 merges them into ``sensitivities_file``; every
+    rank returns the full result. Returns the requested groups and the ratios measured.
     """
     ratios = check_ratios(ratios)
     check_criterion(criterion)
+    if early_stop is not None and (not isinstance(early_stop, (int, float))
+                                   or not math.isfinite(early_stop) or early_stop <= 0):
+        raise ConfigError(f"early_stop={early_stop!r} must be a positive loss such as 0.5")
+    rank, world = rank_and_world()
     graph = PruningGraph(model, example_inputs, ignored_layers)
     names = [g.name for g in graph.groups] if groups is None else list(groups)
     graph.check_names(names)
-    needs = [(graph.group(n), r) for n in names for r in ratios]
-    record = _open_record(sensitivities_file, graph, arch=arch or type(model).__name__,
-                          criterion=criterion, higher_is_better=higher_is_better,
-                          metric_name=metric_name)
-    missing = [(g, r) for g, r in needs if not record.has_point(g.name, r)]
-    save = (lambda: write_record(record, sensitivities_file)) if sensitivities_file else (lambda: None)
+    path = sensitivities_file
 
-    if missing or record.metric.get("baseline") is None:
-        weights = weights_sha256(model)
-        stored = record.model.get("weights_sha256")
-        if stored and stored != weights:
-            if record.sensitivities:
-                raise SensitivityFileError(
-                    f"{sensitivities_file} was measured on other weights of this model: finishing "
-                    f"it would mix two models; pass a new file path (or delete the old one)")
-            record.metric["baseline"] = None  # only a baseline of the other weights: measure anew
-        record.model["weights_sha256"] = weights
-    baseline = record.metric.get("baseline")
-    if baseline is None:
-        baseline = _evaluate(model, eval_fn, "for the unpruned model")
-        if baseline == 0:
-            raise MetricError("the unpruned model scores 0: a relative loss needs a non-zero "
-                              "baseline; evaluate a trained model or use another metric")
-        record.metric["baseline"] = baseline
-        save()
-    baseline = float(baseline)
+    record = None
+    if rank == 0:
+        record = _open_record(path, graph, arch=arch or type(model).__name__,
+                              criterion=criterion, higher_is_better=higher_is_better,
+                              metric_name=metric_name)
+        record.extra.update({**dict(extra or {}), "early_stop": early_stop})
+        pending = [(n, r) for n in names for r in ratios if not record.has_point(n, r)]
+        if pending or record.metric.get("baseline") is None:
+            _check_weights(record, model, path)
+        if record.metric.get("baseline") is None:
+            baseline = _evaluate(model, eval_fn, "for the unpruned model")
+            if baseline == 0:
+                raise MetricError("the unpruned model scores 0: a relative loss needs a non-zero "
+                                  "baseline; evaluate a trained model or use another metric")
+            record.metric["baseline"] = baseline
+        if path is not None:
+            write_record(record, path)
+    record = record_from_json(broadcast(record.to_json() if record else None))
+    baseline = float(record.metric["baseline"])
+
+    missing = [(n, r) for n in names for r in ratios if not record.has_point(n, r)]
+    # with early stop a group's ratios must be measured in order, by one rank
+    mine = shard(missing, rank, world) if early_stop is None else \
+        [p for p in missing if p[0] in set(shard(names, rank, world))]
+    own = SensitivityRecord(model=record.model, metric=record.metric, criterion=criterion,
+                            extra=record.extra)
+    target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
 
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
-    bar = tqdm(missing, desc="sensitivity", unit="pt", disable=not progress or not missing,
-               dynamic_ncols=True)
-    for group, ratio in bar:
-        bar.set_postfix_str(f"{group.name}@{ratio:.2f}")
+    bar = tqdm(mine, desc="sensitivity" + (f" [rank {rank}/{world}]" if world > 1 else ""),
+               unit="pt", disable=not progress or not mine, dynamic_ncols=True)
+    for name, ratio in bar:
+        if _stopped_early(record, name, ratio, early_stop):
+            continue
+        bar.set_postfix_str(f"{name}@{ratio:.2f}")
+        group = graph.group(name)
         idxs = graph.channels_to_remove(group, ratio, criterion)
         if idxs:
             with pruned_temporarily(graph, group, idxs):
-                metric = _evaluate(model, eval_fn, f"for group {group.name} at ratio {ratio:.2f}")
+                metric = _evaluate(model, eval_fn, f"for group {name} at ratio {ratio:.2f}")
             loss = relative_loss(baseline, metric, higher_is_better)
         else:  # too few channels to remove any at this ratio
             loss = 0.0
-        record.set_point(group.name, ratio, loss)
-        save()
+        for rec in (record, own):
+            rec.set_point(name, ratio, loss)
+        if target is not None:
+            write_record(record if rank == 0 else own, target)
     bar.close()
-    return {n: {r: record.sensitivities[n][r] for r in ratios} for n in names}
+
+    if world > 1:
+        for points in gather(own.sensitivities):
+            for name, pts in points.items():
+                for ratio, loss in pts.items():
+                    record.set_point(name, ratio, loss)
+        if rank == 0 and path is not None:
+            write_record(record, path)
+            for r in range(1, world):
+                shard_path(path, r).unlink(missing_ok=True)
+        barrier()
+    return {n: {r: record.sensitivities[n][r] for r in ratios if r in record.sensitivities.get(n, {})}
+            for n in names}

@@ -140,6 +140,12 @@ def read_record(path: PathLike) -> SensitivityRecord:
     except json.JSONDecodeError as e:
         raise SensitivityFileError(f"{path} is corrupt or truncated ({e.msg} at line {e.lineno}): "
                                    f"delete it to start over, or restore a copy") from None
+    return record_from_json(data, path)
+
+
+def record_from_json(data: Any, path: PathLike = "<memory>") -> SensitivityRecord:
+    """Validate the JSON form of a sensitivity file and build the record."""
+    path = Path(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SensitivityFileError(f"{path} is not an autoprune sensitivity file (no "
                                    f"\"format\": \"{FORMAT}\" field)")
@@ -162,6 +168,24 @@ def read_record(path: PathLike) -> SensitivityRecord:
         raise SensitivityFileError(f"{path}: metric baseline {baseline!r} is not a finite non-zero "
                                    f"number; the file is damaged (delete it to start over)")
     return record
+
+
+def shard_path(path: PathLike, rank: int) -> Path:
+    """Where rank ``rank`` of a distributed analysis keeps its own points."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.rank{rank}.json")
+
+
+def absorb_shards(record: SensitivityRecord, path: PathLike) -> list[Path]:
+    """Merge the points of shard files left next to ``path`` (by a distributed run) into
+    ``record``; returns the shard files read (delete them once ``record`` is written)."""
+    path = Path(path)
+    shards = sorted(path.parent.glob(f"{path.name}.rank*.json"))
+    for shard in shards:
+        for group, points in read_record(shard).sensitivities.items():
+            for ratio, loss in points.items():
+                record.set_point(group, ratio, loss)
+    return shards
 
 
 def check_fingerprint(record: SensitivityRecord, path: PathLike, fingerprint: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -24,7 +25,9 @@ from .measure import flush_denormals
 def pick_device(device: str = "auto") -> torch.device:
     """``"auto"`` means CUDA when there is one, else CPU."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}")  # one GPU per torchrun rank
     return torch.device(device)
 
 

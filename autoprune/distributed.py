@@ -1,0 +1,65 @@
+"""torch.distributed helpers: the analysis shards its points over ranks (torchrun), rank 0 merges.
+
+Everything here is a no-op in a single process, so the same code runs with and without torchrun.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+def rank_and_world() -> tuple[int, int]:
+    """``(rank, world_size)``; ``(0, 1)`` without an initialised process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def shard(items: Sequence[T], rank: int, world: int) -> list[T]:
+    """The items rank ``rank`` of ``world`` takes (round robin)."""
+    return list(items[rank::world])
+
+
+def broadcast(obj: Any, src: int = 0) -> Any:
+    """``obj`` of rank ``src`` on every rank (picklable Python objects of our own making only)."""
+    if rank_and_world()[1] == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if rank_and_world()[1] > 1:
+        dist.barrier()
+
+
+def init_from_env() -> bool:
+    """Initialise the process group when launched by torchrun (``WORLD_SIZE`` > 1).
+
+    NCCL when CUDA is available (each rank on ``cuda:LOCAL_RANK``), gloo otherwise. Returns
+    whether a process group is active.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not dist.is_available():
+        return False
+    if not dist.is_initialized():
+        use_cuda = torch.cuda.is_available()
+        if use_cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return True

@@ -1,0 +1,86 @@
+"""Sensitivity analysis sharded over 2 gloo processes equals the single-process result; rank 0
+writes one file; a killed distributed run's shard files are absorbed by the next run."""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torchvision
+
+import autoprune
+from autoprune.store import SensitivityRecord, shard_path, write_record
+
+GROUPS = ["conv1", "layer1.0.conv1", "layer2.0.conv2", "layer3.0.conv1", "layer4.1.conv1"]
+RATIOS = (0.3, 0.6)
+
+
+def _setup():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    ref = model(x).detach()
+
+    def eval_fn(m):
+        return float(torch.nn.functional.cosine_similarity(m(x).flatten(), ref.flatten(), dim=0))
+    return model, x, eval_fn
+
+
+def _worker(rank: int, world: int, init_file: str, path: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        model, x, eval_fn = _setup()
+        sens = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS, ratios=RATIOS,
+                                     sensitivities_file=path, progress=False)
+        torch.save(sens, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_equal_single_process(tmp_path):
+    model, x, eval_fn = _setup()
+    single = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS, ratios=RATIOS, progress=False)
+
+    path = tmp_path / "sens.json"
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(path), str(tmp_path / "out")),
+             nprocs=2, join=True)
+    for rank in range(2):
+        assert torch.load(f"{tmp_path / 'out'}.{rank}", weights_only=True) == single
+    assert autoprune.load_sensitivities(path) == single
+    assert not list(tmp_path.glob("sens.json.rank*.json"))  # shards merged and removed
+
+
+def test_leftover_shards_are_absorbed(tmp_path):
+    model, x, eval_fn = _setup()
+    path = tmp_path / "sens.json"
+    autoprune.sensitivity(model, x, eval_fn, groups=GROUPS[:1], ratios=(0.3,),
+                          sensitivities_file=path, progress=False)
+    # a rank killed mid-run left its points in a shard file
+    done = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS[1:2], ratios=(0.3,), progress=False)
+    record = autoprune.read_record(path)
+    shard = SensitivityRecord(model=record.model, metric=record.metric)
+    shard.set_point(GROUPS[1], 0.3, done[GROUPS[1]][0.3])
+    write_record(shard, shard_path(path, 1))
+    calls = []
+    counted = lambda m: calls.append(1) or eval_fn(m)
+    autoprune.sensitivity(model, x, counted, groups=GROUPS[:2], ratios=(0.3,),
+                          sensitivities_file=path, progress=False)
+    assert calls == []  # nothing left to measure: the shard's point was taken over
+    assert not shard_path(path, 1).exists()
+    assert autoprune.load_sensitivities(path)[GROUPS[1]] == done[GROUPS[1]]
+
+
+def test_early_stop_skips_larger_ratios_and_is_recorded(tmp_path):
+    model, x, eval_fn = _setup()
+    path = tmp_path / "s.json"
+    full = autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], ratios=(0.2, 0.5, 0.8),
+                                 progress=False)
+    cap = full["conv1"][0.2] / 2  # the first point already passes the cap
+    sens = autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], ratios=(0.2, 0.5, 0.8),
+                                 sensitivities_file=path, early_stop=cap, progress=False)
+    assert sens == {"conv1": {0.2: full["conv1"][0.2]}}
+    assert autoprune.read_record(path).extra["early_stop"] == cap
+    with pytest.raises(autoprune.ConfigError, match="early_stop"):
+        autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], early_stop=-1, progress=False)
