@@ -98,4 +98,4 @@ def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> 
     return pipeline.load_model(path, ClassificationAdapter(), base_model=base_model)
 
 
-__all__ = ["TrainResult", "analyze_sensitivity", "load_model", "train"]
+__all__ = ["ClassificationAdapter", "TrainResult", "analyze_sensitivity", "load_model", "train"]

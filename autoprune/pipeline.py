@@ -128,8 +128,17 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
                        sensitivities_file=path, criterion=criterion,
                        ignored_layers=adapter.ignored_layers(model),
                        higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
-                       arch=arch, progress=progress)
+                       arch=arch, extra={"task": adapter.task, "eval_images": _eval_size(adapter)},
+                       progress=progress)
     return sens, path
+
+
+def _eval_size(adapter: TaskAdapter) -> int | None:
+    """How many evaluation samples the sensitivities are measured on (recorded in the file)."""
+    try:
+        return len(getattr(adapter, "eval_set", None))
+    except TypeError:
+        return None
 
 
 def _figures(adapter: TaskAdapter, model: nn.Module, metrics: dict[str, float]) -> dict[str, Any]:

@@ -84,3 +84,31 @@ def test_early_stop_skips_larger_ratios_and_is_recorded(tmp_path):
     assert autoprune.read_record(path).extra["early_stop"] == cap
     with pytest.raises(autoprune.ConfigError, match="early_stop"):
         autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], early_stop=-1, progress=False)
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="dataset-fashion-mnist not installed")
+def test_torchrun_cli_two_processes(tmp_path):
+    import subprocess
+    import sys
+
+    from autoprune import classification as cls
+
+    base = cls.train("resnet18", "fashion-mnist", epochs=1, batch_size=32, train_limit=320,
+                     eval_limit=40, save_dir=tmp_path / "base", progress=False).baseline_path
+    out = tmp_path / "sens.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_port", "29517", "-m", "autoprune", "sensitivity", str(base), "fashion-mnist",
+           str(out), "--ratios", "0.5", "--limit", "40", "--device", "cpu"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sens = autoprune.load_sensitivities(out)
+    assert len(sens) == 12 and all(list(p) == [0.5] for p in sens.values())
+    single = cls.analyze_sensitivity(base, "fashion-mnist", tmp_path / "single.json",
+                                     ratios=(0.5,), eval_limit=40, device="cpu", progress=False)
+    assert sens.keys() == single.keys()
+    for name in sens:
+        assert sens[name][0.5] == pytest.approx(single[name][0.5], abs=1e-6)
+    assert any(p[0.5] != 0 for p in sens.values())

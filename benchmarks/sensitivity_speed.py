@@ -1,0 +1,111 @@
+"""Sensitivity analysis time: PaddleSlim's algorithm vs autoprune's default, same model and data.
+
+PaddleSlim's algorithm (``sensitivity()`` in paddleslim/prune/sensitive.py): for every (group,
+ratio) point, copy the model, prune the group for real, and evaluate it with a DataLoader that
+re-reads and re-decodes the validation image files. autoprune's default: the validation batches
+are decoded once (``CachedBatches``), the group is pruned in place and restored exactly, no copy.
+
+    python benchmarks/sensitivity_speed.py --quick     # small CPU case, a few minutes
+
+The last line printed is ``speedup=<x> max_abs_diff=<y>``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+import autoprune
+from autoprune import classification as cls
+from autoprune.data import CachedBatches
+from autoprune.datasets.fashion_mnist import _FILES, _load, find_root
+from autoprune.groups import PruningGraph
+from autoprune.sensitivity import relative_loss
+from autoprune.training import evaluate_topk
+
+
+def write_image_folder(root: Path, count: int) -> Path:
+    """Fashion-MNIST test images as PNG files in class folders (what a user's val set looks like)."""
+    base = find_root()
+    images, labels = _load(base, _FILES["test"][0]), _load(base, _FILES["test"][1])
+    for i in range(count):
+        d = root / f"class_{labels[i]}"
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(images[i]).convert("RGB").save(d / f"{i:05d}.png")
+    return root
+
+
+def paddleslim_style(model, example, loader, groups, ratios, criterion="l1_norm"):
+    """The reference algorithm: copy + real prune + a full pass over the file loader per point."""
+    dev = torch.device("cpu")
+    top1 = lambda m: evaluate_topk(m.eval(), loader, device=dev, topk=(1,))["top1"]
+    baseline = top1(model)
+    sens = {}
+    for name in groups:
+        for ratio in ratios:
+            pruned = copy.deepcopy(model)
+            graph = PruningGraph(pruned, example)
+            group = graph.group(name)
+            graph.remove(group, graph.channels_to_remove(group, ratio, criterion))
+            with torch.no_grad():
+                sens.setdefault(name, {})[ratio] = relative_loss(baseline, top1(pruned))
+    return sens
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small CPU case (a few minutes)")
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--val-images", type=int, default=2000)
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9")
+    p.add_argument("--groups", type=int, default=0, help="first N groups only (0: all)")
+    args = p.parse_args()
+    if args.quick:
+        args.val_images, args.size, args.ratios, args.groups = 500, 32, "0.3,0.6", 6
+    ratios = tuple(float(r) for r in args.ratios.split(","))
+    torch.manual_seed(0)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        base = cls.train(args.model, "fashion-mnist", epochs=1, train_limit=3000, eval_limit=200,
+                         input_size=args.size, batch_size=64, save_dir=tmp / "base",
+                         progress=False)
+        model = cls.load_model(base.baseline_path)
+        val_dir = write_image_folder(tmp / "val", args.val_images)
+        adapter = cls.ClassificationAdapter(None, val_dir, num_classes=10, input_size=args.size,
+                                            batch_size=128, progress=False)
+        example = adapter.example_inputs(model)
+        names = [g.name for g in autoprune.prunable_groups(model, example)]
+        names = names[: args.groups] if args.groups else names
+        loader = DataLoader(adapter.eval_set, batch_size=128, shuffle=False)
+        print(f"model {args.model}, {len(names)} groups x {len(ratios)} ratios, "
+              f"{args.val_images} PNG validation images at {args.size}px, "
+              f"{torch.get_num_threads()} CPU threads")
+
+        t0 = time.perf_counter()
+        ref = paddleslim_style(model, example, loader, names, ratios)
+        t_ref = time.perf_counter() - t0
+        print(f"PaddleSlim algorithm: {t_ref:.1f} s")
+
+        t0 = time.perf_counter()
+        cached = CachedBatches(DataLoader(adapter.eval_set, batch_size=128, shuffle=False))
+        ours = autoprune.sensitivity(
+            model, example, lambda m: evaluate_topk(m, cached, device=torch.device("cpu"),
+                                                    topk=(1,))["top1"],
+            groups=names, ratios=ratios, progress=False)
+        t_ours = time.perf_counter() - t0
+        print(f"autoprune default:    {t_ours:.1f} s")
+        diff = max(abs(ref[n][r] - ours[n][r]) for n in names for r in ratios)
+        print(f"speedup={t_ref / t_ours:.2f} max_abs_diff={diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
