@@ -138,6 +138,27 @@ def _report(args: argparse.Namespace) -> None:
           f"(FLOPs -{report['flops_reduction']:.1%})")
 
 
+def _profiles(args: argparse.Namespace) -> None:
+    from .profiles import available_profiles, build_classification_profile, profile_dir
+
+    if args.action == "list":
+        profiles = available_profiles()
+        print(f"bundled DEFAULT profiles in {profile_dir()}:")
+        for task, archs in sorted(profiles.items()):
+            for key, name in sorted(archs.items()):
+                print(f"  {task:15s} {key:35s} {name}")
+        if not profiles:
+            print("  (none)")
+        return
+    if not args.arch:
+        raise ConfigError("profiles build needs --arch (e.g. --arch resnet18)")
+    path = build_classification_profile(args.arch, args.out or profile_dir(), epochs=args.epochs,
+                                        train_images=args.train_images,
+                                        val_images=args.val_images, input_size=args.size,
+                                        device=args.device)
+    print(f"wrote {path}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoprune`` command."""
     p = argparse.ArgumentParser(prog="autoprune", description="Sensitivity-driven structured "
@@ -201,6 +222,18 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--limit", type=int, help="use only this many validation images")
     rp.add_argument("--device", default="auto")
     rp.set_defaults(func=_report)
+
+    pf = sub.add_parser("profiles", help="list the bundled DEFAULT sensitivity profiles, or "
+                        "build one on Fashion-MNIST")
+    pf.add_argument("action", choices=("list", "build"))
+    pf.add_argument("--arch", help="architecture to build (classification: a timm/torchvision name)")
+    pf.add_argument("--out", help="folder to write into (default: the bundled profile folder)")
+    pf.add_argument("--epochs", type=int, default=3)
+    pf.add_argument("--train-images", type=int, default=12000)
+    pf.add_argument("--val-images", type=int, default=1000)
+    pf.add_argument("--size", type=int, default=32)
+    pf.add_argument("--device", default="auto")
+    pf.set_defaults(func=_profiles)
 
     s = sub.add_parser("show", help="print a sensitivity file as a table")
     s.add_argument("file")
