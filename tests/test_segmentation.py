@@ -1,0 +1,343 @@
+"""Segmentation journey (segmentation-models-pytorch): every listed architecture x encoder pruned,
+trained a step and reloaded; the one-call flow on the Fashion-MNIST scenes; the three
+sensitivities_file modes; reload in a fresh process; ONNX export; folder data; bad inputs.
+Tiny settings: 64 px, a few dozen scenes, one epoch, random encoder weights."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import autoprune
+from autoprune import segmentation as seg
+from autoprune.cli import main
+from autoprune.datasets import find_root
+from autoprune.tasks.segmentation import SegmentationAdapter
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = dict(epochs=1, batch_size=8, input_size=64, train_limit=32, eval_limit=8, progress=False)
+RATIOS = (0.3, 0.6)
+ARCHS = ["unet", "unetplusplus", "fpn", "deeplabv3plus", "pspnet", "linknet"]
+ENCODERS = ["resnet18", "resnet34", "mobilenet_v2", "efficientnet-b0"]
+SCENE_KEYS = {"miou", "iou_background", "iou_t_shirt_top", "iou_trouser", "iou_pullover",
+              "iou_dress", "iou_coat", "iou_sandal", "iou_shirt", "iou_sneaker", "iou_bag",
+              "iou_ankle_boot"}
+
+
+def _has_fmnist() -> bool:
+    try:
+        find_root()
+        return True
+    except autoprune.ConfigError:
+        return False
+
+
+needs_fmnist = pytest.mark.skipif(not _has_fmnist(), reason="dataset-fashion-mnist not installed")
+
+
+@pytest.fixture(scope="module")
+def base_ckpt(tmp_path_factory):
+    """A Unet-resnet18 trained one epoch on 32 scenes (plain training, step 1)."""
+    if not _has_fmnist():
+        pytest.skip("dataset-fashion-mnist not installed")
+    out = tmp_path_factory.mktemp("segbase")
+    result = seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=out, **SMALL)
+    assert result.report is None and result.baseline_path == out / "best.pt"
+    return result.baseline_path
+
+
+def _write_pairs(root: Path, n: int = 4, size: int = 40, classes: int = 3) -> Path:
+    rng = np.random.default_rng(0)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for i in range(n):
+        mask = rng.integers(0, classes, (size, size)).astype(np.uint8)
+        mask[:4] = 255  # ignored pixels
+        img = np.stack([mask * 60] * 3, -1).astype(np.uint8)
+        Image.fromarray(img).save(root / "images" / f"{i:03d}.jpg")
+        Image.fromarray(mask).save(root / "masks" / f"{i:03d}.png")
+    return root
+
+
+# -- every architecture x encoder: prune, forward + backward, save + reload -----------------------
+@pytest.mark.parametrize("encoder", ENCODERS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prune_train_step_and_reload(arch, encoder, tmp_path):
+    torch.manual_seed(0)
+    adapter = SegmentationAdapter(num_classes=4, input_size=64, progress=False)
+    key = adapter.arch_key(f"{arch}/{encoder}")
+    model = adapter.build(key).eval()
+    x = adapter.example_inputs(model)
+    ignored = adapter.ignored_layers(model)
+    groups = autoprune.prunable_groups(model, x, ignored)
+    result = autoprune.prune(model, x, {g.name: 0.3 for g in groups}, ignored_layers=ignored)
+    assert result.flops_after < 0.9 * result.flops_before, "pruning removed (almost) nothing"
+    model.train()
+    logits = model(torch.randn(2, 3, 64, 64))
+    assert logits.shape == (2, 4, 64, 64)
+    adapter.loss(logits, torch.randint(0, 4, (2, 64, 64))).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.eval()
+    path = autoprune.save_pruned(model, tmp_path / "p.pt", task="segmentation", arch=key,
+                                 build=adapter.build_kwargs(model), input_size=64)
+    reloaded = seg.load_model(path)
+    with torch.no_grad():
+        assert torch.equal(reloaded(x), model(x))
+
+
+def test_attention_blocks_and_head_are_ignored():
+    adapter = SegmentationAdapter(num_classes=3, input_size=64,
+                                  model_kwargs={"decoder_attention_type": "scse"})
+    model = adapter.build("unet/resnet18").eval()
+    ignored = adapter.ignored_layers(model)
+    assert model.segmentation_head[0] in ignored
+    attention = [m for m in model.modules() if "Attention" in type(m).__name__]
+    assert attention and all(c in ignored for a in attention for c in a.modules())
+    x = adapter.example_inputs(model)
+    groups = autoprune.prunable_groups(model, x, ignored)
+    autoprune.prune(model, x, {g.name: 0.5 for g in groups}, ignored_layers=ignored)
+    assert model.segmentation_head[0].out_channels == 3 and model(x).shape == (1, 3, 64, 64)
+
+
+def test_unused_encoder_stages_pass_through_and_stock_weights_load():
+    import segmentation_models_pytorch as smp
+
+    adapter = SegmentationAdapter(num_classes=3, input_size=64)
+    model = adapter.build("pspnet/mobilenet_v2").eval()
+    assert "encoder.features.7" in str([n for n, m in model.named_modules()
+                                        if "forward" in m.__dict__])
+    stock = smp.PSPNet("mobilenet_v2", encoder_weights=None, classes=3).eval()
+    model.load_state_dict(stock.state_dict(), strict=True)  # same keys: smp weights still load
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(model(x), stock(x))
+
+
+def test_dice_ce_loss_ignores_pixels():
+    loss = SegmentationAdapter(num_classes=3, input_size=64).loss
+    logits = torch.randn(2, 3, 8, 8)
+    target = torch.randint(0, 3, (2, 8, 8))
+    masked = target.clone()
+    masked[:, :4] = 255
+    other = logits.clone()
+    other[:, :, :4] = 100.0 * torch.randn_like(other[:, :, :4])  # ignored pixels changed
+    assert torch.allclose(loss(logits, masked), loss(other, masked))
+    perfect = torch.nn.functional.one_hot(target, 3).permute(0, 3, 1, 2).float() * 50
+    assert float(loss(perfect, target)) < 1e-3
+
+
+def test_iou_metrics():
+    from autoprune.iou import confusion_matrix, segmentation_metrics
+
+    target = torch.tensor([[0, 0, 1, 1], [2, 2, 255, 255]])
+    pred = torch.tensor([[0, 1, 1, 1], [2, 0, 0, 0]])
+    metrics = segmentation_metrics(confusion_matrix(pred, target, 4), ["a", "b", "c", "d"])
+    assert metrics["iou_a"] == pytest.approx(1 / 3) and metrics["iou_b"] == pytest.approx(2 / 3)
+    assert metrics["iou_c"] == pytest.approx(1 / 2) and "iou_d" not in metrics  # never seen
+    assert metrics["miou"] == pytest.approx((1 / 3 + 2 / 3 + 1 / 2) / 3)
+
+
+# -- the journey on the scenes set ----------------------------------------------------------------
+@needs_fmnist
+def test_plain_training_checkpoint(base_ckpt):
+    meta = autoprune.read_pruned_metadata(base_ckpt)
+    assert meta["task"] == "segmentation" and meta["arch"] == "smp/unet/resnet18"
+    assert meta["build"]["num_classes"] == 11 and meta["input_size"] == 64
+    assert set(meta["metrics"]) == SCENE_KEYS and 0.0 <= meta["metrics"]["miou"] <= 1.0
+    assert seg.load_model(base_ckpt)(torch.randn(1, 3, 64, 64)).shape == (1, 11, 64, 64)
+
+
+@needs_fmnist
+def test_one_call_flow_new_file(tmp_path):
+    sens_file = tmp_path / "sens.json"
+    r = seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=tmp_path / "run",
+                  ratios=RATIOS, sensitivities_file=sens_file, eval_metric_loss=0.05, **SMALL)
+    rep = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert rep["task"] == "segmentation" and rep["arch"] == "smp/unet/resnet18"
+    for key in ("baseline", "pruned"):
+        assert set(rep[key]) >= {"params", "flops", "size_mb", "metrics", "latency_cpu_ms"}
+        assert set(rep[key]["metrics"]) == SCENE_KEYS
+    assert rep["pruned"]["flops"] < rep["baseline"]["flops"]
+    for name in ("report.md", "report.csv", "sensitivity.png", "baseline/best.pt", "pruned/best.pt"):
+        assert (tmp_path / "run" / name).is_file(), name
+    assert "iou_t_shirt_top" in (tmp_path / "run" / "report.md").read_text()
+    sens = autoprune.load_sensitivities(sens_file)
+    assert len(sens) >= 10 and all(set(p) == set(RATIOS) for p in sens.values())
+    assert r.pruned_path.stat().st_size < r.baseline_path.stat().st_size
+
+
+@needs_fmnist
+def test_three_step_flow_existing_file(base_ckpt, tmp_path, monkeypatch):
+    sens_file = tmp_path / "sens.json"
+    first = seg.analyze_sensitivity(base_ckpt, "fashion-scenes", sens_file, ratios=(0.3,),
+                                    eval_limit=8, progress=False)
+    calls = []
+    original = SegmentationAdapter.evaluate
+    monkeypatch.setattr(SegmentationAdapter, "evaluate",
+                        lambda self, m: calls.append(1) or original(self, m))
+    r = seg.train("unet/resnet18", train_data="fashion-scenes", save_dir=tmp_path / "run",
+                  ratios=RATIOS, pretrain_weights=base_ckpt, sensitivities_file=sens_file,
+                  pruned_flops=0.3, **SMALL)
+    sens = autoprune.load_sensitivities(sens_file)
+    assert all(set(p) == {0.3, 0.6} for p in sens.values())
+    assert {g: p[0.3] for g, p in sens.items()} == {g: p[0.3] for g, p in first.items()}
+    # only the missing 0.6 points are measured (plus a few evaluations around them)
+    assert len(first) <= len(calls) <= len(first) + 8 < 2 * len(first)
+    assert r.baseline_path == base_ckpt
+    assert r.report["flops_reduction"] == pytest.approx(0.3, abs=0.03)
+
+
+@needs_fmnist
+def test_default_profile_modes(base_ckpt, tmp_path, monkeypatch):
+    with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile") as e:
+        seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=tmp_path / "a",
+                  pretrain_weights=base_ckpt, sensitivities_file="DEFAULT", **SMALL)
+    assert "\n" not in str(e.value)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    seg.analyze_sensitivity(base_ckpt, "fashion-scenes", profiles / "unet.json", ratios=(0.5,),
+                            eval_limit=8, progress=False)
+    (profiles / "index.json").write_text(json.dumps(
+        {"profiles": {"segmentation": {"smp/unet/resnet18": "unet.json"}}}))
+    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: profiles)
+    r = seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=tmp_path / "b",
+                  ratios=(0.5,), pretrain_weights=base_ckpt, sensitivities_file="DEFAULT",
+                  eval_metric_loss=0.5, **SMALL)
+    assert r.sensitivities_path == profiles / "unet.json" and r.report["flops_reduction"] > 0
+
+
+@needs_fmnist
+def test_reload_in_fresh_process_and_onnx(base_ckpt, tmp_path):
+    sens = tmp_path / "s.json"
+    seg.analyze_sensitivity(base_ckpt, "fashion-scenes", sens, ratios=(0.5,), eval_limit=8,
+                            progress=False)
+    pruned = tmp_path / "pruned.pt"
+    assert main(["prune", str(base_ckpt), str(sens), str(pruned), "--eval-metric-loss", "0.9"]) == 0
+    x = torch.randn(2, 3, 64, 64)
+    torch.save(x, tmp_path / "x.pt")
+    model = seg.load_model(pruned)
+    with torch.no_grad():
+        expected = model(x)
+    code = ("import sys, torch, autoprune.segmentation as s; torch.set_num_threads(1); "
+            "m = s.load_model(sys.argv[1]); x = torch.load(sys.argv[2], weights_only=True); "
+            "torch.save(m(x).detach(), sys.argv[3])")
+    subprocess.run([sys.executable, "-c", code, str(pruned), str(tmp_path / "x.pt"),
+                    str(tmp_path / "y.pt")], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected)
+
+    onnx = pytest.importorskip("onnx")
+    path = autoprune.export_onnx(model, x[:1], tmp_path / "m.onnx")
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto)
+    out = proto.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in out] == [1, 11, 64, 64]
+
+    assert main(["report", str(base_ckpt), str(pruned), "fashion-scenes", "--limit", "8",
+                 "--save-dir", str(tmp_path / "rep")]) == 0
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert rep["pruned"]["flops"] < rep["baseline"]["flops"] and "miou" in rep["pruned"]["metrics"]
+
+
+# -- folder data ----------------------------------------------------------------------------------
+def test_folder_training_with_ignore_index(tmp_path):
+    data = _write_pairs(tmp_path / "data", n=6)
+    r = seg.train("linknet", "resnet18", train_data=data, eval_data=data, num_classes=3,
+                  class_names=["bg", "a", "b"], save_dir=tmp_path / "out",
+                  **{**SMALL, "input_size": 32, "batch_size": 3})
+    meta = autoprune.read_pruned_metadata(r.baseline_path)
+    assert meta["build"]["num_classes"] == 3 and meta["build"]["class_names"] == ["bg", "a", "b"]
+    assert set(r.metrics) == {"miou", "iou_bg", "iou_a", "iou_b"}
+    inferred = SegmentationAdapter(data, input_size=32)
+    assert inferred.num_classes == 3  # max mask value + 1, ignore_index left out
+
+
+# -- bad inputs: one clear line each --------------------------------------------------------------
+def _bad_folder(tmp_path, problem):
+    root = _write_pairs(tmp_path / "bad", n=3)
+    if problem == "count":
+        (root / "masks" / "002.png").unlink()
+    elif problem == "names":
+        (root / "masks" / "002.png").rename(root / "masks" / "xyz.png")
+    elif problem == "size":
+        Image.fromarray(np.zeros((20, 40), np.uint8)).save(root / "masks" / "001.png")
+    elif problem == "class":
+        Image.fromarray(np.full((40, 40), 7, np.uint8)).save(root / "masks" / "001.png")
+    elif problem == "rgb":
+        Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(root / "masks" / "001.png")
+    elif problem == "empty":
+        for p in list((root / "images").iterdir()) + list((root / "masks").iterdir()):
+            p.unlink()
+    elif problem == "no_masks":
+        for p in (root / "masks").iterdir():
+            p.unlink()
+        (root / "masks").rmdir()
+    return root
+
+
+@pytest.mark.parametrize("problem, match", [
+    ("count", "3 images but 2 masks"), ("names", "image and mask names differ"),
+    ("size", "is 40x20 but its image is 40x40"), ("class", "holds class 7 but num_classes=3"),
+    ("rgb", "masks must be single-channel"), ("empty", "holds no images"),
+    ("no_masks", "does not exist"),
+])
+def test_bad_folder(problem, match, tmp_path):
+    root = _bad_folder(tmp_path, problem)
+    with pytest.raises(autoprune.ConfigError, match=match) as e:
+        seg.train("unet", "resnet18", train_data=root, num_classes=3, save_dir=tmp_path / "o",
+                  **{**SMALL, "input_size": 32})
+    assert "\n" not in str(e.value)
+
+
+class _Pairs(torch.utils.data.Dataset):
+    def __init__(self, mask_shape=(32, 32), top=2):
+        self.mask_shape, self.top = mask_shape, top
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.randn(3, 32, 32), torch.full(self.mask_shape, self.top, dtype=torch.long)
+
+
+@pytest.mark.parametrize("dataset, match", [
+    (_Pairs(mask_shape=(32, 16)), "a mask must have its image's size"),
+    (_Pairs(top=5), "mask holds class 5"),
+])
+def test_bad_dataset_items(dataset, match, tmp_path):
+    with pytest.raises(autoprune.ConfigError, match=match) as e:
+        seg.train("fpn", "resnet18", train_data=dataset, eval_data=dataset, num_classes=3,
+                  save_dir=tmp_path, **{**SMALL, "input_size": None})
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(model="unet", encoder="resnet18", train_data="/no/such/folder"), "does not exist"),
+    (dict(model="hrnet", encoder="resnet18"), "unknown segmentation model 'hrnet'"),
+    (dict(model="unet", encoder="resnet9000"), "unknown encoder 'resnet9000'"),
+    (dict(model="unet/resnet18", encoder="resnet34"), "name it once"),
+    (dict(model="unet", encoder="resnet18", input_size=50), "input_size=50 must be a multiple"),
+    (dict(model="unet", encoder="resnet18", num_classes=5), "fashion-scenes has 11 classes"),
+    (dict(model="unet", encoder="resnet18", model_kwargs={"decoder_kind": 1}), "decoder_kind. is not a setting of smp unet: check model_kwargs"),
+])
+def test_bad_arguments_one_line(kwargs, match, tmp_path):
+    kwargs = {"train_data": "fashion-scenes", **kwargs}
+    if kwargs["train_data"] == "fashion-scenes" and not _has_fmnist():
+        pytest.skip("dataset-fashion-mnist not installed")
+    with pytest.raises(autoprune.AutopruneError, match=match) as e:
+        seg.train(save_dir=tmp_path, **{**SMALL, **kwargs})
+    assert "\n" not in str(e.value)
+
+
+def test_model_with_other_classes_refused(tmp_path):
+    import segmentation_models_pytorch as smp
+
+    data = _write_pairs(tmp_path / "data", n=4)
+    model = smp.Unet("resnet18", encoder_weights=None, classes=5)
+    with pytest.raises(autoprune.ConfigError, match="predicts 5 classes but the data has 3"):
+        seg.train(model, train_data=data, num_classes=3, save_dir=tmp_path / "o",
+                  **{**SMALL, "input_size": 32})
