@@ -1,0 +1,244 @@
+"""One-call detection pruning for Ultralytics YOLO (YOLOv8, YOLO11), PaddleX style.
+
+Ultralytics trains and validates; mAP50-95 on the val split of a YOLO ``data.yaml`` is the metric.
+Nothing is downloaded (build from YAML: ``"yolov8n.yaml"``)::
+
+    from autoprune import detection as det
+    # 1. train
+    base = det.train("yolov8n.yaml", "scenes/data.yaml", epochs=30, imgsz=128, save_dir="out/base")
+    # 2. sensitivities of the trained model on (the first 50 images of) the val split
+    det.analyze_sensitivity(base.baseline_path, "scenes/data.yaml", "out/sens.json", eval_limit=50)
+    # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain
+    r = det.train(base.baseline_path, "scenes/data.yaml", epochs=30, imgsz=128,
+                  sensitivities_file="out/sens.json", eval_metric_loss=0.05, save_dir="out/pruned")
+    model = det.load_model(r.pruned_path)   # weights-only; or YOLO(<run>/ultralytics/weights/best.pt)
+
+Each training run keeps Ultralytics' own run folder in ``<save_dir>/ultralytics`` (``weights/best.pt``
+and ``last.pt`` load with ``YOLO(path)`` for ``predict`` / ``val`` / ``export``; resume an
+interrupted run with :func:`resume`); autoprune's weights-only checkpoints are ``<save_dir>/best.pt``.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+import torch.nn as nn
+
+from . import pipeline
+from .checkpoint import export_onnx as _export_onnx
+from .checkpoint import BASE_SHAPES, read_pruned_metadata, save_pruned
+from .errors import CheckpointError, ConfigError
+from .sensitivity import DEFAULT_RATIOS
+from .tasks import yolo
+from .tasks.base import TrainResult
+from .tasks.detection import DetectionAdapter
+
+
+def _is_file(x: Any) -> bool:
+    return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(".pt") and Path(x).is_file()
+
+
+def _autoprune_meta(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The metadata of an autoprune checkpoint, or None for another kind of .pt file."""
+    try:
+        return read_pruned_metadata(path)
+    except CheckpointError as e:
+        if "not an autoprune pruned checkpoint" in str(e) or "weights-only" in str(e):
+            return None
+        raise
+
+
+def _as_module(model: Any) -> tuple[nn.Module | None, bool]:
+    """(module, trained) for a YOLO object, an Ultralytics .pt file or a module; (None, _) for a
+    name or an autoprune checkpoint."""
+    if isinstance(model, nn.Module):
+        return model, False
+    if isinstance(model, yolo.YOLOModel):
+        if not isinstance(model.model, nn.Module):
+            raise ConfigError(f"the YOLO object holds no model ({model.model!r})")
+        return yolo.patch_model(model.model.float()), model.ckpt is not None
+    if isinstance(model, (str, os.PathLike)) and str(model).lower().endswith(".pt"):
+        if not Path(model).is_file():
+            raise ConfigError(f"no checkpoint at {model}: nothing is downloaded; pass a local .pt "
+                              f"or build from YAML, e.g. 'yolov8n.yaml'")
+        if _autoprune_meta(model) is None:  # an Ultralytics checkpoint (a pickle: your own file)
+            return yolo.load_ultralytics(model), True
+    return None, False
+
+
+def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
+             save_dir: Path) -> tuple[Any, Any]:
+    """Turn ``model`` into what the pipeline takes: an architecture name (with its weights as
+    ``pretrain_weights`` when trained) or a module of unknown architecture."""
+    module, trained = _as_module(model)
+    if module is None and _is_file(model):  # an autoprune checkpoint: its arch + its weights
+        if pretrain_weights is not None:
+            raise ConfigError(f"model is already a checkpoint ({model}): leave pretrain_weights "
+                              f"unset")
+        meta = read_pruned_metadata(model)
+        if meta.get("task") != "detection" or not meta.get("arch"):
+            raise ConfigError(f"{model} is not a detection checkpoint of a named YOLO model: pass "
+                              f"a YAML name such as 'yolov8n.yaml'")
+        nc = meta.get("build", {}).get("nc")
+        if adapter.nc is not None and nc != adapter.nc:
+            raise ConfigError(f"the model predicts {nc} classes but the data has {adapter.nc}: "
+                              f"use data with {nc} classes or train a new model on this data")
+        return meta["arch"], model
+    if module is None:
+        return model, pretrain_weights
+    adapter.check_model(module)
+    arch = adapter.arch_of(module)
+    if arch is None or not trained:
+        return module, pretrain_weights
+    if pretrain_weights is not None:
+        raise ConfigError("model is already a trained YOLO model: leave pretrain_weights unset")
+    start = save_dir / "start_weights.pt"  # its weights, loadable into a fresh build of arch
+    save_pruned(module, start, task="detection", arch=arch, build=adapter.build_kwargs(module),
+                input_size=adapter.input_size, pruned=hasattr(module, BASE_SHAPES))
+    return arch, start
+
+
+def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *,
+          epochs: int = 100, imgsz: int = 640, batch: int = 16,
+          pretrain_weights: str | os.PathLike | None = None,
+          sensitivities_file: str | os.PathLike | None = None, eval_metric_loss: float = 0.05,
+          pruned_flops: float | None = None, save_dir: str | os.PathLike = "output",
+          device: str = "auto", eval_data: str | os.PathLike | None = None,
+          pretrain_epochs: int | None = None, criterion: str = "l1_norm",
+          round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
+          eval_limit: int | None = None, workers: int = 0,
+          train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
+          train_data: str | os.PathLike | None = None) -> TrainResult:
+    """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
+
+    model: ``"yolov8n.yaml"``, ``"yolo11s.yaml"`` (any of n/s/m/l/x; built untrained, nothing is
+    downloaded), a ``.pt`` checkpoint (autoprune's or Ultralytics' — the latter is a pickle: load
+    only files you trust), a ``YOLO`` object or a ``DetectionModel``. data: a YOLO data.yaml
+    (``train_data`` is an alias; ``eval_data``: another data.yaml whose val split is evaluated).
+
+    sensitivities_file: None -> plain training; an existing path -> use it (missing points are
+    measured); a new path -> measure and save there (resumable); "DEFAULT" -> the bundled profile.
+    Ratios come from ``eval_metric_loss`` or, when given, ``pruned_flops``. A model that is not
+    trained yet (a YAML name, a module) is trained first for ``pretrain_epochs`` (default
+    ``epochs``), then pruned and retrained for ``epochs``. ``eval_limit`` measures the
+    sensitivities (and every evaluation) on the first that many val images. ``train_args`` go to
+    Ultralytics' trainer as they are (``lr0``, ``optimizer``, ``mosaic``, ``nbs``, ``patience``...).
+    Outputs in ``save_dir``: ``baseline/``, ``pruned/`` (each with ``best.pt`` and an
+    ``ultralytics/`` run), ``report.json|md|csv`` and ``sensitivity.png``.
+    """
+    if train_data is not None:
+        if data is not None and Path(data) != Path(train_data):
+            raise ConfigError("pass the data.yaml once: data= or train_data=, not both")
+        data = train_data
+    if data is None:
+        raise ConfigError("data=<path to a YOLO data.yaml> is required")
+    torch.manual_seed(seed)
+    adapter = DetectionAdapter(data, eval_data, input_size=imgsz, batch_size=batch,
+                               eval_limit=eval_limit, device=device, workers=workers,
+                               train_args=train_args, seed=seed, progress=progress)
+    save_dir = pipeline.check_save_dir(save_dir)
+    model, pretrain_weights = _prepare(adapter, model, pretrain_weights, save_dir)
+    return pipeline.train(adapter, model, epochs=epochs, save_dir=save_dir,
+                          pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
+                          eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
+                          pretrain_epochs=pretrain_epochs, criterion=criterion,
+                          round_to=round_to, ratios=ratios, progress=progress)
+
+
+def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,
+                        data: str | os.PathLike, save_file: str | os.PathLike, *,
+                        pretrain_weights: str | os.PathLike | None = None,
+                        imgsz: int | None = None, batch: int = 16, device: str = "auto",
+                        criterion: str = "l1_norm", ratios: Iterable[float] = DEFAULT_RATIOS,
+                        eval_limit: int | None = None, workers: int = 0,
+                        progress: bool = True) -> dict[str, dict[float, float]]:
+    """Measure a trained detector's sensitivities (relative mAP50-95 loss per group and ratio) on
+    the val split of ``data`` into ``save_file`` (resumable; ``eval_limit``: first N val images,
+    the number used is recorded in the file).
+
+    ``model_or_checkpoint``: a checkpoint written by ``train`` (architecture, classes and imgsz
+    come from it), an Ultralytics .pt, a YOLO object, or a YAML name plus ``pretrain_weights``.
+    """
+    meta = _autoprune_meta(model_or_checkpoint) if _is_file(model_or_checkpoint) else None
+    if meta is not None:
+        imgsz = imgsz or meta.get("input_size")
+    adapter = DetectionAdapter(None, data, input_size=imgsz, batch_size=batch,
+                               eval_limit=eval_limit, device=device, workers=workers,
+                               progress=progress)
+    model = model_or_checkpoint
+    if meta is None:
+        module, _ = _as_module(model_or_checkpoint)
+        if module is not None:
+            adapter.check_model(module)
+            model = module
+    else:
+        adapter.check_model(load_model(model_or_checkpoint))
+    return pipeline.analyze_sensitivity(adapter, model, save_file,
+                                        pretrain_weights=pretrain_weights, criterion=criterion,
+                                        ratios=ratios, progress=progress)
+
+
+def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> nn.Module:
+    """Load a checkpoint written by ``train`` (pruned or not), weights-only, in eval mode: a patched
+    Ultralytics ``DetectionModel`` (``model(x)`` gives Ultralytics' raw predictions)."""
+    return pipeline.load_model(path, DetectionAdapter(), base_model=base_model)
+
+
+def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
+                imgsz: int | None = None, opset_version: int = 17) -> Path:
+    """Export a (pruned) detector or an autoprune checkpoint to ONNX: one output ``(1, 4 + nc,
+    anchors)`` as Ultralytics exports it (boxes xywh, class scores; NMS is left to the caller)."""
+    if isinstance(model, (str, os.PathLike)):
+        imgsz = imgsz or read_pruned_metadata(model).get("input_size")
+        model = load_model(model)
+    net = copy.deepcopy(model).float().cpu().eval()
+    for m in net.modules():
+        if isinstance(m, yolo.Detect):
+            m.export, m.format = True, "onnx"
+    size = imgsz or 640
+    return _export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version)
+
+
+def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
+    """Finish an interrupted training run from Ultralytics' ``<save_dir>/ultralytics/weights/last.pt``
+    — the pruned module itself resumes (not a rebuild from YAML) — and write autoprune's
+    ``<save_dir>/best.pt`` / ``last.pt``. Returns the model holding the best weights."""
+    from ultralytics import YOLO
+
+    last = Path(last)
+    if not last.is_file():
+        raise CheckpointError(f"no checkpoint at {last}: pass <save_dir>/ultralytics/weights/last.pt")
+    threads = torch.get_num_threads()
+    try:
+        with yolo.quiet(not progress):
+            wrapper = YOLO(str(last))  # a pickle written by this training run
+            imgsz = (wrapper.ckpt or {}).get("train_args", {}).get("imgsz")
+            wrapper.train(resume=True, trainer=yolo.KeepModuleTrainer)
+    finally:
+        torch.set_num_threads(threads)
+    model = yolo.patch_model(wrapper.model.float()).eval()
+    save_dir = last.parent.parent.parent
+    adapter = DetectionAdapter(nc=yolo.model_nc(model), input_size=imgsz)
+    derived = {"task": "detection", "arch": adapter.arch_of(model),
+               "build": adapter.build_kwargs(model), "input_size": imgsz,
+               "pruned": hasattr(model, BASE_SHAPES)}
+    for name, src in (("last.pt", last), ("best.pt", last.parent / "best.pt")):
+        if src.is_file():
+            target = save_dir / name
+            meta = read_pruned_metadata(target) if target.is_file() else derived
+            net, _ = _load(src)
+            save_pruned(net, target, **{**meta, "resumed": True})
+    return model
+
+
+def _load(path: Path) -> tuple[nn.Module, dict]:
+    from ultralytics.nn.tasks import load_checkpoint
+
+    with yolo.quiet():
+        return load_checkpoint(str(path))
+
+
+__all__ = ["TrainResult", "analyze_sensitivity", "export_onnx", "load_model", "resume", "train"]

@@ -1,0 +1,329 @@
+"""Detection adapter: Ultralytics YOLO (YOLOv8, YOLO11) on a YOLO ``data.yaml``; Ultralytics trains
+and validates, mAP50-95 is the metric. With :mod:`autoprune.tasks.yolo`, the only modules of the
+package that import Ultralytics (offline: see that module)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import yaml
+
+from ..checkpoint import save_pruned
+from ..errors import ConfigError
+from ..training import pick_device
+from . import yolo
+
+IMAGE_SUFFIXES = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm",
+                  ".heic"}
+_ARCH = re.compile(r"^(yolov8|yolo11)([nsmlx])$")
+FAMILIES = "yolov8n/s/m/l/x, yolo11n/s/m/l/x"
+LABELS_CHECKED = 5000  # label files per split whose class ids are checked up front
+
+
+def resolve_arch(name: str) -> str:
+    """Canonical key (``yolov8n``, ``yolo11s``...) of a model name such as ``"yolov8n.yaml"``."""
+    stem = Path(str(name)).name.lower()
+    stem = re.sub(r"\.(ya?ml|pt)$", "", stem)
+    if _ARCH.match(stem):
+        return stem
+    raise ConfigError(f"unknown model name {name!r}: use one of {FAMILIES} (e.g. 'yolov8n.yaml'), "
+                      f"a .pt checkpoint or a YOLO object")
+
+
+def build_yolo(arch: str, nc: int, names: dict[int, str] | None = None) -> nn.Module:
+    """An untrained, patched (split-free) DetectionModel of ``arch`` with ``nc`` classes."""
+    with yolo.quiet():
+        model = yolo.DetectionModel(f"{resolve_arch(arch)}.yaml", nc=nc, verbose=False)
+    if names and len(names) == nc:
+        model.names = dict(names)
+    return yolo.patch_model(model).eval()
+
+
+# -- data ----------------------------------------------------------------------------------------
+def _images_of(entry: Any, root: Path, split: str, data_yaml: Path) -> list[Path]:
+    files: list[Path] = []
+    for item in entry if isinstance(entry, (list, tuple)) else [entry]:
+        path = Path(str(item))
+        path = path if path.is_absolute() else root / path
+        if path.is_dir():
+            files += [p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
+        elif path.is_file() and path.suffix == ".txt":
+            for line in path.read_text().splitlines():
+                line = line.strip()
+                if line:
+                    p = Path(line)
+                    files.append(p if p.is_absolute() else (path.parent / p).resolve())
+        else:
+            raise ConfigError(f"the {split} images of {data_yaml} are missing ({path} does not "
+                              f"exist): fix '{split}:' or 'path:' in the data.yaml")
+    if not files:
+        raise ConfigError(f"no images for {split} in {data_yaml} ({entry}): put .jpg/.png files "
+                          f"there or fix '{split}:' in the data.yaml")
+    return sorted(files)
+
+
+def label_path(image: Path) -> Path:
+    """Where Ultralytics looks for an image's labels (``.../images/...`` -> ``.../labels/....txt``)."""
+    parts = str(image).rsplit(f"{os.sep}images{os.sep}", 1)
+    return Path(f"{os.sep}labels{os.sep}".join(parts)).with_suffix(".txt")
+
+
+def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str, Any]:
+    """Load and check a YOLO data.yaml: its class names and the images/labels of train and val.
+
+    Raises a one-line ConfigError for a missing file, missing keys, missing images, an empty label
+    folder or a label whose class id is outside ``names``.
+    """
+    data_yaml = Path(path)
+    if not data_yaml.is_file():
+        raise ConfigError(f"no data.yaml at {data_yaml}: pass the path of a YOLO data.yaml "
+                          f"(autoprune.datasets.write_yolo_dataset writes one)")
+    try:
+        cfg = yaml.safe_load(data_yaml.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{data_yaml} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(cfg, dict) or "names" not in cfg:
+        raise ConfigError(f"{data_yaml} has no 'names:' (the class names): add names: {{0: cat, "
+                          f"1: dog, ...}}")
+    names = cfg["names"]
+    names = dict(enumerate(names)) if isinstance(names, (list, tuple)) else \
+        {int(k): str(v) for k, v in names.items()}
+    if "nc" in cfg and int(cfg["nc"]) != len(names):
+        raise ConfigError(f"{data_yaml} says nc: {cfg['nc']} but lists {len(names)} names: make "
+                          f"them agree")
+    root = Path(str(cfg.get("path") or data_yaml.parent)).expanduser()
+    if not root.is_absolute() and not root.exists():
+        root = data_yaml.parent / root
+    out: dict[str, Any] = {"yaml": data_yaml.resolve(), "names": names, "nc": len(names)}
+    for split in ("train", "val"):
+        if cfg.get(split) is None:
+            if split == "val" or need_train:
+                raise ConfigError(f"{data_yaml} has no '{split}:' entry: add the {split} image "
+                                  f"folder (e.g. {split}: images/{split})")
+            continue
+        images = _images_of(cfg[split], root, split, data_yaml)
+        labels = [label_path(p) for p in images]
+        present = [p for p in labels if p.is_file()]
+        if not present:
+            raise ConfigError(f"no label files for the {split} images of {data_yaml} (looked in "
+                              f"{labels[0].parent}): each image needs a .txt with one "
+                              f"'class cx cy w h' line per object")
+        for p in present[:LABELS_CHECKED]:
+            for line in p.read_text().splitlines():
+                if line.strip():
+                    c = int(float(line.split()[0]))
+                    if not 0 <= c < len(names):
+                        raise ConfigError(f"{p} has class id {c} but {data_yaml} names only "
+                                          f"{len(names)} classes: fix the label or 'names:'")
+        out[split] = images
+    return out
+
+
+class EvalImages(list):
+    """The validation images evaluated (its ``len`` is recorded in sensitivity files)."""
+
+
+# -- the adapter ---------------------------------------------------------------------------------
+class DetectionAdapter:
+    """Detection task: builds patched YOLO models, trains them with Ultralytics (the pruned
+    module itself, never a rebuild from YAML), and validates mAP50-95 / mAP50 with Ultralytics'
+    validator on the val split of a data.yaml (or its first ``eval_limit`` images)."""
+
+    task = "detection"
+    metric = "map50_95"
+    higher_is_better = True
+
+    def __init__(self, data: str | os.PathLike | None = None,
+                 eval_data: str | os.PathLike | None = None, *, nc: int | None = None,
+                 input_size: int | None = None, batch_size: int = 16,
+                 eval_limit: int | None = None, device: str = "auto", workers: int = 0,
+                 train_args: dict[str, Any] | None = None, seed: int = 0,
+                 progress: bool = True):
+        self.input_size = int(input_size or 640)
+        if self.input_size < 32 or self.input_size % 32:
+            raise ConfigError(f"imgsz={self.input_size} must be a multiple of 32 (YOLO's largest "
+                              f"stride), at least 32: e.g. 64, 320 or 640")
+        if eval_limit is not None and eval_limit < 1:
+            raise ConfigError(f"eval_limit={eval_limit} must be at least 1 (or None for all)")
+        self.device = pick_device(device)
+        self.batch_size, self.workers, self.seed, self.progress = batch_size, workers, seed, progress
+        self.train_args = dict(train_args or {})
+        self.eval_limit = eval_limit
+        self.data = read_data_yaml(data) if data is not None else None
+        self.eval_data = self.data if eval_data is None or (
+            data is not None and Path(eval_data).resolve() == Path(data).resolve()) \
+            else read_data_yaml(eval_data, need_train=False)
+        if self.data and self.eval_data and self.data["names"] != self.eval_data["names"]:
+            raise ConfigError(f"{self.data['yaml']} and {self.eval_data['yaml']} name different "
+                              f"classes: use the same 'names:' in both")
+        found = (self.data or self.eval_data or {}).get("nc")
+        if nc is not None and found is not None and nc != found:
+            raise ConfigError(f"nc={nc} but the data has {found} classes: pass nc={found} or omit it")
+        self.nc = nc if nc is not None else found
+        self.names = (self.data or self.eval_data or {}).get("names")
+        self.eval_set = None
+        if self.eval_data is not None:
+            self.eval_set = EvalImages(self.eval_data["val"][:eval_limit])
+        self._tmpdir: tempfile.TemporaryDirectory | None = None  # validator outputs, val subset
+        self._val_yaml: Path | None = None
+        self._loader = None
+
+    # -- the TaskAdapter protocol ----------------------------------------------------------------
+    def arch_key(self, name: str) -> str:
+        return resolve_arch(name)
+
+    def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
+        nc = nc or self.nc
+        if nc is None:
+            raise ConfigError("the number of classes is unknown: pass data=<data.yaml> or nc=")
+        return build_yolo(arch, nc, self.names)
+
+    def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
+        return {"nc": yolo.model_nc(model) or self.nc}
+
+    def check_model(self, model: nn.Module) -> None:
+        """Refuse a model that is not a patched YOLO detector of the data's classes."""
+        if yolo.detect_head(model) is None:
+            raise ConfigError(f"{type(model).__name__} has no YOLO Detect head: pass a YOLO "
+                              f"detection model (e.g. 'yolov8n.yaml')")
+        out = yolo.model_nc(model)
+        if self.nc is not None and out != self.nc:
+            raise ConfigError(f"the model predicts {out} classes but the data has {self.nc}: "
+                              f"build it from its YAML with the data (nc={self.nc}) or use data "
+                              f"with {out} classes")
+        yolo.patch_model(model)
+
+    def example_inputs(self, model: nn.Module) -> torch.Tensor:
+        return torch.rand(1, 3, self.input_size, self.input_size,
+                          generator=torch.Generator().manual_seed(0)).to(_device_of(model))
+
+    def timing_inputs(self, model: nn.Module) -> torch.Tensor:
+        return self.example_inputs(model)
+
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        return yolo.ignored_layers(model)
+
+    def arch_of(self, model: nn.Module) -> str | None:
+        """The architecture key of a built model, from the YAML it was made from."""
+        name = (getattr(model, "yaml", None) or {}).get("yaml_file")
+        try:
+            return resolve_arch(name) if name else None
+        except ConfigError:
+            return None
+
+    def fit(self, model: nn.Module, epochs: int, save_dir: Path,
+            meta: dict[str, Any] | None = None) -> nn.Module:
+        """Train ``model`` itself with Ultralytics for ``epochs``; returns it holding the best
+        (EMA) weights. Ultralytics' run lives in ``save_dir/ultralytics`` (its ``weights/best.pt``
+        loads with ``YOLO(path)``); autoprune checkpoints go to ``save_dir/best.pt|last.pt``."""
+        if self.data is None:
+            raise ConfigError("training needs data=<data.yaml> with a train split")
+        if not isinstance(epochs, int) or epochs < 1:
+            raise ConfigError(f"epochs={epochs} must be a whole number, at least 1")
+        self.check_model(model)
+        save_dir = Path(save_dir).resolve()
+        meta = dict(meta or {})
+        meta["arch"] = meta.get("arch") or self.arch_of(model)
+        model.criterion = None  # the loss is rebuilt for the (possibly pruned) model
+        args = {"model": f"{meta['arch'] or 'yolo'}.yaml", "data": str(self.data["yaml"]),
+                "epochs": epochs, "imgsz": self.input_size, "batch": self.batch_size,
+                "device": _ultralytics_device(self.device), "workers": self.workers,
+                "seed": self.seed, "project": str(save_dir), "name": "ultralytics",
+                "exist_ok": True, "plots": False, "verbose": self.progress, "amp": False,
+                **self.train_args}
+        threads = torch.get_num_threads()
+        try:
+            with yolo.quiet(not self.progress):
+                trainer = yolo.keep_module_trainer(model)(overrides=args)
+                trainer.train()
+        finally:
+            torch.set_num_threads(threads)
+        model.criterion = None
+        for src, dst in ((trainer.last, "last.pt"), (trainer.best, "best.pt")):
+            if Path(src).is_file():
+                model.load_state_dict(_ema_state(src))
+                metrics = self._ultralytics_metrics(trainer) if dst == "best.pt" else {}
+                save_pruned(model, save_dir / dst, **meta, epoch=epochs, metrics=metrics,
+                            ultralytics_weights=str(Path(src)))
+        return model.to(self.device).eval()
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """mAP50-95 and mAP50 (fractions) from Ultralytics' validator on the (limited) val split."""
+        if self.eval_data is None:
+            raise ConfigError("evaluation needs data=<data.yaml> with a val split")
+        net = copy.deepcopy(model).float().eval()
+        net.fuse(verbose=False)  # on the copy: AutoBackend would fuse it (and print its FLOPs)
+        if not getattr(net, "names", None) or len(net.names) != yolo.model_nc(net):
+            net.names = self.names
+        args = {"data": str(self._val_data_yaml()), "imgsz": self.input_size,
+                "batch": self.batch_size, "device": _ultralytics_device(self.device),
+                "plots": False, "verbose": False, "save_json": False,
+                "workers": self.workers, "task": "detect", "split": "val",
+                "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
+        threads = torch.get_num_threads()
+        try:
+            with yolo.quiet():
+                validator = yolo.PatientValidator(dataloader=self._loader, save_dir=self._tmp,
+                                                    args=args)
+                stats = validator(model=net)
+        finally:
+            torch.set_num_threads(threads)
+        self._loader = validator.dataloader
+        return {"map50_95": float(stats["metrics/mAP50-95(B)"]),
+                "map50": float(stats["metrics/mAP50(B)"])}
+
+    # -- helpers ---------------------------------------------------------------------------------
+    @property
+    def _tmp(self) -> Path:
+        if self._tmpdir is None:  # removed with the adapter
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="autoprune-yolo-")
+        return Path(self._tmpdir.name)
+
+    def _val_data_yaml(self) -> Path:
+        """The data.yaml the validator reads: the user's, or one listing the first eval_limit
+        val images (written once, in a private temp folder)."""
+        if self.eval_limit is None or self.eval_limit >= len(self.eval_data["val"]):
+            return self.eval_data["yaml"]
+        if self._val_yaml is None:
+            listing = self._tmp / "val_subset.txt"
+            listing.write_text("".join(f"{p}\n" for p in self.eval_set))
+            key = hashlib.sha256(listing.read_bytes()).hexdigest()[:8]
+            self._val_yaml = self._tmp / f"data_{key}.yaml"
+            self._val_yaml.write_text(yaml.safe_dump(
+                {"path": str(self._tmp), "train": str(listing), "val": str(listing),
+                 "names": self.names}, sort_keys=False))
+        return self._val_yaml
+
+    @staticmethod
+    def _ultralytics_metrics(trainer: Any) -> dict[str, float]:
+        m = trainer.metrics or {}
+        if "metrics/mAP50-95(B)" not in m:
+            return {}
+        return {"map50_95": float(m["metrics/mAP50-95(B)"]), "map50": float(m["metrics/mAP50(B)"])}
+
+
+def _ema_state(path: Path) -> dict[str, torch.Tensor]:
+    """The (float) EMA weights of an Ultralytics checkpoint this run has just written."""
+    from ultralytics.nn.tasks import load_checkpoint
+
+    with yolo.quiet():
+        net, _ = load_checkpoint(str(path))
+    return {k: v.float() if v.is_floating_point() else v for k, v in net.state_dict().items()}
+
+
+def _ultralytics_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return str(device.index or 0)
+    return device.type
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")

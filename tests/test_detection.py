@@ -1,0 +1,304 @@
+"""Detection journey (Ultralytics YOLO): split-free twins, groups and pruning, training that keeps the
+pruned module (train, last.pt, resume, val), weights-only reload in a fresh process, Ultralytics
+loading and ONNX export with no network access, the one-call flow and the three sensitivities_file
+modes, and bad inputs. Tiny settings: 64 px, 24 scene images, a few epochs."""
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import yaml
+
+import autoprune
+from autoprune import detection as det
+from autoprune.datasets.scenes import write_yolo_dataset
+from autoprune.tasks import yolo
+from autoprune.tasks.detection import DetectionAdapter
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = dict(imgsz=64, batch=8, workers=0, progress=False,
+             train_args=dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=1, mosaic=0.0))
+ARCHS = ["yolov8n", "yolov8s", "yolo11n", "yolo11s"]
+
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
+    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
+
+
+def _params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _shapes(model: nn.Module) -> dict:
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def data_yaml(tmp_path_factory):
+    """24 scenes of one large garment; validation runs on the training images, so a model trained
+    for a few seconds already scores above 0 (the sensitivities need a non-zero baseline)."""
+    root = tmp_path_factory.mktemp("scenes")
+    path = write_yolo_dataset(root, train=24, val=4, size=64, seed=0, objects=(1, 1),
+                              scale=(0.6, 0.9))
+    cfg = yaml.safe_load(path.read_text())
+    cfg["val"] = "images/train"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def flow(data_yaml, tmp_path_factory):
+    """The one-call flow with a new sensitivity file: train, measure, prune, retrain, report."""
+    out = tmp_path_factory.mktemp("flow")
+    result = det.train("yolov8n.yaml", data_yaml, epochs=1, pretrain_epochs=6, save_dir=out / "run",
+                       sensitivities_file=out / "sens.json", ratios=(0.3,), pruned_flops=0.25,
+                       eval_limit=16, **SMALL)
+    return result, out
+
+
+def _randomize_bn(model: nn.Module) -> nn.Module:
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                n = m.num_features
+                m.weight.copy_(0.5 + torch.rand(n, generator=g))
+                m.bias.copy_(0.2 * torch.randn(n, generator=g))
+                m.running_mean.copy_(0.1 * torch.randn(n, generator=g))
+                m.running_var.copy_(0.5 + torch.rand(n, generator=g))
+    return model
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_split_free_twins_give_identical_outputs(arch):
+    torch.manual_seed(0)
+    with yolo.quiet():
+        original = _randomize_bn(yolo.DetectionModel(f"{arch}.yaml", nc=10, verbose=False)).eval()
+    patched = yolo.patch_model(copy.deepcopy(original))
+    assert yolo.is_patched(patched) and not yolo.is_patched(original)
+    assert any(isinstance(m, yolo.C2fSplitFree) for m in patched.modules())
+    if arch.startswith("yolo11"):
+        assert any(isinstance(m, yolo.C2PSASplitFree) for m in patched.modules())
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        y0, raw0 = original(x)
+        y1, raw1 = patched(x)
+    assert (y1 - y0).abs().max().item() == 0.0
+    for key in ("boxes", "scores"):
+        assert torch.equal(raw0[key], raw1[key])
+    # the adapter builds patched models, with layer attributes Ultralytics reads
+    model = DetectionAdapter(nc=10, input_size=64).build(arch)
+    assert yolo.is_patched(model) and all(hasattr(m, "f") and hasattr(m, "i") for m in model.model)
+
+
+def test_groups_and_prune_lower_flops():
+    adapter = DetectionAdapter(nc=10, input_size=64)
+    model = adapter.build("yolov8n.yaml")
+    example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    groups = autoprune.prunable_groups(model, example, ignored)
+    names = [g.name for g in groups]
+    assert len(groups) > 40 and "model.2.cv0.conv" in names and "model.2.cv1.conv" in names
+    head = yolo.detect_head(model)
+    assert not any(n.startswith("model.22.dfl") for n in names)
+    result = autoprune.prune(model, example, {n: 0.3 for n in names}, ignored_layers=ignored)
+    assert result.flops_after < 0.75 * result.flops_before
+    assert all(b[-1].out_channels == 64 for b in head.cv2) and all(b[-1].out_channels == 10
+                                                                    for b in head.cv3)
+    with torch.no_grad():
+        y, _ = model.eval()(torch.rand(2, 3, 64, 64))
+    assert y.shape[:2] == (2, 14)
+    model.train()(torch.rand(2, 3, 64, 64))
+
+
+def test_one_call_flow_new_file(flow, data_yaml):
+    result, out = flow
+    run = out / "run"
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["task"] == "detection" and rep["arch"] == "yolov8n"
+    for key in ("baseline", "pruned"):
+        assert set(rep[key]["metrics"]) == {"map50_95", "map50"}
+        assert set(rep[key]) >= {"params", "flops", "size_mb", "latency_cpu_ms"}
+    assert rep["baseline"]["metrics"]["map50_95"] > 0
+    assert rep["pruned"]["flops"] < rep["baseline"]["flops"] and rep["flops_reduction"] > 0.2
+    for name in ("report.md", "report.csv", "sensitivity.png", "baseline/best.pt",
+                 "pruned/best.pt", "pruned/last.pt", "pruned/ultralytics/weights/best.pt"):
+        assert (run / name).is_file(), name
+    record = json.loads((out / "sens.json").read_text())
+    assert record["metric"]["name"] == "map50_95" and record["extra"]["eval_images"] == 16
+    assert all(list(p) == ["0.30"] for p in record["sensitivities"].values())
+    meta = autoprune.read_pruned_metadata(result.pruned_path)
+    assert meta["task"] == "detection" and meta["build"]["nc"] == 10 and meta["plan"]
+    # the model stays pruned through training: autoprune's and Ultralytics' checkpoints alike
+    pruned = det.load_model(result.pruned_path)
+    assert _shapes(pruned) == _shapes(result.model)
+    assert _shapes(det.load_model(run / "pruned" / "last.pt")) == _shapes(pruned)
+    from ultralytics.nn.tasks import load_checkpoint
+    for name in ("best.pt", "last.pt"):
+        ul, _ = load_checkpoint(str(run / "pruned" / "ultralytics" / "weights" / name))
+        assert _shapes(ul) == _shapes(pruned), name
+    assert _params(pruned) < _params(det.load_model(result.baseline_path))
+
+
+def test_existing_file_is_reused(flow, data_yaml, tmp_path, monkeypatch):
+    result, out = flow
+    before = (out / "sens.json").read_text()
+    calls = []
+    original = DetectionAdapter.evaluate
+    monkeypatch.setattr(DetectionAdapter, "evaluate",
+                        lambda self, m: calls.append(1) or original(self, m))
+    r = det.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path / "run",
+                  sensitivities_file=out / "sens.json", ratios=(0.3,), eval_metric_loss=0.5,
+                  eval_limit=16, **SMALL)
+    assert len(calls) <= 3  # baseline + report: no sensitivity point measured again
+    assert json.loads((out / "sens.json").read_text())["sensitivities"] == \
+        json.loads(before)["sensitivities"]
+    assert r.baseline_path == result.baseline_path and r.report["flops_reduction"] > 0
+
+
+def test_default_without_profile_lists_available(flow, data_yaml, tmp_path):
+    result, _ = flow
+    with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile") as e:
+        det.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path,
+                  sensitivities_file="DEFAULT", **SMALL)
+    assert "bundled:" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yaml, tmp_path,
+                                                                  monkeypatch):
+    result, _ = flow
+    model = det.load_model(result.pruned_path)
+    shapes, n = _shapes(model), _params(model)
+    adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
+                               train_args=SMALL["train_args"])
+    save_model = yolo.KeepModuleTrainer.save_model
+
+    def save_then_stop(trainer):  # a Ctrl-C right after epoch 1 of 2 was saved
+        save_model(trainer)
+        raise KeyboardInterrupt("simulated interruption")
+
+    monkeypatch.setattr(yolo.KeepModuleTrainer, "save_model", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        adapter.fit(model, 2, tmp_path / "run", meta={"task": "detection", "arch": "yolov8n",
+                                                      "build": {"nc": 10}, "input_size": 64})
+    monkeypatch.undo()
+    last = tmp_path / "run" / "ultralytics" / "weights" / "last.pt"
+    resumed = det.resume(last, progress=False)
+    assert _shapes(resumed) == shapes and _params(resumed) == n
+    rows = (tmp_path / "run" / "ultralytics" / "results.csv").read_text().strip().splitlines()
+    assert len(rows) == 3  # header + epoch 1 + the resumed epoch 2
+    assert _shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
+    from ultralytics import YOLO
+    with yolo.quiet():
+        wrapper = YOLO(str(tmp_path / "run" / "ultralytics" / "weights" / "best.pt"))
+        metrics = wrapper.val(data=str(data_yaml), imgsz=64, batch=8, plots=False, verbose=False)
+    assert _params(wrapper.model) < n + 1 and 0.0 <= metrics.box.map <= 1.0
+
+
+def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, tmp_path):
+    """In a fresh process where every network call is refused and recorded, and no YOLO_* variable
+    is set: reload the pruned checkpoint (equal outputs), YOLO(...).predict/.val on Ultralytics'
+    pruned best.pt, a 1-epoch fine-tune from the autoprune checkpoint, and both ONNX exports."""
+    result, out = flow
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    torch.save(x, tmp_path / "x.pt")
+    expected = det.load_model(result.pruned_path)(x)[0].detach()
+    ul_best = out / "run" / "pruned" / "ultralytics" / "weights" / "best.pt"
+    image = next((Path(data_yaml).parent / "images" / "train").glob("*.png"))
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, socket, sys
+        attempts = []
+        def refuse(*args, **kwargs):
+            attempts.append(repr(args[:2])[:120])
+            raise OSError("network access refused by the test")
+        socket.socket.connect = socket.socket.connect_ex = refuse
+        socket.create_connection = socket.getaddrinfo = socket.gethostbyname = refuse
+        import torch
+        torch.set_num_threads(1)
+        from autoprune import detection as det
+        model = det.load_model({str(result.pruned_path)!r})
+        torch.save(model(torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True))[0].detach(),
+                   {str(tmp_path / 'y.pt')!r})
+        from ultralytics import YOLO
+        y = YOLO({str(ul_best)!r})
+        boxes = y.predict({str(image)!r}, imgsz=64, verbose=False)[0].boxes
+        val = y.val(data={str(data_yaml)!r}, imgsz=64, batch=8, plots=False, verbose=False)
+        r = det.train({str(result.pruned_path)!r}, {str(data_yaml)!r}, epochs=1,
+                      save_dir={str(tmp_path / 'tune')!r}, **{SMALL!r})
+        onnx_a = det.export_onnx(r.baseline_path, {str(tmp_path / 'a.onnx')!r})
+        onnx_b = YOLO(str(r.baseline_path.parent / 'ultralytics' / 'weights' / 'best.pt')).export(
+            format="onnx", imgsz=64)
+        print("RESULT", json.dumps({{"attempts": attempts, "boxes": len(boxes),
+                                    "map": float(val.box.map), "onnx": [str(onnx_a), str(onnx_b)],
+                                    "tuned_params": sum(p.numel() for p in r.model.parameters())}}))
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("YOLO_")}
+    env.update(PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    child = json.loads(line[len("RESULT "):])
+    assert child["attempts"] == []
+    assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected)
+    assert (tmp_path / "config" / "autoprune" / "Ultralytics" / "Arial.ttf").is_file()
+    assert child["tuned_params"] == _params(result.model)  # fine-tuning kept the pruned shapes
+    import onnx
+    for path in child["onnx"]:
+        graph = onnx.load(path)
+        onnx.checker.check_model(graph)
+        dims = [d.dim_value for d in graph.graph.output[0].type.tensor_type.shape.dim]
+        assert dims[:2] == [1, 14], path
+
+
+def test_export_onnx_pruned_matches_torch(flow, tmp_path):
+    result, _ = flow
+    path = det.export_onnx(result.pruned_path, tmp_path / "pruned.onnx")
+    import onnx
+    graph = onnx.load(str(path))
+    weights = {i.name: list(i.dims) for i in graph.graph.initializer}
+    pruned = det.load_model(result.pruned_path)
+    # the exported graph holds the pruned (smaller) convolutions
+    assert sum(int(torch.tensor(d).prod()) for d in weights.values()) <= _params(pruned) + 100
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing", "no data.yaml at"),
+    ("empty_labels", "no label files for the train images"),
+    ("bad_class", "has class id 12 but"),
+    ("nc_mismatch", "the model predicts 80 classes but the data has 10"),
+    ("unknown_model", "unknown model name"),
+])
+def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
+    data = data_yaml
+    model = "yolov8n.yaml"
+    if case == "missing":
+        data = tmp_path / "nope" / "data.yaml"
+    elif case in ("empty_labels", "bad_class"):
+        data = write_yolo_dataset(tmp_path / "d", train=2, val=1, size=32, seed=1)
+        labels = sorted((tmp_path / "d" / "labels" / "train").glob("*.txt"))
+        for p in labels:
+            if case == "empty_labels":
+                p.unlink()
+            else:
+                p.write_text("12 0.5 0.5 0.2 0.2\n")
+    elif case == "nc_mismatch":
+        from ultralytics import YOLO
+        with yolo.quiet():
+            model = YOLO("yolov8n.yaml")  # 80 classes, untrained, built from YAML
+    elif case == "unknown_model":
+        model = "yolov99z.yaml"
+    with pytest.raises(autoprune.AutopruneError, match=match) as e:
+        det.train(model, data, epochs=1, save_dir=tmp_path / "out", **SMALL)
+    assert "\n" not in str(e.value)
+
+
+def test_load_model_missing_checkpoint_is_clear(tmp_path):
+    with pytest.raises(autoprune.CheckpointError, match="no checkpoint"):
+        det.load_model(tmp_path / "nope.pt")
