@@ -196,8 +196,8 @@ class PruningGraph:
             if isinstance(module, nn.Parameter):
                 name = self.dg._param_to_name[module]
                 module = self.modules[name.rsplit(".", 1)[0]] if "." in name else self.model
-            if isinstance(module, nn.Module) and module not in touched:
-                touched.append(module)
+            if isinstance(module, nn.Module) and module in self.names and module not in touched:
+                touched.append(module)  # (torch-pruning's own op nodes are not model modules)
         return touched
 
     def remove(self, group: PrunableGroup, idxs: Sequence[int]) -> None:

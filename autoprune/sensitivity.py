@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from .errors import ConfigError, MetricError, SensitivityFileError
 from .groups import PrunableGroup, PruningGraph, check_criterion
 from .measure import flush_denormals
+from .prefix_cache import PrefixCache
 from .distributed import barrier, broadcast, gather, rank_and_world, shard
 from .store import (Sensitivities, SensitivityRecord, absorb_shards, check_fingerprint, ratio_key,
                     read_record, record_from_json, remove_stale_temp_files, shard_path, write_record)
@@ -161,13 +162,27 @@ def _check_weights(record: SensitivityRecord, model: nn.Module, path) -> None:
     record.model["weights_sha256"] = weights
 
 
+def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
+                   points: list[tuple[str, float]], baseline: float) -> PrefixCache | None:
+    """Record the unpruned stage outputs, then check that replaying them changes nothing."""
+    cache = PrefixCache(model)
+    with cache.recording():
+        recorded = _evaluate(model, eval_fn, "for the unpruned model")
+    if not cache.enabled or recorded != baseline:  # no usable stages, or a non-deterministic eval
+        return None
+    first = max(cache.first_touched(graph.touched_modules(graph.group(n))) for n, _ in points)
+    with cache.skipping_before(first) as skipped:
+        replayed = _evaluate(model, eval_fn, "for the unpruned model")
+    return cache if skipped and replayed == recorded else None
+
+
 def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                 groups: Iterable[str] | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
                 sensitivities_file: str | os.PathLike | None = None, criterion: str = "l1_norm",
                 ignored_layers: Iterable[Any] = (), higher_is_better: bool = True,
                 metric_name: str = "metric", arch: str | None = None,
                 early_stop: float | None = None, extra: Mapping[str, Any] | None = None,
-                progress: bool = True) -> Sensitivities:
+                prefix_cache: bool = True, progress: bool = True) -> Sensitivities:
     """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
 
     For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
@@ -179,6 +194,9 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     written atomically as soon as it is measured: an interrupted run resumes where it stopped.
     ``early_stop`` (off by default) skips a group's larger ratios once its loss passes that cap;
     it and ``extra`` (e.g. how the evaluation data was subset) are recorded in the file.
+    ``prefix_cache`` (on by default) replays the unchanged first part of the network from one
+    recorded pass instead of recomputing it (see :mod:`autoprune.prefix_cache`); it is checked
+    once against a normal evaluation and switches itself off if the two differ.
     Under ``torch.distributed`` (torchrun) the points are shared out over the ranks; each rank
     keeps its points in a shard file and rank 0 merges them into ``sensitivities_file``; every
     rank returns the full result. Returns the requested groups and the ratios measured.
@@ -223,6 +241,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
 
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
+    cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if prefix_cache and \
+        len(mine) >= 4 else None
     bar = tqdm(mine, desc="sensitivity" + (f" [rank {rank}/{world}]" if world > 1 else ""),
                unit="pt", disable=not progress or not mine, dynamic_ncols=True)
     for name, ratio in bar:
@@ -232,7 +252,9 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         group = graph.group(name)
         idxs = graph.channels_to_remove(group, ratio, criterion)
         if idxs:
-            with pruned_temporarily(graph, group, idxs):
+            first = cache.first_touched(graph.touched_modules(group)) if cache else 0
+            with pruned_temporarily(graph, group, idxs), \
+                    (cache.skipping_before(first) if cache else contextlib.nullcontext()):
                 metric = _evaluate(model, eval_fn, f"for group {name} at ratio {ratio:.2f}")
             loss = relative_loss(baseline, metric, higher_is_better)
         else:  # too few channels to remove any at this ratio

@@ -1,0 +1,150 @@
+"""Skip the part of the forward pass that pruning a group cannot change.
+
+Pruning a group changes nothing that runs before the group's first touched layer. During one
+recording pass over the evaluation data (unpruned model) the outputs of the model's *stages*
+(top-level children, with ``nn.Sequential`` containers expanded) are kept per batch; while a
+group is evaluated, every stage that finishes before the group's first touched layer returns its
+recorded output instead of computing it. Batches are recognised by their content (exact
+comparison), so any ``eval_fn`` works; unknown inputs are computed normally. The result is
+checked once against a normal evaluation and the cache switches itself off on any difference.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+
+def _stages(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
+    out = []
+    for name, child in model.named_children():
+        full = f"{prefix}{name}"
+        if isinstance(child, nn.Sequential) and len(child):
+            out += _stages(child, full + ".")
+        else:
+            out.append((full, child))
+    return out
+
+
+def _first_tensor(args: tuple) -> torch.Tensor | None:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a
+    return None
+
+
+class PrefixCache:
+    """Recorded stage outputs of the unpruned model, replayed while a pruned group is evaluated."""
+
+    def __init__(self, model: nn.Module, max_bytes: int = 1 << 30):
+        self.model = model
+        self.max_bytes = max_bytes
+        self.stages = _stages(model)
+        self.inputs: list[torch.Tensor] = []          # model input of each recorded batch
+        self.outputs: dict[str, list[torch.Tensor]] = {}
+        self.span: dict[str, tuple[int, int]] = {}    # stage -> (first, last) leaf call index
+        self.leaf_index: dict[nn.Module, int] = {}
+        self.enabled = False
+        self._batch: int | None = None
+
+    # -- recording ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Run the unpruned evaluation inside this block to fill the cache."""
+        handles, used = [], [0]
+        counter = [0]
+        calls: dict[str, int] = {}
+        leaves = [m for m in self.model.modules() if next(m.children(), None) is None]
+
+        def on_leaf(module, args):
+            if not self.inputs or len(self.inputs) == 1:
+                self.leaf_index.setdefault(module, counter[0])
+            counter[0] += 1
+
+        def on_model(module, args):
+            x = _first_tensor(args)
+            if x is not None:
+                self.inputs.append(x.detach().clone())
+                used[0] += x.numel() * x.element_size()
+                counter[0] = 0
+
+        def on_stage(name):
+            def hook(module, args, output):
+                calls[name] = calls.get(name, 0) + 1
+                if isinstance(output, torch.Tensor):
+                    self.outputs.setdefault(name, []).append(output.detach().clone())
+                    used[0] += output.numel() * output.element_size()
+            return hook
+
+        handles.append(self.model.register_forward_pre_hook(on_model))
+        handles += [m.register_forward_pre_hook(on_leaf) for m in leaves]
+        handles += [m.register_forward_hook(on_stage(n)) for n, m in self.stages]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+        batches = len(self.inputs)
+        # keep stages called once per batch, with a tensor output, inside the memory budget
+        self.outputs = {n: o for n, o in self.outputs.items()
+                        if len(o) == batches and calls.get(n) == batches}
+        for name, module in self.stages:
+            idx = [self.leaf_index[m] for m in module.modules() if m in self.leaf_index]
+            if idx and name in self.outputs:
+                self.span[name] = (min(idx), max(idx))
+        self.enabled = batches > 0 and used[0] <= self.max_bytes and bool(self.span)
+        if not self.enabled:
+            self.outputs, self.inputs = {}, []
+
+    # -- replay ------------------------------------------------------------------------------
+    def first_touched(self, modules: list[nn.Module]) -> int:
+        """Leaf call index of the earliest of ``modules`` (0 when unknown: nothing skipped)."""
+        idx = [self.leaf_index[m] for m in modules if m in self.leaf_index]
+        return min(idx) if len(idx) == len(modules) and idx else 0
+
+    def _find_batch(self, x: torch.Tensor) -> int | None:
+        for i, ref in enumerate(self.inputs):
+            if ref.shape == x.shape and ref.dtype == x.dtype and \
+                    torch.equal(ref, x.to(ref.device)):
+                return i
+        return None
+
+    @contextlib.contextmanager
+    def skipping_before(self, first: int) -> Iterator[int]:
+        """Stages that end before leaf call ``first`` replay their recorded outputs; yields how
+        many stages are skipped."""
+        skip = [(n, m) for n, m in self.stages
+                if self.enabled and n in self.span and self.span[n][1] < first]
+        if not skip:
+            yield 0
+            return
+
+        def on_model(module, args):
+            x = _first_tensor(args)
+            self._batch = self._find_batch(x) if x is not None else None
+
+        def replay(name: str, module: nn.Module, forward: Callable) -> Callable:
+            def run(*args: Any, **kwargs: Any):
+                if self._batch is None:
+                    return forward(*args, **kwargs)
+                out = self.outputs[name][self._batch]
+                device = _first_tensor(args).device if _first_tensor(args) is not None else out.device
+                return out.to(device, copy=True)
+            return run
+
+        handle = self.model.register_forward_pre_hook(on_model)
+        own = {id(m): m.__dict__.get("forward") for _, m in skip}  # an instance-level forward?
+        for name, module in skip:
+            module.forward = replay(name, module, module.forward)
+        try:
+            yield len(skip)
+        finally:
+            handle.remove()
+            for _, module in skip:
+                if own[id(module)] is None:
+                    del module.forward
+                else:
+                    module.forward = own[id(module)]
+            self._batch = None
