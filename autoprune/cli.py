@@ -263,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AutopruneError as e:
         print(f"autoprune: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `autoprune show f.json | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("autoprune: interrupted (finished points are saved; rerun to resume)", file=sys.stderr)
         return 130

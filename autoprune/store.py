@@ -81,6 +81,9 @@ def write_record(record: SensitivityRecord, path: PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(record.to_json(), indent=1, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # an ordinary file, not mkstemp's owner-only 0600
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
