@@ -54,12 +54,12 @@ def _autoprune_meta(path: str | os.PathLike) -> dict[str, Any] | None:
 def _as_module(model: Any) -> tuple[nn.Module | None, bool]:
     """(module, trained) for a YOLO object, an Ultralytics .pt file or a module; (None, _) for a
     name or an autoprune checkpoint."""
-    if isinstance(model, nn.Module):
-        return model, False
-    if isinstance(model, yolo.YOLOModel):
+    if isinstance(model, yolo.YOLOModel):  # a YOLO object (itself an nn.Module): its model
         if not isinstance(model.model, nn.Module):
             raise ConfigError(f"the YOLO object holds no model ({model.model!r})")
-        return yolo.patch_model(model.model.float()), model.ckpt is not None
+        return yolo.patch_model(model.model.float()), bool(model.ckpt)
+    if isinstance(model, nn.Module):
+        return model, False
     if isinstance(model, (str, os.PathLike)) and str(model).lower().endswith(".pt"):
         if not Path(model).is_file():
             raise ConfigError(f"no checkpoint at {model}: nothing is downloaded; pass a local .pt "
@@ -89,8 +89,10 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
         return meta["arch"], model
     if module is None:
         return model, pretrain_weights
-    adapter.check_model(module)
     arch = adapter.arch_of(module)
+    if arch is not None and not trained and isinstance(model, yolo.YOLOModel):
+        return arch, pretrain_weights  # YOLO("yolov8n.yaml"): untrained, built for the data's nc
+    adapter.check_model(module)
     if arch is None or not trained:
         return module, pretrain_weights
     if pretrain_weights is not None:

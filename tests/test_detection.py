@@ -167,6 +167,22 @@ def test_default_without_profile_lists_available(flow, data_yaml, tmp_path):
         det.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path,
                   sensitivities_file="DEFAULT", **SMALL)
     assert "bundled:" in str(e.value) and "\n" not in str(e.value)
+    from ultralytics import YOLO
+    with yolo.quiet():
+        untrained = YOLO("yolov8n.yaml")  # 80 classes: stands for its YAML, built for the data
+    with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile for 'yolov8n'"):
+        det.train(untrained, data_yaml, epochs=1, save_dir=tmp_path, sensitivities_file="DEFAULT",
+                  **SMALL)
+
+
+def test_model_object_trains_and_records_its_architecture(data_yaml, tmp_path):
+    with yolo.quiet():
+        module = yolo.DetectionModel("yolo11n.yaml", nc=10, verbose=False)
+    r = det.train(module, data_yaml, epochs=1, save_dir=tmp_path, **SMALL)
+    meta = autoprune.read_pruned_metadata(r.baseline_path)
+    assert meta["arch"] == "yolo11n" and meta["build"] == {"nc": 10} and meta["pruned"] is False
+    assert _shapes(det.load_model(r.baseline_path)) == _shapes(r.model)
+    assert 0.0 <= r.metrics["map50_95"] <= 1.0
 
 
 def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yaml, tmp_path,
@@ -272,7 +288,7 @@ def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     ("missing", "no data.yaml at"),
     ("empty_labels", "no label files for the train images"),
     ("bad_class", "has class id 12 but"),
-    ("nc_mismatch", "the model predicts 80 classes but the data has 10"),
+    ("nc_mismatch", "the model predicts 3 classes but the data has 10"),
     ("unknown_model", "unknown model name"),
 ])
 def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
@@ -289,9 +305,8 @@ def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
             else:
                 p.write_text("12 0.5 0.5 0.2 0.2\n")
     elif case == "nc_mismatch":
-        from ultralytics import YOLO
         with yolo.quiet():
-            model = YOLO("yolov8n.yaml")  # 80 classes, untrained, built from YAML
+            model = yolo.DetectionModel("yolov8n.yaml", nc=3, verbose=False)
     elif case == "unknown_model":
         model = "yolov99z.yaml"
     with pytest.raises(autoprune.AutopruneError, match=match) as e:

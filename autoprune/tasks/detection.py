@@ -196,8 +196,8 @@ class DetectionAdapter:
         out = yolo.model_nc(model)
         if self.nc is not None and out != self.nc:
             raise ConfigError(f"the model predicts {out} classes but the data has {self.nc}: "
-                              f"build it from its YAML with the data (nc={self.nc}) or use data "
-                              f"with {out} classes")
+                              f"pass its YAML name (e.g. 'yolov8n.yaml', built for the data) or "
+                              f"use data with {out} classes")
         yolo.patch_model(model)
 
     def example_inputs(self, model: nn.Module) -> torch.Tensor:
