@@ -122,11 +122,21 @@ def test_pruned_flops_target(base_ckpt, tmp_path):
 
 
 @needs_fmnist
-def test_default_profile_missing_lists_available(base_ckpt, tmp_path):
+def test_default_profile_missing_lists_available(tmp_path):
+    # checked before any training: no profile is bundled for this architecture
     with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile") as e:
-        cls.train("resnet18", "fashion-mnist", save_dir=tmp_path, pretrain_weights=base_ckpt,
+        cls.train("mobilenetv3_small_100", "fashion-mnist", save_dir=tmp_path,
                   sensitivities_file="DEFAULT", **SMALL)
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and "timm/resnet18" in str(e.value)
+    assert not (tmp_path / "baseline").exists()
+
+
+@needs_fmnist
+def test_bundled_default_profile_prunes_resnet18(base_ckpt, tmp_path):
+    r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", pretrain_weights=base_ckpt,
+                  sensitivities_file="DEFAULT", eval_metric_loss=0.05, **SMALL)
+    assert r.sensitivities_path.name == "classification-timm-resnet18.json"
+    assert r.report["flops_reduction"] > 0.3
 
 
 @needs_fmnist
