@@ -212,10 +212,10 @@ def test_default_profile_modes(base_ckpt, tmp_path, monkeypatch):
 
 
 @needs_fmnist
-def test_reload_in_fresh_process_and_onnx(base_ckpt, tmp_path):
+def test_cli_reload_in_fresh_process_and_onnx(base_ckpt, tmp_path):
     sens = tmp_path / "s.json"
-    seg.analyze_sensitivity(base_ckpt, "fashion-scenes", sens, ratios=(0.5,), eval_limit=8,
-                            progress=False)
+    assert main(["sensitivity", str(base_ckpt), "fashion-scenes", str(sens), "--task",
+                 "segmentation", "--ratios", "0.5", "--limit", "8"]) == 0
     pruned = tmp_path / "pruned.pt"
     assert main(["prune", str(base_ckpt), str(sens), str(pruned), "--eval-metric-loss", "0.9"]) == 0
     x = torch.randn(2, 3, 64, 64)

@@ -13,6 +13,10 @@ The scenes are Fashion-MNIST garments pasted on textured backgrounds; each pixel
    model is pruned at the start, retrained, and a before/after table (FLOPs, CPU latency, mIoU and
    per-class IoU) is printed and written to ``<out>/pruned/report.md``.
 
+The short schedule here (600 scenes, 3 + 3 epochs, about 6 minutes on two busy CPU cores) gives a
+low mIoU (~0.12 -> 0.16); 2000 scenes with 4 + 2 epochs took 15 minutes and gave 0.32 -> 0.38 at
+-61 % FLOPs (an unpruned model trained the same 2 extra epochs: 0.39).
+
 Your own data: ``train_data="path/train"`` with ``path/train/images/*.png|jpg`` and
 ``path/train/masks/*.png`` (class indices, same file names, 255 = ignore), and ``num_classes``.
 """
@@ -29,13 +33,13 @@ def main() -> None:
     p.add_argument("--out", default="runs/tutorial_seg")
     p.add_argument("--model", default="unet", help="smp architecture: unet, fpn, deeplabv3plus...")
     p.add_argument("--encoder", default="resnet18", help="resnet18, mobilenet_v2, efficientnet-b0...")
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--eval-metric-loss", type=float, default=0.05)
     args = p.parse_args()
-    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     out = Path(args.out)
-    data = dict(train_data="fashion-scenes", input_size=64, train_limit=400, eval_limit=100,
-                batch_size=16, lr=2e-3)
+    data = dict(train_data="fashion-scenes", input_size=64, train_limit=600, eval_limit=64,
+                batch_size=16, lr=2e-3, warmup_epochs=0.2)
+    ratios = (0.3, 0.6)  # fewer points than the default 0.1...0.9: a quicker, coarser profile
 
     # Step 1: plain training (no sensitivities_file): out/base/best.pt
     base = seg.train(args.model, args.encoder, epochs=args.epochs, save_dir=out / "base", **data)
@@ -43,13 +47,13 @@ def main() -> None:
 
     # Step 2: sensitivities of the trained model on the validation scenes
     sens = seg.analyze_sensitivity(base.baseline_path, "fashion-scenes", out / "sensitivities.json",
-                                   ratios=(0.2, 0.4, 0.6), eval_limit=data["eval_limit"])
+                                   ratios=ratios, eval_limit=data["eval_limit"])
     print(f"step 2: {len(sens)} groups measured -> {out / 'sensitivities.json'}")
 
     # Step 3: prune with a tolerated mIoU loss of eval_metric_loss per group, then retrain
     result = seg.train(args.model, args.encoder, epochs=args.epochs, save_dir=out / "pruned",
                        pretrain_weights=base.baseline_path,
-                       sensitivities_file=out / "sensitivities.json", ratios=(0.2, 0.4, 0.6),
+                       sensitivities_file=out / "sensitivities.json", ratios=ratios,
                        eval_metric_loss=args.eval_metric_loss, **data)
     print(f"step 3: pruned model {result.pruned_path}; FLOPs "
           f"-{result.report['flops_reduction']:.1%}; report in {out / 'pruned' / 'report.md'}")

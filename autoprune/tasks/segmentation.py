@@ -221,9 +221,11 @@ class SegmentationAdapter:
             self._eval_batches = CachedBatches(make_loader(
                 self.eval_set, self.batch_size, shuffle=False, num_workers=self.num_workers))
         num_classes = self.num_classes or output_classes(model)
-        names = self.class_names or [str(i) for i in range(num_classes)]
+        keys = [class_key(n) for n in self.class_names or range(num_classes)]
+        if len(set(keys)) < len(keys):  # names that differ only in punctuation
+            keys = [f"{i}_{k}" for i, k in enumerate(keys)]
         return evaluate_iou(model, self._eval_batches, device=self.device,
-                            num_classes=num_classes, class_keys=[class_key(n) for n in names],
+                            num_classes=num_classes, class_keys=keys,
                             ignore_index=self.ignore_index)
 
 
