@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from .errors import AutopruneError, ConfigError
@@ -110,7 +111,12 @@ def _sensitivity(args: argparse.Namespace) -> None:
     from .distributed import init_from_env, rank_and_world
 
     init_from_env()  # under torchrun: the points are shared out over the ranks
-    api = _task_api(args.task)
+    task = args.task
+    if args.task is None and Path(args.checkpoint).is_file():
+        from .checkpoint import read_pruned_metadata
+
+        task = read_pruned_metadata(args.checkpoint).get("task")
+    api = _task_api(task or "classification")
     sens = api.analyze_sensitivity(args.checkpoint, args.data, args.output,
                                    ratios=_ratios(args.ratios), criterion=args.criterion,
                                    eval_limit=args.limit, device=args.device)
@@ -194,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
     se.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
     se.add_argument("output", help="sensitivity file to write or complete (JSON)")
-    se.add_argument("--task", default="classification")
+    se.add_argument("--task", help="classification, detection or segmentation (default: the "
+                    "checkpoint's task)")
     se.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
     se.add_argument("--criterion", default="l1_norm", help="l1_norm, l2_norm, fpgm or bn_scale")
     se.add_argument("--limit", type=int, help="use only this many validation images")
