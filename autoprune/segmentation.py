@@ -54,8 +54,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
     model / encoder: an smp architecture (unet, unetplusplus, fpn, deeplabv3plus, pspnet, linknet,
     manet, pan, ...) and encoder (resnet18 (default), resnet34, mobilenet_v2, efficientnet-b0, ...);
     ``model="unet/resnet18"`` works too, as does an smp ``nn.Module``. Encoders start from random
-    weights unless ``encoder_weights`` (a local file of encoder weights, or an smp weight name —
-    smp may download that) or ``pretrain_weights`` (a whole trained model) is given.
+    weights unless ``encoder_weights`` (a local file of encoder weights; nothing is downloaded)
+    or ``pretrain_weights`` (a whole trained model) is given.
     train_data / eval_data: ``"fashion-scenes"`` (eval defaults to scenes of its test split;
     ``train_limit`` / ``eval_limit`` set the scene counts, 1000 / 200), an ``images/`` +
     ``masks/`` folder, or a Dataset. Images are resized to ``input_size`` (a multiple of 32;

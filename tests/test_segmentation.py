@@ -341,3 +341,9 @@ def test_model_with_other_classes_refused(tmp_path):
     with pytest.raises(autoprune.ConfigError, match="predicts 5 classes but the data has 3"):
         seg.train(model, train_data=data, num_classes=3, save_dir=tmp_path / "o",
                   **{**SMALL, "input_size": 32})
+
+
+def test_encoder_weight_names_are_refused_not_downloaded(tmp_path):
+    from autoprune.tasks.segmentation_models import build_segmenter
+    with pytest.raises(autoprune.ConfigError, match="never downloads"):
+        build_segmenter("unet/resnet18", 3, encoder_weights="imagenet")

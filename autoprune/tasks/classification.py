@@ -13,7 +13,8 @@ from torch.utils.data import Dataset
 from ..data import CachedBatches, make_loader
 from ..datasets import FashionMNIST
 from ..errors import ConfigError
-from ..training import FitConfig, evaluate_topk, fit_keep_best, pick_device
+from ..training import FitConfig, evaluate_topk, pick_device
+from .supervised import SupervisedFit
 
 FASHION_MNIST = "fashion-mnist"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -100,7 +101,7 @@ def dataset_classes(ds: Dataset) -> list[str] | None:
     return list(classes) if classes is not None else None
 
 
-class ClassificationAdapter:
+class ClassificationAdapter(SupervisedFit):
     """Classification task: builds timm/torchvision models, trains with SGD/AdamW + warm-up +
     cosine, evaluates top-1/top-5 on cached evaluation batches."""
 
@@ -182,20 +183,6 @@ class ClassificationAdapter:
 
     def ignored_layers(self, model: nn.Module) -> list[Any]:
         return []  # the classifier produces the output, which the core never prunes
-
-    def fit(self, model: nn.Module, epochs: int, save_dir: Path,
-            meta: dict[str, Any] | None = None) -> nn.Module:
-        """Train, evaluate after each epoch, keep ``best.pt`` (by top-1) and ``last.pt``."""
-        if self.train_set is None:
-            raise ConfigError("training needs train_data")
-        if epochs < 1:
-            raise ConfigError(f"epochs={epochs} must be at least 1")
-        loader = make_loader(self.train_set, self.batch_size, shuffle=True,
-                             num_workers=self.num_workers, seed=self.seed, drop_last=True)
-        return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
-                             save_dir=save_dir, meta=meta,
-                             evaluate=self.evaluate if self.eval_set is not None else None,
-                             metric=self.metric)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:

@@ -20,7 +20,6 @@ input through when the model is built: see ``segmentation_models``.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,7 +30,8 @@ from torch.utils.data import Dataset
 from ..data import CachedBatches, make_loader
 from ..errors import ConfigError, NoPrunableGroupsError
 from ..iou import evaluate_iou
-from ..training import FitConfig, fit_keep_best, pick_device
+from ..training import FitConfig, pick_device
+from .supervised import SupervisedFit
 from .segmentation_data import (SCENES, class_key, infer_classes, is_scenes,
                                 resolve_segmentation_data, scene_class_names)
 from .segmentation_models import STRIDE, build_segmenter, head_conv, output_classes, resolve_arch
@@ -71,7 +71,7 @@ class DiceCELoss(nn.Module):
         return ce + self.dice_weight * dice_loss
 
 
-class SegmentationAdapter:
+class SegmentationAdapter(SupervisedFit):
     """Segmentation task: smp models, Dice + CE with AdamW + cosine (AMP on CUDA), mIoU and
     per-class IoU on cached evaluation batches."""
 
@@ -198,20 +198,6 @@ class SegmentationAdapter:
             return []
         return [g.name for g in graph.groups
                 if any((_channels(graph.modules[n]) or g.channels) < g.channels for n in g.members)]
-
-    def fit(self, model: nn.Module, epochs: int, save_dir: Path,
-            meta: dict[str, Any] | None = None) -> nn.Module:
-        """Train, evaluate after each epoch, keep ``best.pt`` (by mIoU) and ``last.pt``."""
-        if self.train_set is None:
-            raise ConfigError("training needs train_data")
-        if epochs < 1:
-            raise ConfigError(f"epochs={epochs} must be at least 1")
-        loader = make_loader(self.train_set, self.batch_size, shuffle=True,
-                             num_workers=self.num_workers, seed=self.seed, drop_last=True)
-        return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
-                             save_dir=save_dir, meta=meta, loss_fn=self.loss,
-                             evaluate=self.evaluate if self.eval_set is not None else None,
-                             metric=self.metric)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:

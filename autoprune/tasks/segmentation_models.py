@@ -132,13 +132,16 @@ def _check_model_kwargs(name: str, encoder: str, model_kwargs: dict[str, Any] | 
 def build_segmenter(arch: str, num_classes: int, in_channels: int = 3,
                     model_kwargs: dict[str, Any] | None = None,
                     encoder_weights: str | os.PathLike | None = None) -> nn.Module:
-    """An smp model (``encoder_weights=None`` unless given: a local file of encoder weights, or an
-    smp weight name, which smp may download)."""
+    """An smp model with random weights, or with ``encoder_weights`` (a local file of encoder
+    weights; nothing is downloaded)."""
     import segmentation_models_pytorch as smp
 
     _, name, encoder = resolve_arch(arch).split("/", 2)
     kwargs = _check_model_kwargs(name, encoder, model_kwargs)
     local = encoder_weights is not None and Path(encoder_weights).is_file()
+    if encoder_weights is not None and not local:
+        raise ConfigError(f"encoder_weights={str(encoder_weights)!r} is not a file: autoprune "
+                          f"never downloads weights; pass a local file of encoder weights")
     try:
         model = smp.create_model(name, encoder_name=encoder, in_channels=in_channels,
                                  encoder_weights=None if local else encoder_weights,

@@ -1,0 +1,30 @@
+"""What the adapters trained by autoprune's own loop share (classification, segmentation)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from ..data import make_loader
+from ..errors import ConfigError
+from ..training import fit_keep_best
+
+
+class SupervisedFit:
+    """``fit`` for adapters with ``train_set``, ``eval_set``, ``cfg``, ``batch_size``,
+    ``num_workers``, ``seed``, ``device``, ``metric`` and, optionally, a ``loss`` callable."""
+
+    def fit(self, model: nn.Module, epochs: int, save_dir: Path,
+            meta: dict[str, Any] | None = None) -> nn.Module:
+        """Train, evaluate after each epoch, keep ``best.pt`` (by ``self.metric``) and ``last.pt``."""
+        if self.train_set is None:
+            raise ConfigError("training needs train_data")
+        if epochs < 1:
+            raise ConfigError(f"epochs={epochs} must be at least 1")
+        loader = make_loader(self.train_set, self.batch_size, shuffle=True,
+                             num_workers=self.num_workers, seed=self.seed, drop_last=True)
+        return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
+                             save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
+                             evaluate=self.evaluate if self.eval_set is not None else None,
+                             metric=self.metric)
