@@ -276,12 +276,20 @@ def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, 
 def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     result, _ = flow
     path = det.export_onnx(result.pruned_path, tmp_path / "pruned.onnx")
+    import numpy as np
     import onnx
+    from onnx.reference import ReferenceEvaluator
     graph = onnx.load(str(path))
-    weights = {i.name: list(i.dims) for i in graph.graph.initializer}
+    onnx.checker.check_model(graph)
     pruned = det.load_model(result.pruned_path)
-    # the exported graph holds the pruned (smaller) convolutions
-    assert sum(int(torch.tensor(d).prod()) for d in weights.values()) <= _params(pruned) + 100
+    stored = sum(int(np.prod(i.dims)) for i in graph.graph.initializer)
+    assert stored <= _params(pruned) + 100  # the graph holds the pruned (smaller) convolutions
+    x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = pruned(x)[0].numpy()
+    got = ReferenceEvaluator(graph).run(None, {"input": x.numpy()})[0]
+    assert got.shape == expected.shape == (1, 14, 84)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("case, match", [
@@ -290,6 +298,7 @@ def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     ("bad_class", "has class id 12 but"),
     ("nc_mismatch", "the model predicts 3 classes but the data has 10"),
     ("unknown_model", "unknown model name"),
+    ("reserved_arg", "train_args may not set epochs"),
 ])
 def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
     data = data_yaml
@@ -309,8 +318,9 @@ def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
             model = yolo.DetectionModel("yolov8n.yaml", nc=3, verbose=False)
     elif case == "unknown_model":
         model = "yolov99z.yaml"
+    kwargs = dict(SMALL, train_args={"epochs": 3}) if case == "reserved_arg" else SMALL
     with pytest.raises(autoprune.AutopruneError, match=match) as e:
-        det.train(model, data, epochs=1, save_dir=tmp_path / "out", **SMALL)
+        det.train(model, data, epochs=1, save_dir=tmp_path / "out", **kwargs)
     assert "\n" not in str(e.value)
 
 

@@ -25,6 +25,8 @@ IMAGE_SUFFIXES = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tif
 _ARCH = re.compile(r"^(yolov8|yolo11)([nsmlx])$")
 FAMILIES = "yolov8n/s/m/l/x, yolo11n/s/m/l/x"
 LABELS_CHECKED = 5000  # label files per split whose class ids are checked up front
+RESERVED = {"model", "data", "epochs", "imgsz", "batch", "device", "workers", "seed", "project",
+            "name", "exist_ok", "resume", "pretrained"}  # Ultralytics settings autoprune owns
 
 
 def resolve_arch(name: str) -> str:
@@ -155,6 +157,10 @@ class DetectionAdapter:
         self.device = pick_device(device)
         self.batch_size, self.workers, self.seed, self.progress = batch_size, workers, seed, progress
         self.train_args = dict(train_args or {})
+        taken = sorted(set(self.train_args) & RESERVED)
+        if taken:
+            raise ConfigError(f"train_args may not set {', '.join(taken)}: autoprune sets them "
+                              f"(use epochs=, imgsz=, batch=, device=, workers=, seed=, save_dir=)")
         self.eval_limit = eval_limit
         self.data = read_data_yaml(data) if data is not None else None
         self.eval_data = self.data if eval_data is None or (
@@ -236,8 +242,10 @@ class DetectionAdapter:
                 "epochs": epochs, "imgsz": self.input_size, "batch": self.batch_size,
                 "device": _ultralytics_device(self.device), "workers": self.workers,
                 "seed": self.seed, "project": str(save_dir), "name": "ultralytics",
-                "exist_ok": True, "plots": False, "verbose": self.progress, "amp": False,
-                **self.train_args}
+                "exist_ok": True, "plots": False, "verbose": self.progress,
+                # Ultralytics' AMP check downloads yolo26n.pt: off unless asked for (on a GPU,
+                # train_args={"amp": "bf16"} gives mixed precision without that check)
+                "amp": False, **self.train_args}
         threads = torch.get_num_threads()
         try:
             with yolo.quiet(not self.progress):
@@ -246,11 +254,13 @@ class DetectionAdapter:
         finally:
             torch.set_num_threads(threads)
         model.criterion = None
+        best_epoch = getattr(trainer.stopper, "best_epoch", epochs) or epochs
         for src, dst in ((trainer.last, "last.pt"), (trainer.best, "best.pt")):
             if Path(src).is_file():
                 model.load_state_dict(_ema_state(src))
-                metrics = self._ultralytics_metrics(trainer) if dst == "best.pt" else {}
-                save_pruned(model, save_dir / dst, **meta, epoch=epochs, metrics=metrics,
+                best = dst == "best.pt"
+                save_pruned(model, save_dir / dst, **meta, epoch=best_epoch if best else epochs,
+                            metrics=self._ultralytics_metrics(trainer) if best else {},
                             ultralytics_weights=str(Path(src)))
         return model.to(self.device).eval()
 

@@ -306,7 +306,15 @@ def load_ultralytics(path: str | os.PathLike) -> nn.Module:
     """The model of an Ultralytics checkpoint (a pickle: only for files you trust), float, patched."""
     from ultralytics.nn.tasks import load_checkpoint
 
-    model, _ = load_checkpoint(str(path))
+    from ..errors import CheckpointError
+
+    try:
+        with quiet():
+            model, _ = load_checkpoint(str(path))
+    except (TypeError, KeyError, AttributeError, RuntimeError, EOFError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise CheckpointError(f"{path} is neither an autoprune nor an Ultralytics checkpoint "
+                              f"({first})") from None
     return patch_model(model.float())
 
 
