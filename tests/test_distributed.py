@@ -89,6 +89,7 @@ def test_early_stop_skips_larger_ratios_and_is_recorded(tmp_path):
 @pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
                     reason="dataset-fashion-mnist not installed")
 def test_torchrun_cli_two_processes(tmp_path):
+    import socket
     import subprocess
     import sys
 
@@ -99,10 +100,14 @@ def test_torchrun_cli_two_processes(tmp_path):
     out = tmp_path / "sens.json"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
            "OMP_NUM_THREADS": "1"}
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", "29517", "-m", "autoprune", "sensitivity", str(base), "fashion-mnist",
+           "--master_addr", "127.0.0.1", "--master_port", str(port),
+           "-m", "autoprune", "sensitivity", str(base), "fashion-mnist",
            str(out), "--ratios", "0.5", "--limit", "40", "--device", "cpu"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     sens = autoprune.load_sensitivities(out)
     assert len(sens) == 12 and all(list(p) == [0.5] for p in sens.values())
