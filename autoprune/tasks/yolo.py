@@ -119,19 +119,23 @@ def _copy_layer_attrs(src: nn.Module, dst: nn.Module) -> nn.Module:
     return dst
 
 
-class C2fSplitFree(nn.Module):
-    """C2f / C3k2 without ``chunk``: ``cv0`` and ``cv1`` are the two halves of the original ``cv1``.
+class _SplitCv1(nn.Module):
+    """A block whose ``cv1`` output was split in two halves, now the layers ``cv0`` and ``cv1``."""
 
-    ``y = [cv0(x), cv1(x)]; y += [m(y[-1]) for m in self.m]; cv2(cat(y))`` — the same numbers as
-    the original, but each half is its own layer, so the halves can lose channels independently.
-    """
-
-    def __init__(self, block: C2f):
+    def __init__(self, block: nn.Module):
         super().__init__()
         self.c = block.c
         self.cv0, self.cv1 = _split_conv(block.cv1, block.c)
         self.cv2, self.m = block.cv2, block.m
         _copy_layer_attrs(block, self)
+
+
+class C2fSplitFree(_SplitCv1):
+    """C2f / C3k2 without ``chunk``: ``cv0`` and ``cv1`` are the two halves of the original ``cv1``.
+
+    ``y = [cv0(x), cv1(x)]; y += [m(y[-1]) for m in self.m]; cv2(cat(y))`` — the same numbers as
+    the original, but each half is its own layer, so the halves can lose channels independently.
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = [self.cv0(x), self.cv1(x)]
@@ -139,15 +143,8 @@ class C2fSplitFree(nn.Module):
         return self.cv2(torch.cat(y, 1))
 
 
-class C2PSASplitFree(nn.Module):
+class C2PSASplitFree(_SplitCv1):
     """C2PSA without ``split``: ``cv0`` (passed through) and ``cv1`` (into the PSA blocks)."""
-
-    def __init__(self, block: C2PSA):
-        super().__init__()
-        self.c = block.c
-        self.cv0, self.cv1 = _split_conv(block.cv1, block.c)
-        self.cv2, self.m = block.cv2, block.m
-        _copy_layer_attrs(block, self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.cv2(torch.cat((self.cv0(x), self.m(self.cv1(x))), 1))
