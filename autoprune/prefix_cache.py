@@ -47,6 +47,7 @@ class PrefixCache:
         self.span: dict[str, tuple[int, int]] = {}    # stage -> (first, last) leaf call index
         self.leaf_index: dict[nn.Module, int] = {}
         self.enabled = False
+        self.repeat = 1  # replayed outputs are repeated this many times along the batch (variants)
         self._batch: int | None = None
 
     # -- recording ---------------------------------------------------------------------------
@@ -131,7 +132,8 @@ class PrefixCache:
                     return forward(*args, **kwargs)
                 out = self.outputs[name][self._batch]
                 device = _first_tensor(args).device if _first_tensor(args) is not None else out.device
-                return out.to(device, copy=True)
+                out = out.to(device, copy=True)
+                return out.repeat(self.repeat, *([1] * (out.dim() - 1))) if self.repeat > 1 else out
             return run
 
         handle = self.model.register_forward_pre_hook(on_model)

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from .errors import ConfigError, MetricError, SensitivityFileError
 from .groups import PrunableGroup, PruningGraph, check_criterion
 from .measure import flush_denormals
+from .masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
 from .prefix_cache import PrefixCache
 from .distributed import barrier, broadcast, gather, rank_and_world, shard
 from .store import (Sensitivities, SensitivityRecord, absorb_shards, check_fingerprint, ratio_key,
@@ -28,6 +29,7 @@ from .store import (Sensitivities, SensitivityRecord, absorb_shards, check_finge
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 EvalFn = Callable[[nn.Module], Any]
+EVALUATIONS = ("auto", "masked", "prune")
 
 
 def check_ratios(ratios: Iterable[float]) -> list[float]:
@@ -176,13 +178,189 @@ def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
     return cache if skipped and replayed == recorded else None
 
 
+def _by_group(points: list[tuple[str, float]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for name, ratio in points:
+        out.setdefault(name, []).append(ratio)
+    return out
+
+
+class _Captured(Exception):
+    pass
+
+
+def _first_call(model: nn.Module, eval_fn: EvalFn) -> tuple[tuple, dict] | None:
+    """The arguments of the first model call ``eval_fn`` makes (the evaluation is cut short)."""
+    seen: dict[str, Any] = {}
+
+    def hook(module, args, kwargs):
+        seen["call"] = (args, kwargs)
+        raise _Captured
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        _evaluate(model, eval_fn, "for the unpruned model")
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    return seen.get("call")
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+class _PointRunner:
+    """Evaluates the points of one group after another: real prune, or masked batched variants
+    (checked against a real prune once per group, and on one point's metric once per run)."""
+
+    def __init__(self, model: nn.Module, eval_fn: EvalFn, graph: PruningGraph, criterion: str,
+                 cache: PrefixCache | None, evaluation: str, batch_variants: int, total: int,
+                 progress: bool, label: str):
+        self.model, self.eval_fn, self.graph, self.criterion = model, eval_fn, graph, criterion
+        self.cache, self.k = cache, batch_variants
+        if evaluation == "auto":  # batching pays where the device has idle width: GPUs
+            evaluation = "masked" if any(p.is_cuda for p in model.parameters()) else "prune"
+        self.masking = evaluation == "masked"
+        self.requested = evaluation
+        self.checked = False               # one point's metric compared with a real prune
+        self.call: tuple[tuple, dict] | None = None
+        self.reference: Any = None
+        self.counts = {"masked": 0, "pruned": 0}  # points evaluated each way
+        self.unmaskable: list[str] = []            # groups whose masked outputs differed
+        self.bar = tqdm(total=total, desc="sensitivity" + label, unit="pt",
+                        disable=not progress or not total, dynamic_ncols=True)
+
+    # -- one way or the other ----------------------------------------------------------------
+    def _skipping(self, group: PrunableGroup):
+        first = self.cache.first_touched(self.graph.touched_modules(group)) if self.cache else 0
+        return self.cache.skipping_before(first) if self.cache else contextlib.nullcontext()
+
+    def _real(self, group: PrunableGroup, ratio: float, idxs: list[int]) -> float:
+        self.counts["pruned"] += 1
+        with pruned_temporarily(self.graph, group, idxs), self._skipping(group):
+            return _evaluate(self.model, self.eval_fn, f"for group {group.name} at ratio {ratio:.2f}")
+
+    def _masked(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]) -> list[float]:
+        masks = [mask_points(self.graph, group, idxs) for _, idxs in chunk]
+        with BatchedVariants(self.model, masks) as variants, self._skipping(group):
+            if self.cache:
+                self.cache.repeat = len(chunk)
+            try:
+                metrics = []
+                for k, (ratio, _) in enumerate(chunk):
+                    variants.select(k)
+                    metrics.append(_evaluate(self.model, self.eval_fn,
+                                             f"for group {group.name} at ratio {ratio:.2f}"))
+                self.counts["masked"] += len(chunk)
+                return metrics
+            finally:
+                if self.cache:
+                    self.cache.repeat = 1
+
+    # -- per group ---------------------------------------------------------------------------
+    def _maskable(self, group: PrunableGroup, idxs: list[int]) -> bool:
+        if self.call is None:
+            self.call = _first_call(self.model, self.eval_fn)
+            if self.call is None:
+                self.masking = False
+                return False
+            with _eval_mode(self.model):
+                self.reference = self._forward()
+        with _eval_mode(self.model):
+            return masked_matches_pruned(self.model, self.graph, group, idxs, self._forward,
+                                         self.reference, lambda: self._pruned_forward(group, idxs))
+
+    def _forward(self) -> Any:
+        args, kwargs = self.call
+        return self.model(*args, **kwargs)
+
+    def _pruned_forward(self, group: PrunableGroup, idxs: list[int]) -> Any:
+        with pruned_temporarily(self.graph, group, idxs):
+            return self._forward()
+
+    def run(self, name: str, ratios: list[float], baseline: float, higher_is_better: bool,
+            skip: Callable[[float], bool]) -> Iterator[tuple[float, float]]:
+        """Yield ``(ratio, loss)`` for the ratios of group ``name`` not skipped (``skip(ratio)``
+        is asked just before each point, so an early stop sees the points yielded so far)."""
+        group = self.graph.group(name)
+        self.bar.set_postfix_str(name)
+        plans = [(r, self.graph.channels_to_remove(group, r, self.criterion)) for r in ratios]
+        work = [p for p in plans if p[1]]
+        masked = self.masking and len(work) > 1 and \
+            self._maskable(group, work[len(work) // 2][1])
+        if self.masking and len(work) > 1 and not masked:
+            self.unmaskable.append(name)
+        results: dict[float, float] = {}
+        while True:
+            todo = [(r, idxs) for r, idxs in plans if r not in results]
+            if not todo:
+                break
+            ratio, idxs = todo[0]
+            if skip(ratio):
+                results[ratio] = math.nan
+                self.bar.update()
+                continue
+            if not idxs:  # too few channels to remove any at this ratio
+                metrics = {ratio: baseline}
+            elif masked and self.masking:
+                chunk = [p for p in todo if p[1]][:self.k]
+                metrics = self._masked_or_none(group, chunk)
+                if metrics is None:
+                    continue  # masking was switched off: evaluate for real
+            else:
+                metrics = {ratio: self._real(group, ratio, idxs)}
+            for r in sorted(metrics):
+                if r != ratio and skip(r):
+                    break  # an early stop discards the rest of a batched chunk
+                results[r] = relative_loss(baseline, metrics[r], higher_is_better)
+                self.bar.update()
+                yield r, results[r]
+
+    def _masked_or_none(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]
+                        ) -> dict[float, float] | None:
+        """Metrics of ``chunk`` from one batched pass; the first time also a real prune of one
+        point must give the same metric. None (and masking off for good) if anything differs."""
+        try:
+            metrics = dict(zip((r for r, _ in chunk), self._masked(group, chunk)))
+        except NotBatchable:
+            self.masking = False
+            return None
+        if not self.checked:
+            ratio, idxs = chunk[len(chunk) // 2]
+            real = self._real(group, ratio, idxs)
+            if abs(real - metrics[ratio]) > 1e-4 * abs(real or 1.0):
+                self.masking = False
+                return None
+            self.checked = True
+            metrics[ratio] = real
+        return metrics
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def summary(self) -> dict[str, Any]:
+        """How the points were evaluated (recorded in the file's ``extra``)."""
+        return {"mode": self.requested, "batch_variants": self.k, "points": dict(self.counts),
+                "unmaskable_groups": self.unmaskable}
+
+
 def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                 groups: Iterable[str] | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
                 sensitivities_file: str | os.PathLike | None = None, criterion: str = "l1_norm",
                 ignored_layers: Iterable[Any] = (), higher_is_better: bool = True,
                 metric_name: str = "metric", arch: str | None = None,
                 early_stop: float | None = None, extra: Mapping[str, Any] | None = None,
-                prefix_cache: bool = True, progress: bool = True) -> Sensitivities:
+                prefix_cache: bool = True, evaluation: str = "auto",
+                batch_variants: int = 8, progress: bool = True) -> Sensitivities:
     """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
 
     For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
@@ -197,12 +375,23 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     ``prefix_cache`` (on by default) replays the unchanged first part of the network from one
     recorded pass instead of recomputing it (see :mod:`autoprune.prefix_cache`); it is checked
     once against a normal evaluation and switches itself off if the two differ.
+    ``evaluation`` chooses how a point is evaluated: ``"prune"`` removes the channels for real;
+    ``"masked"`` zeroes them with hooks and evaluates up to ``batch_variants`` ratios of a group in
+    one forward pass (see :mod:`autoprune.masking`), after checking once per group that masking
+    gives the outputs of a real prune (else that group is pruned for real) and once per run that
+    both give the same metric; ``"auto"`` (default) does the same checks, times both ways on the
+    first group and keeps the faster one. Every recorded number is a real-prune number up to
+    float noise; ``extra["evaluation"]`` in the file says what was used.
     Under ``torch.distributed`` (torchrun) the points are shared out over the ranks; each rank
     keeps its points in a shard file and rank 0 merges them into ``sensitivities_file``; every
     rank returns the full result. Returns the requested groups and the ratios measured.
     """
     ratios = check_ratios(ratios)
     check_criterion(criterion)
+    if evaluation not in EVALUATIONS:
+        raise ConfigError(f"evaluation={evaluation!r} is not one of {', '.join(EVALUATIONS)}")
+    if not isinstance(batch_variants, int) or batch_variants < 1:
+        raise ConfigError(f"batch_variants={batch_variants!r} must be a positive integer such as 8")
     if early_stop is not None and (not isinstance(early_stop, (int, float))
                                    or not math.isfinite(early_stop) or early_stop <= 0):
         raise ConfigError(f"early_stop={early_stop!r} must be a positive loss such as 0.5")
@@ -243,27 +432,20 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
     cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if prefix_cache and \
         len(mine) >= 4 else None
-    bar = tqdm(mine, desc="sensitivity" + (f" [rank {rank}/{world}]" if world > 1 else ""),
-               unit="pt", disable=not progress or not mine, dynamic_ncols=True)
-    for name, ratio in bar:
-        if _stopped_early(record, name, ratio, early_stop):
-            continue
-        bar.set_postfix_str(f"{name}@{ratio:.2f}")
-        group = graph.group(name)
-        idxs = graph.channels_to_remove(group, ratio, criterion)
-        if idxs:
-            first = cache.first_touched(graph.touched_modules(group)) if cache else 0
-            with pruned_temporarily(graph, group, idxs), \
-                    (cache.skipping_before(first) if cache else contextlib.nullcontext()):
-                metric = _evaluate(model, eval_fn, f"for group {name} at ratio {ratio:.2f}")
-            loss = relative_loss(baseline, metric, higher_is_better)
-        else:  # too few channels to remove any at this ratio
-            loss = 0.0
-        for rec in (record, own):
-            rec.set_point(name, ratio, loss)
+    runner = _PointRunner(model, eval_fn, graph, criterion, cache, evaluation, batch_variants,
+                          len(mine), progress, f" [rank {rank}/{world}]" if world > 1 else "")
+    for name, ratios_left in _by_group(mine).items():
+        for ratio, loss in runner.run(name, ratios_left, baseline, higher_is_better,
+                                      skip=lambda r: _stopped_early(record, name, r, early_stop)):
+            for rec in (record, own):
+                rec.set_point(name, ratio, loss)
+            if target is not None:
+                write_record(record if rank == 0 else own, target)
+    runner.close()
+    if mine:
+        record.extra["evaluation"] = own.extra["evaluation"] = runner.summary()
         if target is not None:
             write_record(record if rank == 0 else own, target)
-    bar.close()
 
     if world > 1:
         for points in gather(own.sensitivities):
