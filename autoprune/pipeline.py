@@ -156,8 +156,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           eval_metric_loss: float | None = 0.05, pruned_flops: float | None = None,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
-          progress: bool = True) -> TrainResult:
-    """The PaddleX-style flow for any task (see ``autoprune.classification.train``)."""
+          progress: bool = True, resume: bool = False) -> TrainResult:
+    """The PaddleX-style flow for any task (see ``autoprune.classification.train``).
+
+    ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
+    continues from its ``train_state.pt``; a finished stage is not trained again."""
     mode = _sens_mode(sensitivities_file)
     if mode != "none":
         _check_targets(eval_metric_loss, pruned_flops)
@@ -177,16 +180,17 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     meta = _checkpoint_meta(adapter, arch, model)
     if mode != "none":
         check_sensitivities_file(adapter, model, sensitivities_file, arch)
+    resuming = {"resume": True} if resume else {}  # only adapters with their own loop take it
 
     if mode == "none":  # plain training
-        model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False})
+        model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False}, **resuming)
         return TrainResult(model, baseline_path=save_dir / "best.pt",
                            metrics=adapter.evaluate(model) if _has_eval(adapter) else {})
 
     if pretrain_weights is None:  # the one-call flow: train the base model first
         print(f"[autoprune] training the base model ({pretrain_epochs or epochs} epochs)")
         model = adapter.fit(model, pretrain_epochs or epochs, save_dir / "baseline",
-                            meta={**meta, "pruned": False})
+                            meta={**meta, "pruned": False}, **resuming)
         baseline_path = save_dir / "baseline" / "best.pt"
     else:
         baseline_path = Path(pretrain_weights)
@@ -210,7 +214,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           f"-> {result.flops_after / 1e6:.1f}M (-{result.flops_reduction:.1%}); retraining "
           f"{epochs} epochs")
     model = adapter.fit(model, epochs, save_dir / "pruned",
-                        meta={**meta, "pruned": True, "plan": result.plan})
+                        meta={**meta, "pruned": True, "plan": result.plan}, **resuming)
     report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
               "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
               "pruned_flops_target": pruned_flops, "criterion": criterion, "round_to": round_to,

@@ -16,8 +16,9 @@ class SupervisedFit:
     ``num_workers``, ``seed``, ``device``, ``metric`` and, optionally, a ``loss`` callable."""
 
     def fit(self, model: nn.Module, epochs: int, save_dir: Path,
-            meta: dict[str, Any] | None = None) -> nn.Module:
-        """Train, evaluate after each epoch, keep ``best.pt`` (by ``self.metric``) and ``last.pt``."""
+            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
+        """Train, evaluate after each epoch, keep ``best.pt`` (by ``self.metric``), ``last.pt``
+        and ``train_state.pt``; ``resume=True`` continues from ``train_state.pt``."""
         if self.train_set is None:
             raise ConfigError("training needs train_data")
         if epochs < 1:
@@ -27,4 +28,4 @@ class SupervisedFit:
         return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
                              save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
                              evaluate=self.evaluate if self.eval_set is not None else None,
-                             metric=self.metric)
+                             metric=self.metric, resume=resume, seed=self.seed)
