@@ -63,6 +63,12 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     return model
 
 
+def _check_data(adapter: TaskAdapter, model: nn.Module) -> None:
+    """Refuse data the model cannot take, for adapters that can tell (the supervised ones)."""
+    if hasattr(adapter, "check_data"):
+        adapter.check_data(model)
+
+
 def _check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> None:
     if pruned_flops is not None:
         if isinstance(pruned_flops, bool) or not isinstance(pruned_flops, (int, float)) \
@@ -169,6 +175,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     arch = adapter.arch_key(model) if isinstance(model, str) else None
     model = adapter.build(arch) if isinstance(model, str) else model
     adapter.check_model(model)
+    _check_data(adapter, model)
     outputs = [save_dir / "baseline" / "best.pt", save_dir / "pruned" / "best.pt", save_dir / "best.pt"]
     if pretrain_weights is not None:
         src = Path(pretrain_weights).resolve()
@@ -256,6 +263,7 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
                               "model>: sensitivities of an untrained model mean nothing")
     if pretrain_weights is not None:
         load_weights(model, pretrain_weights)
+    _check_data(adapter, model)
     model.to(getattr(adapter, "device", "cpu"))
     sens, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
                                 ratios=ratios, progress=progress)

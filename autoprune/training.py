@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .checkpoint import _atomic_save, read_state_dict, save_pruned
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, TrainingDivergedError
 from .measure import flush_denormals
 
 
@@ -51,7 +51,7 @@ def _optimizer(model: nn.Module, cfg: FitConfig) -> torch.optim.Optimizer:
                                nesterov=True)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    raise ValueError(f"optimizer {cfg.optimizer!r} is not 'sgd' or 'adamw'")
+    raise ConfigError(f"optimizer={cfg.optimizer!r} is unknown: use 'sgd' or 'adamw'")
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
@@ -98,7 +98,7 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
             with torch.autocast(device.type, enabled=use_amp):
                 loss = loss_fn(model(inputs), targets)
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
+                raise TrainingDivergedError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
                                          f"lower the learning rate (lr={cfg.lr})")
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 from ..data import make_loader
@@ -29,3 +30,18 @@ class SupervisedFit:
                              save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
                              evaluate=self.evaluate if self.eval_set is not None else None,
                              metric=self.metric, resume=resume, seed=self.seed)
+
+    def check_data(self, model: nn.Module) -> None:
+        """Refuse images the model cannot take (another channel count, no channel axis) before
+        any time is spent, from the first item of each dataset."""
+        want = self.example_inputs(model).shape[1]
+        for name, dataset in (("train_data", self.train_set), ("eval_data", self.eval_set)):
+            if dataset is None or len(dataset) == 0:
+                continue
+            with torch.random.fork_rng(devices=[]):  # a random augmentation must not shift training
+                image = dataset[0][0]
+            shape = tuple(image.shape) if torch.is_tensor(image) else None
+            if shape is None or len(shape) != 3 or shape[0] != want:
+                raise ConfigError(f"{name} gives images of shape {shape or type(image).__name__} "
+                                  f"but the model takes {want}-channel tensors (C, H, W): convert "
+                                  f"the images, or build the model for their channel count")
