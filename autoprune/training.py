@@ -186,8 +186,10 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epoch
                                   f"resume=False") from None
         print(f"[autoprune] resuming {save_dir} after epoch {len(saved['history'])}/{epochs}",
               flush=True)
-    elif seed is not None:
-        torch.manual_seed(seed)
+    else:
+        state_path.unlink(missing_ok=True)  # a stale state must never be resumed into this run
+        if seed is not None:
+            torch.manual_seed(seed)
     best = {"score": saved["best_score"] if saved else -math.inf}
 
     def on_epoch_end(epoch: int, loss: float, loop_state: dict[str, Any]) -> None:

@@ -98,6 +98,13 @@ def test_finished_run_is_not_trained_again_and_settings_must_match(tmp_path, mon
         _cls(tmp_path / "run", Images(), epochs=2, resume=True)
 
 
+def test_a_run_started_over_drops_the_old_state(tmp_path):
+    _cls(tmp_path / "run", Images(), epochs=1)
+    with pytest.raises(KeyboardInterrupt):  # started over without resume, stopped in epoch 1
+        _cls(tmp_path / "run", Images(crash_after=BATCH + 3), epochs=1)
+    assert not (tmp_path / "run" / STATE_FILE).exists(), "resume would skip the new run"
+
+
 def test_resume_without_state_starts_from_scratch(tmp_path):
     r = _cls(tmp_path / "new", Images(), epochs=1, resume=True)
     assert r.baseline_path.is_file() and (tmp_path / "new" / STATE_FILE).is_file()

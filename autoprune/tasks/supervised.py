@@ -40,7 +40,7 @@ class SupervisedFit:
                 continue
             with torch.random.fork_rng(devices=[]):  # a random augmentation must not shift training
                 image = dataset[0][0]
-            shape = tuple(image.shape) if torch.is_tensor(image) else None
+            shape = tuple(image.shape) if hasattr(image, "shape") else None  # tensor or array
             if shape is None or len(shape) != 3 or shape[0] != want:
                 raise ConfigError(f"{name} gives images of shape {shape or type(image).__name__} "
                                   f"but the model takes {want}-channel tensors (C, H, W): convert "
