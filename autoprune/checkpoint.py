@@ -108,6 +108,11 @@ def read_pruned_metadata(path: str | os.PathLike) -> dict[str, Any]:
     return _read(path)["metadata"].get("user", {})
 
 
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The weights of a checkpoint written by :func:`save_pruned`, for a model of its shapes."""
+    return _read(path)["state_dict"]
+
+
 def _shrink(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""

@@ -40,7 +40,7 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
           num_workers: int = 0, train_limit: int | None = None, eval_limit: int | None = None,
-          seed: int = 0, progress: bool = True) -> TrainResult:
+          seed: int = 0, progress: bool = True, resume: bool = False) -> TrainResult:
     """Train a classifier, and prune it when ``sensitivities_file`` is given.
 
     model: a timm or torchvision name ("resnet18", "mobilenetv3_small_100", "torchvision/
@@ -54,6 +54,12 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
     Without ``pretrain_weights`` the base model is trained first (``pretrain_epochs``, default
     ``epochs``), then pruned and retrained for ``epochs``. Outputs go to ``save_dir``:
     ``baseline/best.pt``, ``pruned/best.pt``, ``report.json|md|csv`` and ``sensitivity.png``.
+
+    resume: after an interruption (Ctrl-C, crash), call again with the same arguments and
+    ``resume=True``: a training stage continues after its last finished epoch (from the
+    ``train_state.pt`` written next to ``last.pt`` every epoch) with the same LR schedule and
+    random states, a finished stage is not trained again, and the sensitivity file keeps its
+    measured points. Without ``resume`` training starts over.
     """
     torch.manual_seed(seed)
     adapter = ClassificationAdapter(
@@ -65,7 +71,7 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
                           pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                           eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                           pretrain_epochs=pretrain_epochs, criterion=criterion,
-                          round_to=round_to, ratios=ratios, progress=progress)
+                          round_to=round_to, ratios=ratios, progress=progress, resume=resume)
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval_data: Any,

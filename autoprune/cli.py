@@ -262,6 +262,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupted_message(args: argparse.Namespace) -> str:
+    """What a Ctrl-C leaves behind, and how to pick up from there."""
+    again = "run the same command again to resume"
+    if args.command == "sensitivity":
+        return f"interrupted: progress is saved in {args.output}; {again}"
+    if args.command == "demo":
+        return (f"interrupted: the measured sensitivity points are saved in {args.save_dir}; "
+                f"{again} (training restarts)")
+    if args.command == "train":
+        try:
+            save_dir = _load_config(args.config).get("save_dir", "output")
+        except AutopruneError:
+            save_dir = "the save_dir of the config"
+        return (f"interrupted: progress is saved in {save_dir}; add `resume: true` to "
+                f"{args.config} and {again}")
+    return "interrupted: nothing was saved; run the command again"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoprune`` console script."""
     args = build_parser().parse_args(argv)
@@ -274,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        print("autoprune: interrupted (finished points are saved; rerun to resume)", file=sys.stderr)
+        print(f"autoprune: {_interrupted_message(args)}", file=sys.stderr)
         return 130
     return 0
 

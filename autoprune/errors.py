@@ -24,3 +24,7 @@ class SensitivityFileError(AutopruneError, ValueError):
 
 class CheckpointError(AutopruneError, ValueError):
     """A pruned checkpoint is missing, corrupt or does not fit the model it is loaded into."""
+
+
+class TrainingDivergedError(AutopruneError, FloatingPointError):
+    """The training loss became NaN or infinite (usually a learning rate too high for the data)."""

@@ -63,6 +63,12 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     return model
 
 
+def _check_data(adapter: TaskAdapter, model: nn.Module) -> None:
+    """Refuse data the model cannot take, for adapters that can tell (the supervised ones)."""
+    if hasattr(adapter, "check_data"):
+        adapter.check_data(model)
+
+
 def _check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> None:
     if pruned_flops is not None:
         if isinstance(pruned_flops, bool) or not isinstance(pruned_flops, (int, float)) \
@@ -156,8 +162,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           eval_metric_loss: float | None = 0.05, pruned_flops: float | None = None,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
-          progress: bool = True) -> TrainResult:
-    """The PaddleX-style flow for any task (see ``autoprune.classification.train``)."""
+          progress: bool = True, resume: bool = False) -> TrainResult:
+    """The PaddleX-style flow for any task (see ``autoprune.classification.train``).
+
+    ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
+    continues from its ``train_state.pt``; a finished stage is not trained again."""
     mode = _sens_mode(sensitivities_file)
     if mode != "none":
         _check_targets(eval_metric_loss, pruned_flops)
@@ -166,6 +175,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     arch = adapter.arch_key(model) if isinstance(model, str) else None
     model = adapter.build(arch) if isinstance(model, str) else model
     adapter.check_model(model)
+    _check_data(adapter, model)
     outputs = [save_dir / "baseline" / "best.pt", save_dir / "pruned" / "best.pt", save_dir / "best.pt"]
     if pretrain_weights is not None:
         src = Path(pretrain_weights).resolve()
@@ -177,16 +187,17 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     meta = _checkpoint_meta(adapter, arch, model)
     if mode != "none":
         check_sensitivities_file(adapter, model, sensitivities_file, arch)
+    resuming = {"resume": True} if resume else {}  # only adapters with their own loop take it
 
     if mode == "none":  # plain training
-        model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False})
+        model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False}, **resuming)
         return TrainResult(model, baseline_path=save_dir / "best.pt",
                            metrics=adapter.evaluate(model) if _has_eval(adapter) else {})
 
     if pretrain_weights is None:  # the one-call flow: train the base model first
         print(f"[autoprune] training the base model ({pretrain_epochs or epochs} epochs)")
         model = adapter.fit(model, pretrain_epochs or epochs, save_dir / "baseline",
-                            meta={**meta, "pruned": False})
+                            meta={**meta, "pruned": False}, **resuming)
         baseline_path = save_dir / "baseline" / "best.pt"
     else:
         baseline_path = Path(pretrain_weights)
@@ -210,7 +221,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           f"-> {result.flops_after / 1e6:.1f}M (-{result.flops_reduction:.1%}); retraining "
           f"{epochs} epochs")
     model = adapter.fit(model, epochs, save_dir / "pruned",
-                        meta={**meta, "pruned": True, "plan": result.plan})
+                        meta={**meta, "pruned": True, "plan": result.plan}, **resuming)
     report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
               "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
               "pruned_flops_target": pruned_flops, "criterion": criterion, "round_to": round_to,
@@ -252,6 +263,7 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
                               "model>: sensitivities of an untrained model mean nothing")
     if pretrain_weights is not None:
         load_weights(model, pretrain_weights)
+    _check_data(adapter, model)
     model.to(getattr(adapter, "device", "cpu"))
     sens, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
                                 ratios=ratios, progress=progress)

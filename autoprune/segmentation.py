@@ -48,7 +48,7 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
           criterion: str = "l1_norm", round_to: int | None = None,
           ratios: Iterable[float] = DEFAULT_RATIOS, num_workers: int = 0,
           train_limit: int | None = None, eval_limit: int | None = None, seed: int = 0,
-          progress: bool = True) -> TrainResult:
+          progress: bool = True, resume: bool = False) -> TrainResult:
     """Train an smp segmentation model, and prune it when ``sensitivities_file`` is given.
 
     model / encoder: an smp architecture (unet, unetplusplus, fpn, deeplabv3plus, pspnet, linknet,
@@ -67,6 +67,9 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
     checkpoint with the best mIoU is kept. Outputs in ``save_dir``: ``baseline/best.pt``,
     ``pruned/best.pt``, ``report.json|md|csv`` (metrics ``miou`` and ``iou_<class>``) and
     ``sensitivity.png``.
+
+    resume: ``True`` continues an interrupted run called with the same arguments, as in
+    :func:`autoprune.classification.train` (each stage from its ``train_state.pt``).
     """
     torch.manual_seed(seed)
     adapter = SegmentationAdapter(
@@ -84,7 +87,7 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
                           pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                           eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                           pretrain_epochs=pretrain_epochs, criterion=criterion,
-                          round_to=round_to, ratios=ratios, progress=progress)
+                          round_to=round_to, ratios=ratios, progress=progress, resume=resume)
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval_data: Any,

@@ -5,7 +5,6 @@ epoch and one log line per epoch.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import os
@@ -18,7 +17,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .checkpoint import save_pruned
+from .checkpoint import _atomic_save, read_state_dict, save_pruned
+from .errors import CheckpointError, ConfigError, TrainingDivergedError
 from .measure import flush_denormals
 
 
@@ -51,7 +51,7 @@ def _optimizer(model: nn.Module, cfg: FitConfig) -> torch.optim.Optimizer:
                                nesterov=True)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    raise ValueError(f"optimizer {cfg.optimizer!r} is not 'sgd' or 'adamw'")
+    raise ConfigError(f"optimizer={cfg.optimizer!r} is unknown: use 'sgd' or 'adamw'")
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
@@ -64,8 +64,13 @@ def warmup_cosine(step: int, total: int, warmup: int) -> float:
 
 def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.device,
         loss_fn: Callable | None = None,
-        on_epoch_end: Callable[[int, float], None] | None = None) -> list[float]:
-    """Train ``model`` on ``loader`` for ``cfg.epochs``; returns the mean loss of each epoch."""
+        on_epoch_end: Callable[[int, float, dict[str, Any]], None] | None = None,
+        state: dict[str, Any] | None = None) -> list[float]:
+    """Train ``model`` on ``loader`` for ``cfg.epochs``; returns the mean loss of each epoch.
+
+    ``on_epoch_end(epoch, loss, state)`` gets the loop's resumable state after each epoch
+    (epochs done, optimizer, LR schedule, GradScaler, RNG states, losses); passing such a
+    ``state`` back continues with the next epoch as if the run had never stopped."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     model.to(device).train()
     flush_denormals()
@@ -75,8 +80,15 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, warmup))
     use_amp = device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
-    history = []
-    for epoch in range(cfg.epochs):
+    history: list[float] = []
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])  # before the schedule: it restores each group's lr
+        sched.load_state_dict(state["scheduler"])
+        if state["scaler"]:
+            scaler.load_state_dict(state["scaler"])
+        _set_rng_states(state["rng"], loader)
+        history = list(state["history"])
+    for epoch in range(len(history), cfg.epochs):
         model.train()
         running, seen = 0.0, 0
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not cfg.progress,
@@ -86,7 +98,7 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
             with torch.autocast(device.type, enabled=use_amp):
                 loss = loss_fn(model(inputs), targets)
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
+                raise TrainingDivergedError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
                                          f"lower the learning rate (lr={cfg.lr})")
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
@@ -98,37 +110,113 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
             bar.set_postfix(loss=f"{running / seen:.4f}", lr=f"{sched.get_last_lr()[0]:.4g}")
         history.append(running / max(1, seen))
         if on_epoch_end:
-            on_epoch_end(epoch, history[-1])
+            on_epoch_end(epoch, history[-1], {
+                "history": list(history), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
+                "rng": _rng_states(loader)})
     return history
+
+
+def _rng_states(loader: DataLoader) -> dict[str, Any]:
+    """The random states a training epoch draws from: torch's (CPU, CUDA) and the loader's
+    shuffle generator, all as tensors (weights-only loadable)."""
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "loader": loader.generator.get_state() if loader.generator is not None else None}
+
+
+def _set_rng_states(states: dict[str, Any], loader: DataLoader) -> None:
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    if states["loader"] is not None and loader.generator is not None:
+        loader.generator.set_state(states["loader"])
+
+
+STATE_FILE = "train_state.pt"  # next to last.pt: what a resumed run needs to continue
+STATE_VERSION = 1
+
+
+def read_train_state(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The resumable state written by :func:`fit_keep_best` at ``path`` (None when absent);
+    weights-only loading."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError("not an autoprune training state")
+    except Exception as e:  # noqa: BLE001 - truncated zip, foreign pickle, wrong content
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        raise CheckpointError(f"{path} cannot be read as a training state ({first}): delete it "
+                              f"to train from scratch, or resume=False") from None
+    return state
 
 
 def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epochs: int,
                   device: torch.device, save_dir: str | Path, meta: dict[str, Any] | None = None,
                   evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
                   metric: str = "", higher_is_better: bool = True,
-                  loss_fn: Callable | None = None) -> nn.Module:
+                  loss_fn: Callable | None = None, resume: bool = False,
+                  seed: int | None = None) -> nn.Module:
     """:func:`fit` for ``epochs``, evaluating after each epoch; writes ``last.pt`` every epoch and
     ``best.pt`` whenever ``metric`` improves (or the training loss, without ``evaluate``), both
-    through :func:`~autoprune.checkpoint.save_pruned` with ``meta``. Returns the model holding
-    the best weights."""
-    save_dir = Path(save_dir)
-    best: dict[str, Any] = {"score": -math.inf, "state": None}
+    through :func:`~autoprune.checkpoint.save_pruned` with ``meta``, then ``train_state.pt``
+    (atomic, weights-only: model, optimizer, schedule, RNG states, best score). Returns the model
+    holding the best weights.
 
-    def on_epoch_end(epoch: int, loss: float) -> None:
-        metrics = evaluate(model) if evaluate else {}
+    ``resume=True`` continues from ``save_dir/train_state.pt`` when there is one (a finished run
+    is not trained again); the result equals an uninterrupted run's. ``seed`` seeds torch at the
+    start of a fresh run, so a stage trains the same whatever ran before it."""
+    save_dir = Path(save_dir)
+    state_path = save_dir / STATE_FILE
+    steps = len(loader)
+    saved = read_train_state(state_path) if resume else None
+    if saved is not None:
+        if (saved["epochs"], saved["steps"]) != (epochs, steps):
+            raise ConfigError(f"{state_path} is from a run of {saved['epochs']} epochs x "
+                              f"{saved['steps']} batches, this one has {epochs} x {steps}: "
+                              f"resume with the same settings, or pass resume=False")
+        try:
+            model.load_state_dict(saved["model"])
+        except RuntimeError:
+            raise CheckpointError(f"{state_path} does not fit this model (another architecture "
+                                  f"or pruning?): resume with the same settings, or pass "
+                                  f"resume=False") from None
+        print(f"[autoprune] resuming {save_dir} after epoch {len(saved['history'])}/{epochs}",
+              flush=True)
+    else:
+        state_path.unlink(missing_ok=True)  # a stale state must never be resumed into this run
+        if seed is not None:
+            torch.manual_seed(seed)
+    best = {"score": saved["best_score"] if saved else -math.inf}
+
+    def on_epoch_end(epoch: int, loss: float, loop_state: dict[str, Any]) -> None:
+        # evaluation must not move the training's random stream (its loader draws a seed)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            metrics = evaluate(model) if evaluate else {}
         score = metrics[metric] if metric in metrics else -loss
         score = score if higher_is_better or metric not in metrics else -score
         shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
         print(f"epoch {epoch + 1}/{epochs}  loss {loss:.4f}  {shown}", flush=True)
         save_pruned(model, save_dir / "last.pt", **(meta or {}), epoch=epoch + 1, metrics=metrics)
         if score > best["score"]:
-            best.update(score=score, state=copy.deepcopy(model.state_dict()))
+            best["score"] = score
             save_pruned(model, save_dir / "best.pt", **(meta or {}), epoch=epoch + 1,
                         metrics=metrics)
+        _atomic_save({**loop_state, "version": STATE_VERSION, "epochs": epochs, "steps": steps,
+                      "best_score": best["score"],
+                      "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}},
+                     state_path)
 
-    fit(model, loader, dataclasses.replace(cfg, epochs=epochs), device=device, loss_fn=loss_fn,
-        on_epoch_end=on_epoch_end)
-    model.load_state_dict(best["state"])
+    if saved is None or len(saved["history"]) < epochs:
+        fit(model, loader, dataclasses.replace(cfg, epochs=epochs), device=device,
+            loss_fn=loss_fn, on_epoch_end=on_epoch_end, state=saved)
+    else:
+        print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its best.pt",
+              flush=True)
+    model.load_state_dict(read_state_dict(save_dir / "best.pt"))
     return model
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 from ..data import make_loader
@@ -16,8 +17,9 @@ class SupervisedFit:
     ``num_workers``, ``seed``, ``device``, ``metric`` and, optionally, a ``loss`` callable."""
 
     def fit(self, model: nn.Module, epochs: int, save_dir: Path,
-            meta: dict[str, Any] | None = None) -> nn.Module:
-        """Train, evaluate after each epoch, keep ``best.pt`` (by ``self.metric``) and ``last.pt``."""
+            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
+        """Train, evaluate after each epoch, keep ``best.pt`` (by ``self.metric``), ``last.pt``
+        and ``train_state.pt``; ``resume=True`` continues from ``train_state.pt``."""
         if self.train_set is None:
             raise ConfigError("training needs train_data")
         if epochs < 1:
@@ -27,4 +29,19 @@ class SupervisedFit:
         return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
                              save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
                              evaluate=self.evaluate if self.eval_set is not None else None,
-                             metric=self.metric)
+                             metric=self.metric, resume=resume, seed=self.seed)
+
+    def check_data(self, model: nn.Module) -> None:
+        """Refuse images the model cannot take (another channel count, no channel axis) before
+        any time is spent, from the first item of each dataset."""
+        want = self.example_inputs(model).shape[1]
+        for name, dataset in (("train_data", self.train_set), ("eval_data", self.eval_set)):
+            if dataset is None or len(dataset) == 0:
+                continue
+            with torch.random.fork_rng(devices=[]):  # a random augmentation must not shift training
+                image = dataset[0][0]
+            shape = tuple(image.shape) if hasattr(image, "shape") else None  # tensor or array
+            if shape is None or len(shape) != 3 or shape[0] != want:
+                raise ConfigError(f"{name} gives images of shape {shape or type(image).__name__} "
+                                  f"but the model takes {want}-channel tensors (C, H, W): convert "
+                                  f"the images, or build the model for their channel count")

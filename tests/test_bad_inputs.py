@@ -1,0 +1,245 @@
+"""The bad-input catalogue (docs/bad_inputs.md): each bad input raises an AutopruneError whose one
+line names the problem and the fix. Each case asserts on a stable part of the message, so a row
+of the catalogue breaks here when its message does. Synthetic data, tiny models, CPU, no network;
+every error comes before any training (except the diverging one, a few steps)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+import autoprune as ap
+from autoprune import classification as cls
+from autoprune import segmentation as seg
+from autoprune.cli import main
+from autoprune.errors import TrainingDivergedError
+from autoprune.pipeline import prune_checkpoint
+from autoprune.training import STATE_FILE
+from conftest import RefEval, make_input, make_model
+
+
+class Images(Dataset):
+    """``n`` random images of ``shape``; labels of 3 classes, or (H, W) masks of ``mask``."""
+
+    def __init__(self, shape=(3, 32, 32), n=8, mask=None, classes=3):
+        self.shape, self.n, self.mask = shape, n, mask
+        if mask is None:
+            self.classes = [str(c) for c in range(classes)]
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        target = i % 3 if self.mask is None else torch.zeros(self.mask, dtype=torch.long)
+        return torch.randn(*self.shape), target
+
+
+SMALL = dict(epochs=1, batch_size=4, input_size=32, progress=False)
+
+
+def _cls(tmp_path, data=None, model="resnet18", **kw):
+    data = Images() if data is None else data
+    return cls.train(model, data, data, **{**SMALL, "save_dir": tmp_path / "run", **kw})
+
+
+def _seg(tmp_path, data=None, model="unet", encoder="resnet18", **kw):
+    data = Images(mask=(32, 32)) if data is None else data
+    return seg.train(model, encoder, train_data=data, eval_data=data, num_classes=3,
+                     **{**SMALL, "save_dir": tmp_path / "run", **kw})
+
+
+def _ckpt(tmp_path):
+    path = tmp_path / "toy.pt"
+    ap.save_pruned(make_model("toy"), path, arch=None)
+    return path
+
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    return path
+
+
+def _sens_file(tmp_path, model=None):
+    model = model or make_model("toy")
+    x = make_input()
+    path = tmp_path / "sens.json"
+    if not path.exists():
+        ap.sensitivity(model, x, RefEval(model, x), ratios=(0.5,), sensitivities_file=path,
+                       progress=False)
+    return path
+
+
+def _sens(tmp_path, eval_fn=None, model=None, **kw):
+    model = model or make_model("toy")
+    x = make_input()
+    return ap.sensitivity(model, x, eval_fn or RefEval(model, x), progress=False,
+                          **{"ratios": (0.5,), **kw})
+
+
+def _edited_sens(tmp_path, edit):
+    text = _sens_file(tmp_path).read_text()
+    return _write(tmp_path, "edited.json", edit(text))
+
+
+def _bad_train_state(tmp_path):
+    _cls(tmp_path)
+    (tmp_path / "run" / STATE_FILE).write_bytes(b"PK\x03\x04 not a zip")
+    _cls(tmp_path, resume=True)
+
+
+def _default_for_another_model(tmp_path):
+    """The bundled resnet18 profile, as if its groups were measured on another variant."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("autoprune.pipeline.find_profile", lambda task, arch: _sens_file(tmp_path))
+        _cls(tmp_path, sensitivities_file="DEFAULT")
+
+
+# id: (call(tmp_path), error class, stable part of the message)
+CASES = {
+    # checkpoints
+    "checkpoint missing": (lambda t: ap.load_pruned(t / "nope.pt", make_model("toy")),
+                           ap.CheckpointError, "no checkpoint at"),
+    "checkpoint truncated": (lambda t: ap.load_pruned(
+        _write(t, "c.pt", _ckpt(t).read_bytes()[:700]), make_model("toy")),
+        ap.CheckpointError, "cannot be read as a weights-only checkpoint (corrupt, truncated"),
+    "checkpoint empty file": (lambda t: ap.read_pruned_metadata(_write(t, "c.pt", b"")),
+                              ap.CheckpointError, "cannot be read as a weights-only checkpoint"),
+    "checkpoint corrupt bytes": (lambda t: ap.read_pruned_metadata(
+        _write(t, "c.pt", os.urandom(2048))), ap.CheckpointError,
+        "cannot be read as a weights-only checkpoint"),
+    "checkpoint is a plain state_dict": (lambda t: ap.load_pruned(
+        (torch.save(make_model("toy").state_dict(), t / "sd.pt"), t / "sd.pt")[1],
+        make_model("toy")), ap.CheckpointError, "is not an autoprune pruned checkpoint"),
+    "checkpoint of a newer version": (lambda t: ap.read_pruned_metadata(
+        (torch.save({"format": "autoprune-pruned", "version": 99}, t / "v.pt"), t / "v.pt")[1]),
+        ap.CheckpointError, "was written by a newer autoprune"),
+    "checkpoint of another architecture": (lambda t: ap.load_pruned(_ckpt(t), make_model(
+        "resnet18")), ap.CheckpointError, "does not fit this model"),
+    "checkpoint of another task": (lambda t: cls.load_model(ap.save_pruned(
+        make_model("toy"), t / "s.pt", task="segmentation", arch="unet/resnet18")),
+        ap.CheckpointError, "is a segmentation checkpoint, not classification"),
+    "pretrain_weights missing": (lambda t: _cls(t, pretrain_weights=t / "nope.pt"),
+                                 ap.CheckpointError, "check pretrain_weights"),
+    "pretrain_weights inside save_dir outputs": (lambda t: _cls(
+        t, pretrain_weights=t / "run" / "baseline" / "best.pt", sensitivities_file=t / "s.json"),
+        ap.ConfigError, "lies where this run writes its outputs: pick another save_dir"),
+    "prune output is the input checkpoint": (lambda t: prune_checkpoint(
+        _ckpt(t), "DEFAULT", t / "toy.pt"), ap.ConfigError, "is the input checkpoint"),
+    "training state corrupt (resume=True)": (_bad_train_state, ap.CheckpointError,
+                                             "cannot be read as a training state"),
+    # sensitivity files
+    "sensitivity file missing": (lambda t: ap.read_record(t / "nope.json"),
+                                 ap.SensitivityFileError, "no sensitivity file at"),
+    "sensitivity file truncated": (lambda t: ap.read_record(_edited_sens(
+        t, lambda s: s[: len(s) // 2])), ap.SensitivityFileError, "is corrupt or truncated"),
+    "sensitivity file binary / a pickle": (lambda t: ap.read_record(
+        _write(t, "b.json", bytes(range(256)))), ap.SensitivityFileError,
+        "is not a JSON sensitivity file"),
+    "sensitivity file without format field": (lambda t: ap.read_record(
+        _write(t, "f.json", json.dumps({"sensitivities": {}}))), ap.SensitivityFileError,
+        'is not an autoprune sensitivity file (no "format"'),
+    "sensitivity file of wrong schema": (lambda t: ap.read_record(_edited_sens(
+        t, lambda s: json.dumps({**json.loads(s), "sensitivities": [1, 2]}))),
+        ap.SensitivityFileError, "'sensitivities' must map group names to {ratio: loss}"),
+    "sensitivity file of a newer version": (lambda t: ap.read_record(_edited_sens(
+        t, lambda s: s.replace('"version": 1', '"version": 99'))), ap.SensitivityFileError,
+        "upgrade autoprune"),
+    "sensitivity file made for another model": (lambda t: _sens(
+        t, model=make_model("resnet18"), groups=["conv1"], sensitivities_file=_sens_file(t)),
+        ap.SensitivityFileError, "was made for another model"),
+    "sensitivity file measured on other weights": (lambda t: _sens(
+        t, model=make_model("toy", seed=5), ratios=(0.3, 0.5), sensitivities_file=_sens_file(t)),
+        ap.SensitivityFileError, "was measured on other weights of this model"),
+    "DEFAULT profile made for another model": (_default_for_another_model, ap.SensitivityFileError,
+        "the DEFAULT profile for timm/resnet18 does not match this model's groups"),
+    # metrics
+    "NaN metric": (lambda t: _sens(t, eval_fn=lambda m: math.nan), ap.MetricError,
+                   "eval_fn returned nan for the unpruned model"),
+    "metric not a number": (lambda t: _sens(t, eval_fn=lambda m: "0.9"), ap.MetricError,
+                            "it must return one number"),
+    "zero baseline": (lambda t: _sens(t, eval_fn=lambda m: 0.0), ap.MetricError,
+                      "a relative loss needs a non-zero baseline"),
+    "NaN training loss": (lambda t: _cls(t, lr=1e30), TrainingDivergedError,
+                          "lower the learning rate"),
+    # ranges
+    "sensitivity ratio out of range": (lambda t: _sens(t, ratios=(1.5,)), ap.ConfigError,
+                                       "pruning ratio 1.5 is outside (0, 1)"),
+    "prune ratio out of range": (lambda t: ap.prune(make_model("toy"), make_input(),
+                                                    {"fuse.0": 1.0}),
+                                 ap.ConfigError, "is outside [0, 1)"),
+    "eval_metric_loss out of range": (lambda t: _cls(t, sensitivities_file=t / "s.json",
+                                                     eval_metric_loss=1.5),
+                                      ap.ConfigError, "eval_metric_loss=1.5 is outside (0, 1)"),
+    "pruned_flops out of range": (lambda t: _cls(t, sensitivities_file=t / "s.json",
+                                                 pruned_flops=1.2),
+                                  ap.ConfigError, "pruned_flops=1.2 is outside (0, 1)"),
+    "unknown optimizer": (lambda t: _cls(t, optimizer="adam"), ap.ConfigError,
+                          "optimizer='adam' is unknown: use 'sgd' or 'adamw'"),
+    # data
+    "empty dataset": (lambda t: _cls(t, data=Images(n=0)), ap.ConfigError,
+                      "the dataset is empty"),
+    "empty image folder": (lambda t: cls.train("resnet18", (t / "empty").mkdir() or t / "empty",
+                                               save_dir=t / "run", **SMALL),
+                           ap.ConfigError, "holds no images in class sub-folders"),
+    "gray (1-channel) images, classification": (lambda t: _cls(t, data=Images((1, 32, 32))),
+                                                ap.ConfigError,
+                                                "but the model takes 3-channel tensors (C, H, W)"),
+    "images without a channel axis": (lambda t: _cls(t, data=Images((32, 32))), ap.ConfigError,
+                                      "gives images of shape (32, 32)"),
+    "4-channel images, segmentation": (lambda t: _seg(t, data=Images((4, 32, 32), mask=(32, 32))),
+                                       ap.ConfigError,
+                                       "but the model takes 3-channel tensors (C, H, W)"),
+    "segmentation masks of another size": (lambda t: _seg(t, data=Images(mask=(64, 64))),
+                                           ap.ConfigError, "a mask must have its image's size"),
+    "segmentation masks with a channel axis": (lambda t: _seg(t, data=Images(mask=(1, 32, 32))),
+                                               ap.ConfigError, "must be (C, H, W) and (H, W)"),
+    "num_classes mismatch with the data": (lambda t: _cls(t, num_classes=5), ap.ConfigError,
+                                           "num_classes=5 but the data has 3 classes"),
+    "model object with other classes": (lambda t: _cls(t, model=__import__("timm").create_model(
+        "resnet18", num_classes=5)), ap.ConfigError, "predicts 5 classes but the data has 3"),
+    # names and paths
+    "unknown classification model": (lambda t: _cls(t, model="no_such_net_v9"), ap.ConfigError,
+                                     "unknown model name 'no_such_net_v9'"),
+    "unknown segmentation model": (lambda t: _seg(t, model="hrnet"), ap.ConfigError,
+                                   "unknown segmentation model 'hrnet'"),
+    "unknown segmentation encoder": (lambda t: _seg(t, encoder="resnet9000"), ap.ConfigError,
+                                     "unknown encoder 'resnet9000'"),
+    "model name without weights for an analysis": (lambda t: cls.analyze_sensitivity(
+        "resnet18", Images(), t / "s.json", num_classes=3), ap.ConfigError,
+        "a model name needs pretrain_weights"),
+    "unwritable save_dir": (lambda t: _cls(t, save_dir=_write(t, "file.txt", "x") / "sub"),
+                            ap.ConfigError, "is not writable"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_gives_its_one_line_error(case, tmp_path):
+    call, error, message = CASES[case]
+    with pytest.raises(error) as info:
+        call(tmp_path)
+    text = str(info.value)
+    assert isinstance(info.value, ap.AutopruneError)
+    assert message in text, text
+    assert "\n" not in text and text.strip() == text
+
+
+@pytest.mark.parametrize("config, message", [
+    (None, "no config file at"),
+    ("model: [resnet18\n", "is not valid YAML"),
+    ("- a list\n", "must hold a mapping of settings"),
+    ("model: resnet18\ntrain_data: x\nlearning_rate: 0.1\n", "unknown setting(s) learning_rate"),
+    ("train_data: x\n", "lacks 'model:'"),
+    ("task: ocr\nmodel: x\n", "unknown task 'ocr'"),
+])
+def test_cli_bad_config_is_one_line_with_exit_code_2(config, message, tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    if config is not None:
+        path.write_text(config)
+    assert main(["train", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoprune: error: ") and message in err and "\n" not in err, err
