@@ -145,24 +145,56 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _profiles(args: argparse.Namespace) -> None:
-    from .profiles import available_profiles, build_classification_profile, profile_dir
+    from .profiles import available_profiles, profile_dir
 
     if args.action == "list":
-        profiles = available_profiles()
-        print(f"bundled DEFAULT profiles in {profile_dir()}:")
+        from .store import read_record
+
+        folder = Path(args.out) if args.out else profile_dir()
+        profiles = available_profiles() if not args.out else \
+            _read_index(folder / "index.json")
+        print(f"DEFAULT profiles in {folder}:")
+        print(f"  {'task':15s} {'arch key':32s} {'baseline':>16s}  file")
         for task, archs in sorted(profiles.items()):
             for key, name in sorted(archs.items()):
-                print(f"  {task:15s} {key:35s} {name}")
+                try:
+                    metric = read_record(folder / name).metric
+                    base = f"{metric.get('name')} {float(metric.get('baseline')):.3f}"
+                except (AutopruneError, OSError, TypeError, ValueError):
+                    base = "(unreadable)"
+                print(f"  {task:15s} {key:32s} {base:>16s}  {name}")
         if not profiles:
             print("  (none)")
         return
+    from .profile_build import arch_key_of, build_profile, task_of
+
     if not args.arch:
-        raise ConfigError("profiles build needs --arch (e.g. --arch resnet18)")
-    path = build_classification_profile(args.arch, args.out or profile_dir(), epochs=args.epochs,
-                                        train_images=args.train_images,
-                                        val_images=args.val_images, input_size=args.size,
-                                        device=args.device)
+        raise ConfigError("profiles build needs --arch (e.g. --arch resnet18, --arch yolov8n, "
+                          "--arch smp/unet/resnet18)")
+    task = args.task or task_of(args.arch)
+    out = Path(args.out) if args.out else profile_dir()
+    if args.skip_existing:
+        key = arch_key_of(args.arch, task)
+        name = _read_index(out / "index.json").get(task, {}).get(key)
+        if name and (out / name).is_file():
+            print(f"skip {task} {key}: {out / name} exists (drop --skip-existing to rebuild)")
+            return
+    path = build_profile(args.arch, out, task=task, epochs=args.epochs,
+                         train_images=args.train_images, val_images=args.val_images,
+                         input_size=args.size, batch_size=args.batch, ratios=_ratios(args.ratios),
+                         device=args.device, seed=args.seed)
     print(f"wrote {path}")
+
+
+def _read_index(path: Path) -> dict:
+    import json
+
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text()).get("profiles", {})
+    except (ValueError, AttributeError):
+        raise ConfigError(f"{path} is not a profile index (JSON with 'profiles')") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,16 +262,28 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--device", default="auto")
     rp.set_defaults(func=_report)
 
-    pf = sub.add_parser("profiles", help="list the bundled DEFAULT sensitivity profiles, or "
-                        "build one on Fashion-MNIST")
+    pf = sub.add_parser("profiles", help="list the DEFAULT sensitivity profiles, or build one "
+                        "on public data (Fashion-MNIST; its scenes for detection/segmentation)")
     pf.add_argument("action", choices=("list", "build"))
-    pf.add_argument("--arch", help="architecture to build (classification: a timm/torchvision name)")
-    pf.add_argument("--out", help="folder to write into (default: the bundled profile folder)")
-    pf.add_argument("--epochs", type=int, default=3)
-    pf.add_argument("--train-images", type=int, default=12000)
-    pf.add_argument("--val-images", type=int, default=1000)
-    pf.add_argument("--size", type=int, default=32)
-    pf.add_argument("--device", default="auto")
+    pf.add_argument("--arch", help="architecture to build: a timm/torchvision name (resnet18), "
+                    "a YOLO name (yolov8n, yolo11s) or smp/<arch>/<encoder> (smp/unet/resnet18)")
+    pf.add_argument("--task", choices=("classification", "detection", "segmentation"),
+                    help="force the task (default: told from --arch)")
+    pf.add_argument("--out", help="profile folder to write (build) or read (list) (default: the "
+                    "bundled one)")
+    pf.add_argument("--epochs", type=int, help="training epochs (default per task: 3 / 30 / 10 "
+                    "for classification / detection / segmentation)")
+    pf.add_argument("--train-images", type=int, help="training images or scenes (default 12000 "
+                    "/ 512 / 1000)")
+    pf.add_argument("--val-images", type=int, help="images the sensitivities are measured on "
+                    "(default 1000 / 64 / 200)")
+    pf.add_argument("--size", type=int, help="input size in pixels (default 32 / 128 / 64)")
+    pf.add_argument("--batch", type=int, help="batch size (default 128 / 16 / 8)")
+    pf.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
+    pf.add_argument("--seed", type=int, default=0)
+    pf.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda")
+    pf.add_argument("--skip-existing", action="store_true",
+                    help="do nothing if --out already lists this architecture")
     pf.set_defaults(func=_profiles)
 
     s = sub.add_parser("show", help="print a sensitivity file as a table")

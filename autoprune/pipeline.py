@@ -172,7 +172,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         _check_targets(eval_metric_loss, pruned_flops)
         check_criterion(criterion)
     save_dir = check_save_dir(save_dir)
-    arch = adapter.arch_key(model) if isinstance(model, str) else None
+    arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
     model = adapter.build(arch) if isinstance(model, str) else model
     adapter.check_model(model)
     _check_data(adapter, model)

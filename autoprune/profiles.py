@@ -2,20 +2,27 @@
 
 Profiles live in ``pretrained_sensitivities/`` (repo root, shipped in the wheel as the package
 ``autoprune.pretrained_sensitivities``): one JSON sensitivity file per architecture and an
-``index.json`` mapping ``{task: {arch_key: file name}}``.
+``index.json`` mapping ``{task: {arch_key: file name}}``. ``autoprune profiles build`` makes them
+(:mod:`autoprune.profile_build`); ``$AUTOPRUNE_PROFILE_DIR`` points DEFAULT at another folder.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .errors import ConfigError
 
 DEFAULT = "DEFAULT"
+PROFILE_DIR_ENV = "AUTOPRUNE_PROFILE_DIR"
 
 
 def profile_dir() -> Path:
-    """The folder holding the bundled profiles (installed package first, then the source tree)."""
+    """The folder holding the DEFAULT profiles: ``$AUTOPRUNE_PROFILE_DIR`` when set (profiles
+    you built with ``autoprune profiles build --out``), else the bundled ones (installed package
+    first, then the source tree)."""
+    if os.environ.get(PROFILE_DIR_ENV):
+        return Path(os.environ[PROFILE_DIR_ENV])
     try:
         from importlib.resources import files
 
@@ -73,45 +80,6 @@ def register_profile(task: str, arch_key: str, file_name: str, out_dir: Path) ->
     return index_path
 
 
-def build_classification_profile(arch: str, out_dir: str | Path, *, epochs: int = 3,
-                                 train_images: int = 12000, val_images: int = 1000,
-                                 input_size: int = 32, work_dir: str | Path | None = None,
-                                 device: str = "auto", seed: int = 0) -> Path:
-    """Train ``arch`` on Fashion-MNIST, measure its sensitivities and bundle them as its profile.
-
-    The file records how it was made (data, input size, epochs, metric, baseline, criterion,
-    ratios, package versions, date) and is added to ``out_dir/index.json``.
-    """
-    import datetime
-    import tempfile
-
-    from . import classification as cls
-    from .store import read_record, write_record
-    from .tasks.classification import resolve_arch
-
-    key = resolve_arch(arch)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    name = "classification-" + key.replace("/", "-") + ".json"
-    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-        base = cls.train(key, "fashion-mnist", epochs=epochs, batch_size=128, lr=0.05,
-                         input_size=input_size, train_limit=train_images,
-                         eval_limit=val_images, save_dir=Path(tmp) / "base", device=device,
-                         seed=seed)
-        target = Path(tmp) / name
-        cls.analyze_sensitivity(base.baseline_path, "fashion-mnist", target,
-                                eval_limit=val_images, device=device)
-        record = read_record(target)
-    record.extra.update({
-        "how": {"dataset": "Fashion-MNIST (Debian dataset-fashion-mnist), gray repeated to 3 "
-                           "channels", "train_images": train_images, "val_images": val_images,
-                "input_size": input_size, "epochs": epochs, "seed": seed,
-                "command": f"autoprune profiles build --arch {arch} --epochs {epochs} "
-                           f"--train-images {train_images} --val-images {val_images} "
-                           f"--size {input_size}"},
-        "versions": _versions(),
-        "date": datetime.date.today().isoformat()})
-    record.model.pop("weights_sha256", None)  # the weights are not shipped
-    write_record(record, out_dir / name)
-    register_profile("classification", key, name, out_dir)
-    return out_dir / name
+# the builders (they train and measure) live in profile_build
+from .profile_build import (build_classification_profile, build_detection_profile,  # noqa: E402
+                            build_profile, build_segmentation_profile)

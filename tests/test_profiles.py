@@ -7,6 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 import autoprune
 from autoprune.cli import main
@@ -63,3 +64,194 @@ def test_wheel_ships_the_profiles_and_resolves_default(tmp_path):
     found = json.loads(out)
     assert found["dir"].startswith(str(site))  # the installed copy, not the source tree
     assert found["profiles"] == available_profiles()
+
+
+# -- architecture keys of what the user passes, DEFAULT resolution and refusal ---------------------
+needs_fmnist = pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
+    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
+
+
+def _fake_profile(folder, adapter, model, task, key):
+    """A profile for ``model`` (its real group fingerprint, made-up losses), registered."""
+    from autoprune.groups import PruningGraph
+
+    graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
+    sens = {g.name: {0.5: 0.1} for g in graph.groups}
+    name = f"{task}-{key.replace('/', '-')}.json"
+    autoprune.save_sensitivities(sens, folder / name, arch=key, fingerprint=graph.fingerprint,
+                                 metric_name=adapter.metric, baseline=0.5)
+    register_profile(task, key, name, folder)
+    return folder / name
+
+
+def test_task_of_a_key():
+    from autoprune.profile_build import arch_key_of, task_of
+
+    cases = {"resnet18": ("classification", "timm/resnet18"),
+             "torchvision/mobilenet_v2": ("classification", "torchvision/mobilenet_v2"),
+             "yolov8n": ("detection", "yolov8n"), "yolo11s.yaml": ("detection", "yolo11s"),
+             "smp/unet/resnet18": ("segmentation", "smp/unet/resnet18"),
+             "deeplabv3plus/mobilenet_v2": ("segmentation", "smp/deeplabv3plus/mobilenet_v2")}
+    for arch, (task, key) in cases.items():
+        assert task_of(arch) == task and arch_key_of(arch, task) == key
+    with pytest.raises(autoprune.ConfigError, match="cannot tell the task"):
+        task_of("no_such_net")
+
+
+def test_arch_key_of_model_objects():
+    import segmentation_models_pytorch as smp
+    import timm
+    import torchvision
+
+    from autoprune.tasks import get_adapter
+
+    cls_adapter, seg_adapter = get_adapter("classification"), get_adapter("segmentation")
+    assert cls_adapter.arch_key(timm.create_model("mobilenetv3_small_100", num_classes=3)) == \
+        "timm/mobilenetv3_small_100"
+    assert cls_adapter.arch_key(torchvision.models.resnet34(num_classes=10)) == \
+        "torchvision/resnet34"
+    assert cls_adapter.arch_key(torchvision.models.mobilenet_v2()) == "torchvision/mobilenet_v2"
+    assert cls_adapter.arch_key(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1))) is None
+    assert seg_adapter.arch_key(smp.FPN("mobilenet_v2", encoder_weights=None, classes=3)) == \
+        "smp/fpn/mobilenet_v2"
+    assert seg_adapter.arch_key(timm.create_model("resnet18")) is None
+
+
+def test_default_resolves_for_model_objects_and_refuses_others(tmp_path, monkeypatch):
+    import segmentation_models_pytorch as smp
+    import timm
+    import torchvision
+
+    from autoprune.pipeline import check_sensitivities_file
+    from autoprune.tasks.classification import ClassificationAdapter
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    cls_adapter = ClassificationAdapter(num_classes=10, input_size=32)
+    seg_adapter = SegmentationAdapter(num_classes=11, input_size=64)
+    objects = [(cls_adapter, timm.create_model("resnet18", num_classes=10)),
+               (cls_adapter, torchvision.models.resnet18(num_classes=10)),
+               (seg_adapter, smp.Unet("resnet18", encoder_weights=None, classes=11))]
+    expected = {}
+    for adapter, model in objects:
+        key = adapter.arch_key(model)
+        expected[key] = _fake_profile(tmp_path, adapter, model, adapter.task, key)
+    assert set(expected) == {"timm/resnet18", "torchvision/resnet18", "smp/unet/resnet18"}
+    monkeypatch.setenv("AUTOPRUNE_PROFILE_DIR", str(tmp_path))
+    for adapter, model in objects:
+        key = adapter.arch_key(model)
+        assert check_sensitivities_file(adapter, model, "DEFAULT", key) == expected[key]
+    # another width (half the channels), found as timm/resnet18 by name: refused, not applied
+    narrow = timm.create_model("resnet18", num_classes=10, channels=(32, 64, 128, 256))
+    assert cls_adapter.arch_key(narrow) == "timm/resnet18"
+    with pytest.raises(autoprune.SensitivityFileError, match="does not match this model's groups"):
+        check_sensitivities_file(cls_adapter, narrow, "DEFAULT", cls_adapter.arch_key(narrow))
+    # a torchvision model with a patched layer keeps its name (same parameter names) -> refused
+    patched = torchvision.models.resnet18(num_classes=10)
+    patched.layer1[0].conv1 = torch.nn.Conv2d(64, 32, 3, padding=1, bias=False)
+    patched.layer1[0].bn1 = torch.nn.BatchNorm2d(32)
+    patched.layer1[0].conv2 = torch.nn.Conv2d(32, 64, 3, padding=1, bias=False)
+    assert cls_adapter.arch_key(patched) == "torchvision/resnet18"
+    with pytest.raises(autoprune.SensitivityFileError, match="does not match"):
+        check_sensitivities_file(cls_adapter, patched, "DEFAULT", "torchvision/resnet18")
+
+
+@needs_fmnist
+def test_train_with_a_model_object_and_default_checks_before_training(tmp_path, monkeypatch):
+    import timm
+
+    from autoprune import classification as cls
+
+    model = timm.create_model("resnet18", num_classes=10)
+    from autoprune.tasks.classification import ClassificationAdapter
+
+    _fake_profile(tmp_path / "p", ClassificationAdapter(num_classes=10, input_size=32),
+                  timm.create_model("resnet18", num_classes=10, channels=(32, 64, 128, 256)),
+                  "classification", "timm/resnet18")
+    monkeypatch.setenv("AUTOPRUNE_PROFILE_DIR", str(tmp_path / "p"))
+    with pytest.raises(autoprune.SensitivityFileError, match="DEFAULT profile for timm/resnet18"):
+        cls.train(model, "fashion-mnist", epochs=1, save_dir=tmp_path / "run", train_limit=16,
+                  eval_limit=16, sensitivities_file="DEFAULT", progress=False)
+    assert not (tmp_path / "run" / "baseline").exists()  # refused before any training
+
+
+# -- builders ----------------------------------------------------------------------------------
+@needs_fmnist
+def test_cli_builds_a_segmentation_profile_and_default_resolves(tmp_path, monkeypatch, capsys):
+    import segmentation_models_pytorch as smp
+
+    from autoprune.pipeline import check_sensitivities_file
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    out = tmp_path / "profiles"
+    args = ["profiles", "build", "--arch", "smp/unet/resnet18", "--out", str(out), "--epochs",
+            "1", "--train-images", "8", "--val-images", "4", "--size", "32", "--ratios", "0.5"]
+    assert main(args) == 0
+    path = out / "segmentation-smp-unet-resnet18.json"
+    index = json.loads((out / "index.json").read_text())
+    assert index["profiles"] == {"segmentation": {"smp/unet/resnet18": path.name}}
+    record = autoprune.read_record(path)
+    how = record.extra["how"]
+    assert record.metric["name"] == "miou" and record.metric["baseline"] > 0
+    assert "weights_sha256" not in record.model and record.extra["versions"]["torch"]
+    assert how["input_size"] == 32 and how["epochs"] == 1 and how["val_images"] == 4
+    assert "scenes" in how["dataset"] and how["command"].startswith(
+        "autoprune profiles build --arch smp/unet/resnet18 --task segmentation")
+    assert set(next(iter(record.sensitivities.values()))) == {0.5}
+    # an existing profile is left alone with --skip-existing; list shows the baseline
+    capsys.readouterr()
+    assert main(args + ["--skip-existing"]) == 0
+    assert "skip segmentation smp/unet/resnet18" in capsys.readouterr().out
+    assert main(["profiles", "list", "--out", str(out)]) == 0
+    listed = capsys.readouterr().out
+    assert "smp/unet/resnet18" in listed and "miou" in listed and path.name in listed
+    # DEFAULT now resolves for the name and for an smp object
+    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: out)
+    adapter = SegmentationAdapter(num_classes=11, input_size=32)
+    model = smp.Unet("resnet18", encoder_weights=None, classes=11)
+    assert check_sensitivities_file(adapter, model, "DEFAULT", adapter.arch_key(model)) == path
+
+
+@needs_fmnist
+def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
+    """The builder's plumbing on 8 scenes, 1 epoch: the mAP of such a model is 0, so the
+    evaluation is replaced by a made-up non-zero score (the real one is tested in
+    test_detection.py)."""
+    from autoprune.pipeline import check_sensitivities_file
+    from autoprune.profile_build import build_detection_profile
+    from autoprune.tasks import yolo
+    from autoprune.tasks.detection import DetectionAdapter
+
+    def fake_evaluate(self, model):
+        score = 0.5 + 1e-9 * sum(float(p.abs().sum()) for p in model.parameters())
+        return {"map50_95": score, "map50": score}
+
+    monkeypatch.setattr(DetectionAdapter, "evaluate", fake_evaluate)
+    out = tmp_path / "profiles"
+    path = build_detection_profile("yolov8n.yaml", out, epochs=1, train_images=8, val_images=4,
+                                   input_size=64, batch_size=8, ratios=(0.5,), progress=False,
+                                   work_dir=tmp_path)
+    assert path == out / "detection-yolov8n.json"
+    index = json.loads((out / "index.json").read_text())
+    assert index["profiles"] == {"detection": {"yolov8n": path.name}}
+    record = autoprune.read_record(path)
+    how = record.extra["how"]
+    assert record.metric["name"] == "map50_95" and record.model["arch"] == "yolov8n"
+    assert how["train_images"] == 8 and how["input_size"] == 64 and "scenes" in how["dataset"]
+    assert how["train_args"]["optimizer"] == "AdamW" and how["train_args"]["nbs"] == 8
+    assert "weights_sha256" not in record.model and record.extra["date"]
+    # DEFAULT resolves for a DetectionModel and a YOLO object of the data's 10 classes ...
+    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: out)
+    adapter = DetectionAdapter(nc=10, input_size=64)
+    with yolo.quiet():
+        module = yolo.patch_model(yolo.DetectionModel("yolov8n.yaml", nc=10, verbose=False))
+        from ultralytics import YOLO
+
+        wrapper = YOLO("yolov8n.yaml")
+        coco = yolo.patch_model(yolo.DetectionModel("yolov8n.yaml", nc=80, verbose=False))
+    assert adapter.arch_key(module) == adapter.arch_key(wrapper) == "yolov8n"
+    assert check_sensitivities_file(adapter, module, "DEFAULT", "yolov8n") == path
+    # ... and is refused for 80 classes (Detect's class branch is wider: other groups)
+    with pytest.raises(autoprune.SensitivityFileError, match="does not match this model's groups"):
+        check_sensitivities_file(DetectionAdapter(nc=80, input_size=64), coco, "DEFAULT",
+                                 adapter.arch_key(coco))

@@ -19,8 +19,12 @@ class TaskAdapter(Protocol):
     metric: str             # the metric sensitivities are measured with, e.g. "top1"
     higher_is_better: bool
 
-    def arch_key(self, name: str) -> str:
-        """The canonical architecture key of a model name (e.g. ``timm/resnet18``)."""
+    def arch_key(self, model: str | nn.Module) -> str | None:
+        """The canonical architecture key (``timm/resnet18``, ``yolov8n``, ``smp/unet/resnet18``)
+        of what the user passed: a model name (a ConfigError when unknown) or a model object — a
+        timm/torchvision model, a YOLO object or DetectionModel, an smp model — (None when its
+        architecture cannot be told). The key picks the DEFAULT profile; the profile's group
+        fingerprint then refuses a model of another width or with patched layers."""
 
     def build(self, arch: str, **build_kwargs: Any) -> nn.Module:
         """A fresh, untrained model of architecture ``arch``."""

@@ -41,6 +41,53 @@ def resolve_arch(name: str) -> str:
                       f"resnet18, mobilenetv3_small_100, efficientnet_b0, mobilenet_v2)")
 
 
+def arch_of_model(model: nn.Module) -> str | None:
+    """The key of a timm or torchvision model object (``timm/<name>``, ``torchvision/<name>``),
+    or None when it is neither.
+
+    timm models name their architecture in ``pretrained_cfg``. torchvision models do not: the
+    builders defined next to the model's class are run on the meta device (no memory, no weights)
+    and the one whose parameter names and shapes are the model's wins; failing that, the one
+    builder whose parameter names alone match (a pruned or re-widened copy: the group
+    fingerprint then tells it apart).
+    """
+    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None)
+    if isinstance(cfg, dict) and cfg.get("architecture"):
+        import timm
+
+        if timm.is_model(cfg["architecture"]):
+            return f"timm/{cfg['architecture']}"
+    if type(model).__module__.startswith("torchvision.models."):
+        return _torchvision_arch(model)
+    return None
+
+
+def _torchvision_arch(model: nn.Module) -> str | None:
+    import torchvision
+
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    num_classes = _output_classes(model)
+    same_names = []
+    for name in torchvision.models.list_models(module=torchvision.models):
+        builder = torchvision.models.get_model_builder(name)
+        if builder.__module__ != type(model).__module__:
+            continue
+        kwargs = {"num_classes": num_classes} if num_classes else {}
+        try:
+            with torch.device("meta"):
+                candidate = builder(weights=None, **kwargs)
+        except Exception:  # noqa: BLE001 - a builder that cannot run here is just not a match
+            continue
+        if type(candidate) is not type(model):
+            continue
+        theirs = {k: tuple(v.shape) for k, v in candidate.state_dict().items()}
+        if theirs == shapes:
+            return f"torchvision/{name}"
+        if theirs.keys() == shapes.keys():
+            same_names.append(name)
+    return f"torchvision/{same_names[0]}" if len(same_names) == 1 else None
+
+
 def build_classifier(arch: str, num_classes: int) -> nn.Module:
     """An untrained classifier (no weights are downloaded)."""
     arch = resolve_arch(arch)
@@ -164,8 +211,10 @@ class ClassificationAdapter(SupervisedFit):
     def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
         return {"num_classes": self.num_classes or _output_classes(model)}
 
-    def arch_key(self, name: str) -> str:
-        return resolve_arch(name)
+    def arch_key(self, model: str | nn.Module) -> str | None:
+        """``timm/<name>`` or ``torchvision/<name>`` of a model name (ConfigError if unknown) or
+        of a timm/torchvision model object (None if unknown)."""
+        return resolve_arch(model) if isinstance(model, str) else arch_of_model(model)
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model whose output size does not match the data's classes."""

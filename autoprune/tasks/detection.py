@@ -39,6 +39,22 @@ def resolve_arch(name: str) -> str:
                       f"a .pt checkpoint or a YOLO object")
 
 
+def arch_of_model(model: Any) -> str | None:
+    """The key (``yolov8n``...) of a YOLO object or DetectionModel, from the YAML it was built
+    from (its file name, or the family plus its ``scale``); None when it is not one of ours."""
+    if isinstance(model, yolo.YOLOModel):
+        model = model.model
+    cfg = getattr(model, "yaml", None)
+    if not isinstance(cfg, dict):
+        return None
+    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
+    scale = str(cfg.get("scale") or "")
+    for candidate in (stem, stem + scale):
+        if _ARCH.match(candidate):
+            return candidate
+    return None
+
+
 def build_yolo(arch: str, nc: int, names: dict[int, str] | None = None) -> nn.Module:
     """An untrained, patched (split-free) DetectionModel of ``arch`` with ``nc`` classes."""
     with yolo.quiet():
@@ -182,8 +198,26 @@ class DetectionAdapter:
         self._loader = None
 
     # -- the TaskAdapter protocol ----------------------------------------------------------------
-    def arch_key(self, name: str) -> str:
-        return resolve_arch(name)
+    def arch_key(self, model: Any) -> str | None:
+        """``yolov8n``... of a name (``"yolov8n.yaml"``; ConfigError if unknown), a .pt checkpoint
+        (autoprune's metadata, or the YAML inside an Ultralytics one), or a YOLO object /
+        DetectionModel (None if unknown)."""
+        if not isinstance(model, (str, os.PathLike)):
+            return arch_of_model(model)
+        path = Path(model)
+        if path.suffix.lower() == ".pt" and path.is_file() and not _ARCH.match(path.stem.lower()):
+            from ..checkpoint import read_pruned_metadata
+            from ..errors import CheckpointError
+
+            try:
+                arch = read_pruned_metadata(path).get("arch")
+            except CheckpointError:  # an Ultralytics checkpoint (a pickle: the user's own file)
+                arch = arch_of_model(yolo.load_ultralytics(path))
+            if arch is None:
+                raise ConfigError(f"{path} does not say which YOLO model it holds: pass its YAML "
+                                  f"name ({FAMILIES})")
+            return arch
+        return resolve_arch(str(model))
 
     def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
         nc = nc or self.nc
@@ -218,11 +252,7 @@ class DetectionAdapter:
 
     def arch_of(self, model: nn.Module) -> str | None:
         """The architecture key of a built model, from the YAML it was made from."""
-        name = (getattr(model, "yaml", None) or {}).get("yaml_file")
-        try:
-            return resolve_arch(name) if name else None
-        except ConfigError:
-            return None
+        return arch_of_model(model)
 
     def fit(self, model: nn.Module, epochs: int, save_dir: Path,
             meta: dict[str, Any] | None = None) -> nn.Module:

@@ -34,7 +34,8 @@ from ..training import FitConfig, pick_device
 from .supervised import SupervisedFit
 from .segmentation_data import (SCENES, class_key, infer_classes, is_scenes,
                                 resolve_segmentation_data, scene_class_names)
-from .segmentation_models import STRIDE, build_segmenter, head_conv, output_classes, resolve_arch
+from .segmentation_models import (STRIDE, arch_of_model, build_segmenter, head_conv,
+                                  output_classes, resolve_arch)
 
 SPLIT_GROUPS = "_autoprune_split_groups"  # cached on a model: a member of each concat group
 
@@ -138,8 +139,10 @@ class SegmentationAdapter(SupervisedFit):
         self._eval_batches = None
 
     # -- the TaskAdapter protocol ----------------------------------------------------------------
-    def arch_key(self, name: str) -> str:
-        return resolve_arch(name)
+    def arch_key(self, model: str | nn.Module) -> str | None:
+        """``smp/<arch>/<encoder>`` of a name (``"unet/resnet18"``; ConfigError if unknown) or of
+        an smp model object (None if unknown)."""
+        return resolve_arch(model) if isinstance(model, str) else arch_of_model(model)
 
     def build(self, arch: str, num_classes: int | None = None, in_channels: int | None = None,
               model_kwargs: dict[str, Any] | None = None, **_: Any) -> nn.Module:

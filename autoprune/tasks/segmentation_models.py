@@ -60,6 +60,23 @@ def resolve_arch(name: str, encoder: str | None = None) -> str:
     return f"smp/{key}/{enc}"
 
 
+def arch_of_model(model: nn.Module) -> str | None:
+    """``smp/<arch>/<encoder>`` of an smp model object (its class and the encoder it was built
+    with), or None when it is not an smp model."""
+    name = next((k for k, cls in _architectures().items() if type(model) is cls), None)
+    if name is None:
+        return None
+    encoder = (getattr(model, "_hub_mixin_config", None) or {}).get("encoder_name")
+    if not encoder and "-" in str(getattr(model, "name", "")):
+        encoder = str(model.name).split("-", 1)[1]  # smp's "u-resnet18", "fpn-resnet18"...
+    if not encoder:
+        return None
+    try:
+        return resolve_arch(name, encoder)
+    except ConfigError:
+        return None
+
+
 def _pass_through(x: Any, *args: Any, **kwargs: Any) -> Any:
     return x
 
