@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from .allocate import ratios_by_flops, ratios_by_loss
-from .checkpoint import load_pruned, read_pruned_metadata, save_pruned
+from .checkpoint import BASE_SHAPES, load_pruned, read_pruned_metadata, save_pruned
 from .errors import CheckpointError, ConfigError, SensitivityFileError
 from .groups import PruningGraph, check_criterion
 from .measure import measure
@@ -157,6 +157,22 @@ def _figures(adapter: TaskAdapter, model: nn.Module, metrics: dict[str, float]) 
             "metrics": metrics, "latency_cpu_ms": cpu["latency_ms"], "latency_gpu_ms": gpu}
 
 
+def _rebuilds(adapter: TaskAdapter, arch: str, model: nn.Module) -> bool:
+    """True when ``adapter.build(arch)`` gives ``model``'s modules and (unpruned) shapes, so a
+    checkpoint may record ``arch`` and ``load_model`` rebuild it; a patched or resized model
+    records no arch (loading it then needs ``base_model``)."""
+    try:
+        fresh = adapter.build(arch, **adapter.build_kwargs(model))
+    except Exception:  # noqa: BLE001 - any failure means: not rebuildable from the key
+        return False
+    structure = lambda m: [(n, type(x).__name__) for n, x in m.named_modules()]
+    shapes = getattr(model, BASE_SHAPES, None) or \
+        {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    fresh_shapes = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
+    return structure(fresh) == structure(model) and \
+        {k: tuple(v) for k, v in shapes.items()} == fresh_shapes
+
+
 def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir: str | os.PathLike,
           pretrain_weights: str | os.PathLike | None = None, sensitivities_file: Any = None,
           eval_metric_loss: float | None = 0.05, pruned_flops: float | None = None,
@@ -173,7 +189,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         check_criterion(criterion)
     save_dir = check_save_dir(save_dir)
     arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
-    model = adapter.build(arch) if isinstance(model, str) else model
+    if isinstance(model, str):
+        model = adapter.build(arch)
+        rebuild_arch = arch
+    else:
+        rebuild_arch = arch if arch and _rebuilds(adapter, arch, model) else None
     adapter.check_model(model)
     _check_data(adapter, model)
     outputs = [save_dir / "baseline" / "best.pt", save_dir / "pruned" / "best.pt", save_dir / "best.pt"]
@@ -184,7 +204,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
                               f"outputs: pick another save_dir (the input is never overwritten)")
         load_weights(model, pretrain_weights)
     model.to(getattr(adapter, "device", "cpu"))
-    meta = _checkpoint_meta(adapter, arch, model)
+    meta = _checkpoint_meta(adapter, rebuild_arch, model)
     if mode != "none":
         check_sensitivities_file(adapter, model, sensitivities_file, arch)
     resuming = {"resume": True} if resume else {}  # only adapters with their own loop take it

@@ -255,3 +255,20 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
     with pytest.raises(autoprune.SensitivityFileError, match="does not match this model's groups"):
         check_sensitivities_file(DetectionAdapter(nc=80, input_size=64), coco, "DEFAULT",
                                  adapter.arch_key(coco))
+
+
+def test_checkpoint_records_the_arch_only_when_the_key_rebuilds_the_model():
+    import timm
+    import torch.nn as nn
+
+    from autoprune.pipeline import _rebuilds
+    from autoprune.tasks import get_adapter
+
+    adapter = get_adapter("classification", num_classes=10, input_size=32)
+    plain = timm.create_model("resnet18", num_classes=10)
+    assert _rebuilds(adapter, "timm/resnet18", plain)
+    patched = timm.create_model("resnet18", num_classes=10)
+    patched.act1 = nn.SiLU()  # same shapes, another forward: must not be rebuilt from the key
+    assert not _rebuilds(adapter, "timm/resnet18", patched)
+    narrow = timm.create_model("resnet18", num_classes=10, channels=(32, 64, 128, 256))
+    assert not _rebuilds(adapter, "timm/resnet18", narrow)
