@@ -132,7 +132,7 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
         ratios = {k: min(_ratio_for_loss(p, threshold), max_ratio) for k, p in anchored.items()}
         return 1.0 - flops.predict(ratios) / flops.total, ratios
 
-    losses = [float(v) for points in sens.values() for v in points.values()]
+    losses = [v for points in anchored.values() for v in points.values()]  # tilt included
     most, _ = reduction(max(losses))
     if most < pruned_flops - 0.01:
         raise ConfigError(f"pruned_flops={pruned_flops} is not reachable with this profile: the "

@@ -145,6 +145,15 @@ def test_ratios_by_flops_leaves_model_untouched(x1):
     assert_same_state(model, snap)
 
 
+@pytest.mark.parametrize("flat", [0.0, 0.02])
+def test_ratios_by_flops_flat_table_prunes_uniformly(flat, x1):
+    # every group equally (in)sensitive, e.g. a model that scores the same whatever is pruned
+    model = make_model("resnet18")
+    names = [g.name for g in ap.prunable_groups(model, x1)]
+    result = ap.ratios_by_flops(model, x1, {n: {0.3: flat, 0.6: flat} for n in names}, 0.4)
+    _check_achieved(model, x1, result, 0.4)
+
+
 def test_ratios_by_flops_unreachable_target(x1):
     model = make_model("resnet18")
     names = [g.name for g in ap.prunable_groups(model, x1)]
