@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
     p.add_argument("--timeout", type=float, default=3600, help="seconds per launch")
     args = p.parse_args(argv)
     if args.quick:
-        args.train_images, args.limit, args.ratios = 640, 200, "0.3,0.6"
+        args.train_images, args.limit, args.ratios = 1500, 200, "0.3,0.6"
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     if not any(n == 2 for n, _ in configs):
         p.error("--configs needs a 2-process entry such as 2x1")
@@ -110,6 +110,9 @@ def main(argv=None) -> dict:
 
     ref = configs[0]
     two = next(c for c in configs if c[0] == 2)
+    values = [v for points in sens[ref].values() for v in points.values()]
+    print(f"sensitivities (relative top-1 loss) of {ref[0]}x{ref[1]}: {len(values)} points, "
+          f"{sum(v != 0 for v in values)} non-zero, from {min(values):.4f} to {max(values):.4f}")
     print()
     print("| processes x threads | wall time | speed-up vs "
           f"{ref[0]}x{ref[1]} | max abs diff vs {ref[0]}x{ref[1]} |")
