@@ -13,7 +13,7 @@ depend on them; denormals are flushed by ``autoprune.measure.latency_ms``); noth
     python benchmarks/latency_vs_flops.py            # 224 / 320 / 256 px, batch 1 and 8
 
 ``eff`` = speed-up / (FLOPs before / FLOPs after): 1.0 when latency falls as much as the FLOPs.
-The last line printed is ``rows=<n> mean_cpu_eff=<x>``.
+The last line printed is ``rows=<n> mean_cpu_eff=<x>`` (plus ``mean_gpu_eff=<y>`` with CUDA).
 """
 from __future__ import annotations
 
@@ -55,10 +55,6 @@ def uniform_table(names) -> dict[str, dict[float, float]]:
 
 def timed(model, x, devices, warmup, runs) -> dict[str, float]:
     return {d: latency_ms(model, x, device=d, warmup=warmup, repeats=runs) for d in devices}
-
-
-def fmt_ms(v):
-    return f"{v:.2f}" if v is not None else "-"
 
 
 def main(argv=None) -> list[dict]:
@@ -147,11 +143,12 @@ def main(argv=None) -> list[dict]:
                           flush=True)
                     del pruned, res
 
-    gpu = "cuda" in devices
+    label = {"cpu": "CPU", "cuda": "GPU"}
     head = ["task", "model", "px", "round_to", "target", "batch", "ratio", "FLOPs red.",
-            "params (M)", "CPU ms before", "CPU ms after", "CPU speed-up", "CPU eff"]
-    if gpu:
-        head += ["GPU ms before", "GPU ms after", "GPU speed-up", "GPU eff"]
+            "params (M)"]
+    for d in devices:
+        head += [f"{label[d]} ms before", f"{label[d]} ms after", f"{label[d]} speed-up",
+                 f"{label[d]} eff"]
     print()
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" if i < 3 else "---:" for i in range(len(head))) + "|")
@@ -159,17 +156,17 @@ def main(argv=None) -> list[dict]:
         cells = [r["task"], r["model"], str(r["size"]), str(r["round_to"] or "-"),
                  f"{r['target']:.1f}", str(r["batch"]), f"{r['ratio']:.3f}",
                  f"-{r['flops_red']:.1%}",
-                 f"{r['params_before'] / 1e6:.2f} → {r['params_after'] / 1e6:.2f}",
-                 fmt_ms(r["cpu_before"]) if "cpu_before" in r else "-",
-                 fmt_ms(r.get("cpu_after")), f"{r.get('cpu_speedup', 0):.2f}x",
-                 f"{r.get('cpu_eff', 0):.2f}"]
-        if gpu:
-            cells += [fmt_ms(r["cuda_before"]), fmt_ms(r["cuda_after"]),
-                      f"{r['cuda_speedup']:.2f}x", f"{r['cuda_eff']:.2f}"]
+                 f"{r['params_before'] / 1e6:.2f} → {r['params_after'] / 1e6:.2f}"]
+        for d in devices:
+            cells += [f"{r[f'{d}_before']:.2f}", f"{r[f'{d}_after']:.2f}",
+                      f"{r[f'{d}_speedup']:.2f}x", f"{r[f'{d}_eff']:.2f}"]
         print("| " + " | ".join(cells) + " |")
-    effs = [r["cpu_eff"] for r in rows if "cpu_eff" in r]
-    mean = sum(effs) / len(effs) if effs else float("nan")
-    print(f"rows={len(rows)} mean_cpu_eff={mean:.3f}")
+    parts = [f"rows={len(rows)}"]  # the last line: rows=<n> mean_cpu_eff=<x> [mean_gpu_eff=<y>]
+    for d in devices:
+        effs = [r[f"{d}_eff"] for r in rows]
+        parts.append(f"mean_{label[d].lower()}_eff="
+                     f"{sum(effs) / len(effs) if effs else float('nan'):.3f}")
+    print(" ".join(parts))
     return rows
 
 
