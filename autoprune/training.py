@@ -96,7 +96,13 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
         for inputs, targets in bar:
             inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
             with torch.autocast(device.type, enabled=use_amp):
-                loss = loss_fn(model(inputs), targets)
+                outputs = model(inputs)
+                try:
+                    loss = loss_fn(outputs, targets)
+                except IndexError as e:  # CrossEntropy on a label >= the number of outputs
+                    raise ConfigError(f"a training label is out of range ({e}): labels must be "
+                                      f"0 .. num_classes - 1; build the model with a num_classes "
+                                      f"that covers every label") from None
             if not torch.isfinite(loss):
                 raise TrainingDivergedError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
                                          f"lower the learning rate (lr={cfg.lr})")

@@ -38,6 +38,13 @@ class Images(Dataset):
         return torch.randn(*self.shape), target
 
 
+class BadLabels(Images):
+    """Declares 3 classes but labels an image 7."""
+
+    def __getitem__(self, i):
+        return torch.randn(*self.shape), 7 if i == 1 else 0
+
+
 SMALL = dict(epochs=1, batch_size=4, input_size=32, progress=False)
 
 
@@ -200,6 +207,8 @@ CASES = {
                                                ap.ConfigError, "must be (C, H, W) and (H, W)"),
     "num_classes mismatch with the data": (lambda t: _cls(t, num_classes=5), ap.ConfigError,
                                            "num_classes=5 but the data has 3 classes"),
+    "labels beyond the classes": (lambda t: _cls(t, data=BadLabels()), ap.ConfigError,
+                                  "a training label is out of range"),
     "model object with other classes": (lambda t: _cls(t, model=__import__("timm").create_model(
         "resnet18", num_classes=5)), ap.ConfigError, "predicts 5 classes but the data has 3"),
     # names and paths
