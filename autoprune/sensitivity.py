@@ -8,6 +8,7 @@ only what is missing.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import math
 import numbers
@@ -81,6 +82,13 @@ def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence
     saved = [(m, dict(m._parameters), dict(m._buffers),
               {k: v for k, v in m.__dict__.items() if not k.startswith("_")}) for m in modules]
     dg = graph.dg
+    # torch-pruning's own op nodes (concat, split, slice) keep channel sizes that pruning edits,
+    # some in place (ConcatPruner decrements concat_sizes): without this, the next group's
+    # channel indices would be mapped through the sizes of an already restored prune
+    ops = [(node.module, {k: copy.deepcopy(v) if isinstance(v, (list, tuple, dict)) else v
+                          for k, v in node.module.__dict__.items() if not k.startswith("_")})
+           for node in dg.module2node.values()
+           if isinstance(node.module, nn.Module) and node.module not in graph.names]
     param_names, module2node = dict(dg._param_to_name), dict(dg.module2node)
     param_nodes = {node: node.module for node in module2node.values()
                    if isinstance(node.module, nn.Parameter)}
@@ -95,6 +103,8 @@ def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence
             m._buffers.clear()
             m._buffers.update(buffers)
             m.__dict__.update(attrs)
+        for op, attrs in ops:
+            op.__dict__.update(attrs)
         dg._param_to_name, dg.module2node = param_names, module2node
         for node, param in param_nodes.items():
             node.module = param

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import torch.nn as nn
 
 import autoprune as ap
 from conftest import (ALL_MODELS, RefEval, assert_one_line, assert_same_state, make_input,
@@ -249,3 +250,64 @@ def test_too_few_channels_to_remove_gives_zero_loss_without_evaluating(toy, x):
     sens = _run(toy, x, ev, groups=["branch_a.0"], ratios=[0.04])
     assert sens == {"branch_a.0": {0.04: 0.0}}
     assert ev.calls == 1
+
+
+class _Cat(nn.Module):
+    """Two branches concatenated, then a 1x1 conv: pruning branch ``a`` edits torch-pruning's
+    concat sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(3, 8, 3, padding=1)
+        self.c = nn.Conv2d(16, 4, 1)
+        with torch.no_grad():  # a's last channels are the weakest: pruned first, at any ratio
+            for i in range(8):
+                self.a.weight[i].fill_(0.1 * (8 - i))
+                self.b.weight[i].fill_(0.05 * (i + 1))
+
+    def forward(self, x):
+        return self.c(torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], 1))
+
+
+def test_successive_points_through_a_concat_match_fresh_prunes():
+    from autoprune.groups import PruningGraph
+    from autoprune.sensitivity import pruned_temporarily
+    model = _Cat().eval()
+    pristine = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8, 8)
+    graph = PruningGraph(model, x)
+    cat = next(n.module for n in graph.dg.module2node.values()
+               if type(n.module).__name__ == "_ConcatOp")
+    sizes = list(cat.concat_sizes or [8, 8])
+    # after a prune of ``a`` is undone, ``b``'s channels must map to the concat's second half again
+    for name, ratio in (("a", 0.3), ("a", 0.6), ("b", 0.5), ("a", 0.8), ("b", 0.25)):
+        group = graph.group(name)
+        idxs = graph.channels_to_remove(group, ratio)
+        with torch.no_grad(), pruned_temporarily(graph, group, idxs):
+            got = model(x)
+        fresh = copy.deepcopy(pristine)
+        fresh_graph = PruningGraph(fresh, x)
+        fresh_graph.remove(fresh_graph.group(name), idxs)
+        with torch.no_grad():
+            assert torch.allclose(got, fresh(x), atol=1e-6), (name, ratio)
+        assert cat.concat_sizes == sizes  # torch-pruning's op state comes back too
+
+
+def test_yolo_points_in_sequence_keep_the_concat_mapping():
+    # C2f concatenates cv0, cv1 and the bottleneck: a stale concat size once made a later point
+    # prune channels of the wrong branch (a shape error, or silently wrong numbers)
+    pytest.importorskip("ultralytics")
+    from autoprune.tasks import get_adapter
+
+    adapter = get_adapter("detection", nc=3, input_size=64)
+    torch.manual_seed(0)
+    model = adapter.build("yolov8n").eval()
+    example = adapter.example_inputs(model)
+    xs = [torch.rand(2, 3, 64, 64) for _ in range(2)]
+    score = lambda m: sum(m(x)[0].sigmoid().mean().item() for x in xs)
+    ignored = adapter.ignored_layers(model)
+    names = [g.name for g in ap.prunable_groups(model, example, ignored)][:8]
+    got = ap.sensitivity(model, example, score, groups=names, ratios=(0.3, 0.6),
+                         ignored_layers=ignored, progress=False)
+    assert sorted(got) == sorted(names) and all(len(p) == 2 for p in got.values())
