@@ -228,6 +228,15 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def resolve_evaluation(model: nn.Module, evaluation: str) -> str:
+    """``"masked"`` or ``"prune"``: what ``evaluation="auto"`` means for ``model``. Batching
+    variants pays where the device has idle width (a GPU); on a CPU a batch of 8 variants costs
+    what 8 passes cost, and a real prune computes fewer channels (benchmarks/README.md)."""
+    if evaluation != "auto":
+        return evaluation
+    return "masked" if any(p.is_cuda for p in model.parameters()) else "prune"
+
+
 class _PointRunner:
     """Evaluates the points of one group after another: real prune, or masked batched variants
     (checked against a real prune once per group, and on one point's metric once per run)."""
@@ -237,8 +246,7 @@ class _PointRunner:
                  progress: bool, label: str):
         self.model, self.eval_fn, self.graph, self.criterion = model, eval_fn, graph, criterion
         self.cache, self.k = cache, batch_variants
-        if evaluation == "auto":  # batching pays where the device has idle width: GPUs
-            evaluation = "masked" if any(p.is_cuda for p in model.parameters()) else "prune"
+        evaluation = resolve_evaluation(model, evaluation)
         self.masking = evaluation == "masked"
         self.requested = evaluation
         self.checked = False               # one point's metric compared with a real prune
@@ -432,9 +440,11 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     baseline = float(record.metric["baseline"])
 
     missing = [(n, r) for n in names for r in ratios if not record.has_point(n, r)]
-    # with early stop a group's ratios must be measured in order, by one rank
-    mine = shard(missing, rank, world) if early_stop is None else \
-        [p for p in missing if p[0] in set(shard(names, rank, world))]
+    # with early stop a group's ratios must be measured in order, by one rank; batched variants
+    # need a group's ratios together too
+    whole_groups = early_stop is not None or resolve_evaluation(model, evaluation) == "masked"
+    mine = [p for p in missing if p[0] in set(shard(names, rank, world))] if whole_groups else \
+        shard(missing, rank, world)
     own = SensitivityRecord(model=record.model, metric=record.metric, criterion=criterion,
                             extra=record.extra)
     target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)

@@ -28,27 +28,37 @@ def _setup():
     return model, x, eval_fn
 
 
-def _worker(rank: int, world: int, init_file: str, path: str, out: str) -> None:
+def _worker(rank: int, world: int, init_file: str, path: str, out: str,
+            evaluation: str = "auto") -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         model, x, eval_fn = _setup()
         sens = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS, ratios=RATIOS,
-                                     sensitivities_file=path, progress=False)
+                                     sensitivities_file=path, evaluation=evaluation,
+                                     progress=False)
         torch.save(sens, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
 
-def test_two_gloo_ranks_equal_single_process(tmp_path):
+@pytest.mark.parametrize("evaluation", ["auto", "masked"])
+def test_two_gloo_ranks_equal_single_process(tmp_path, evaluation):
     model, x, eval_fn = _setup()
     single = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS, ratios=RATIOS, progress=False)
 
     path = tmp_path / "sens.json"
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(path), str(tmp_path / "out")),
-             nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(path), str(tmp_path / "out"),
+                            evaluation), nprocs=2, join=True)
+    tolerance = 0 if evaluation == "auto" else 1e-5  # masked: equal up to float noise
     for rank in range(2):
-        assert torch.load(f"{tmp_path / 'out'}.{rank}", weights_only=True) == single
-    assert autoprune.load_sensitivities(path) == single
+        got = torch.load(f"{tmp_path / 'out'}.{rank}", weights_only=True)
+        assert got.keys() == single.keys()
+        assert all(abs(got[n][r] - single[n][r]) <= tolerance for n in single for r in single[n])
+    merged = autoprune.load_sensitivities(path)
+    assert all(abs(merged[n][r] - single[n][r]) <= tolerance for n in single for r in single[n])
+    if evaluation == "masked":  # each rank measured whole groups, in batched passes
+        extra = autoprune.store.read_record(path).extra["evaluation"]
+        assert extra["points"]["masked"] >= 2
     assert not list(tmp_path.glob("sens.json.rank*.json"))  # shards merged and removed
 
 
