@@ -139,13 +139,25 @@ class PruningGraph:
                     grouped_conv = True
                 if self.dg.is_out_channel_pruning_fn(dep.handler) and module in self.names:
                     members.append(self.names[module])
-            if grouped_conv or not members:
+            if grouped_conv or not members or not self._norms_fit(group):
                 continue
             members = sorted(set(members), key=self._order.__getitem__)
             root = self.names[group[0].dep.target.module]
             groups.append(PrunableGroup(members[0], tuple(members), len(group[0].idxs), root))
         groups.sort(key=lambda g: self._order[g.name])
         return groups
+
+    @staticmethod
+    def _norms_fit(group) -> bool:
+        """False when a multi-group GroupNorm sees a share of the group's channels other than all
+        of them (a concatenation): equal cuts per norm group cannot be guaranteed there."""
+        channels = len(group[0].idxs)
+        for dep, idxs in group:
+            module = dep.target.module
+            if isinstance(module, nn.GroupNorm) and module.num_groups > 1 and (
+                    module.num_channels != channels or channels % module.num_groups):
+                return False
+        return True
 
     @property
     def fingerprint(self) -> str:
@@ -176,17 +188,38 @@ class PruningGraph:
 
     def channels_to_remove(self, group: PrunableGroup, ratio: float, criterion: str = "l1_norm",
                            round_to: int | None = None) -> list[int]:
-        """Indices of the least important channels that pruning ``ratio`` of ``group`` removes."""
+        """Indices of the least important channels that pruning ``ratio`` of ``group`` removes.
+
+        With a multi-group GroupNorm in the group the same number of channels goes from each of
+        its groups (the least important of each), so its channel count stays divisible."""
         full = self.tp_group(group)
         channels = len(full[0].idxs)
-        n_remove = channels - channels_to_keep(channels, ratio, round_to)
+        blocks = self._norm_groups(full, channels)
+        keep = channels_to_keep(channels, ratio, round_to)
+        keep = max(blocks, keep // blocks * blocks)
+        n_remove = channels - keep
         if n_remove <= 0:
             return []
         scores = _importance(criterion)(full)
         if scores is None:  # e.g. bn_scale on a group without BatchNorm
             scores = _importance("l1_norm")(full)
-        order = torch.argsort(scores.detach().float().cpu(), stable=True)
-        return sorted(order[:n_remove].tolist())
+        scores = scores.detach().float().cpu()
+        size, per_block = channels // blocks, n_remove // blocks
+        removed = []
+        for b in range(blocks):
+            order = torch.argsort(scores[b * size:(b + 1) * size], stable=True)
+            removed += (order[:per_block] + b * size).tolist()
+        return sorted(removed)
+
+    def _norm_groups(self, tp_group, channels: int) -> int:
+        """How many equal blocks the channel choice must respect: the largest ``num_groups`` of a
+        GroupNorm in the group (1 without one)."""
+        blocks = 1
+        for dep, _ in tp_group:
+            module = dep.target.module
+            if isinstance(module, nn.GroupNorm) and module.num_groups > 1:
+                blocks = max(blocks, module.num_groups)
+        return blocks
 
     def touched_modules(self, group: PrunableGroup) -> list[nn.Module]:
         """Every module (or unwrapped parameter's owner) that pruning ``group`` modifies."""

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 import autoprune as ap
-from autoprune.groups import group_fingerprint
+from autoprune.groups import PruningGraph, group_fingerprint
 from conftest import (ALL_MODELS, HEADS, TOY_GROUPS, assert_same_state, make_input, make_model,
                       snapshot)
 
@@ -166,3 +166,28 @@ def test_ignoring_a_coupled_layer_keeps_the_other_groups_intact(name, ignored):
     assert modules[ignored].out_channels == out_before
     with torch.no_grad():
         assert model(x).shape == (2, 10)
+
+
+class _GroupNormNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.norm = nn.GroupNorm(4, 16)
+        self.head = nn.Conv2d(16, 5, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.norm(self.conv(x))))
+
+
+@pytest.mark.parametrize("ratio,round_to", [(0.3, None), (0.5, None), (0.9, None), (0.3, 8)])
+def test_groupnorm_groups_lose_the_same_channels_per_norm_group(ratio, round_to):
+    model = _GroupNormNet().eval()
+    x = torch.randn(2, 3, 8, 8)
+    graph = PruningGraph(model, x)
+    idxs = graph.channels_to_remove(graph.group("conv"), ratio, round_to=round_to)
+    per_block = [sum(1 for i in idxs if i // 4 == b) for b in range(4)]
+    assert len(set(per_block)) == 1 and 0 < per_block[0] < 4  # equal cuts, one channel kept
+    ap.prune(model, x, {"conv": ratio}, round_to=round_to)
+    assert model.norm.num_channels == model.conv.out_channels == 16 - len(idxs)
+    assert model.norm.num_channels % model.norm.num_groups == 0
+    assert model(x).shape == (2, 5, 8, 8)

@@ -25,6 +25,27 @@ def test_every_indexed_profile_is_a_valid_file():
             assert find_profile(task, key) == profile_dir() / name
 
 
+BUNDLED = [(task, key) for task, archs in available_profiles().items() for key in archs]
+ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10},
+                "segmentation": {"num_classes": 11}}
+
+
+@pytest.mark.parametrize("task,key", BUNDLED)
+def test_every_bundled_profile_fits_its_architecture_today(task, key):
+    # a change to how groups are listed must not leave a bundled profile that no model matches
+    from autoprune.groups import PruningGraph
+    from autoprune.tasks import get_adapter
+
+    record = autoprune.read_record(find_profile(task, key))
+    size = record.extra["how"]["input_size"]
+    adapter = get_adapter(task, input_size=size, **ADAPTER_ARGS[task])
+    model = adapter.build(key)
+    graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
+    assert graph.fingerprint == record.model["fingerprint"]
+    assert {g.name: g.channels for g in graph.groups} == record.model["groups"]
+    assert all(len(points) for points in record.sensitivities.values())
+
+
 def test_missing_profile_lists_the_bundled_ones():
     with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile") as e:
         find_profile("classification", "timm/no_such_net")

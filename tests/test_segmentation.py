@@ -347,3 +347,25 @@ def test_encoder_weight_names_are_refused_not_downloaded(tmp_path):
     from autoprune.tasks.segmentation_models import build_segmenter
     with pytest.raises(autoprune.ConfigError, match="never downloads"):
         build_segmenter("unet/resnet18", 3, encoder_weights="imagenet")
+
+
+def test_fpn_decoder_groupnorm_groups_are_pruned_evenly(tmp_path):
+    from autoprune.tasks import get_adapter
+
+    adapter = get_adapter("segmentation", num_classes=4, input_size=64)
+    model = adapter.build("smp/fpn/resnet18").eval()
+    example = adapter.example_inputs(model)
+    ignored = adapter.ignored_layers(model)
+    decoder = [g.name for g in autoprune.prunable_groups(model, example, ignored)
+               if g.name.startswith("decoder.seg_blocks")]
+    assert decoder  # FPN's Conv-GroupNorm(32)-ReLU blocks are prunable
+    autoprune.prune(model, example, {n: 0.4 for n in decoder}, ignored_layers=ignored)
+    norms = [m for m in model.decoder.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert any(m.num_channels < 128 for m in norms)
+    assert all(m.num_channels % m.num_groups == 0 for m in norms)
+    assert model(torch.randn(2, 3, 64, 64)).shape == (2, 4, 64, 64)
+    path = tmp_path / "fpn.pt"
+    autoprune.save_pruned(model, path, arch=None)
+    back = autoprune.load_pruned(path, adapter.build("smp/fpn/resnet18")).eval()
+    x = torch.randn(1, 3, 64, 64)
+    assert torch.allclose(back(x), model(x), atol=1e-5)

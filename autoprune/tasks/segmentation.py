@@ -9,8 +9,6 @@ What pruning must leave alone (``ignored_layers``):
 
 - the segmentation head's final conv (it produces the class maps) and every module whose class
   name contains "Attention" (smp's scSE blocks, Segformer attention);
-- GroupNorm layers with several groups (FPN's decoder): torch-pruning keeps ``num_groups``, so
-  cutting their channels leaves a count that is not divisible by it;
 - groups whose channels are a concatenation seen by a depthwise conv (DeepLabV3+'s 256 + 48
   decoder input): the channel choice could empty one branch of the concatenation.
 
@@ -173,8 +171,9 @@ class SegmentationAdapter(SupervisedFit):
         return self.example_inputs(model)
 
     def ignored_layers(self, model: nn.Module) -> list[Any]:
-        """Head conv, attention blocks, multi-group GroupNorms and split concat groups (see the
-        module docstring)."""
+        """Head conv, attention blocks and split concat groups (see the module docstring).
+        GroupNorms with several groups (FPN's decoder) are pruned by equal cuts per norm group
+        (:meth:`~autoprune.groups.PruningGraph.channels_to_remove`)."""
         ignored: list[nn.Module] = []
         head = head_conv(model)
         if head is not None:
@@ -182,8 +181,6 @@ class SegmentationAdapter(SupervisedFit):
         for m in model.modules():
             if "Attention" in type(m).__name__:
                 ignored.extend(m.modules())
-            elif isinstance(m, nn.GroupNorm) and m.num_groups > 1:
-                ignored.append(m)
         modules = dict(model.named_modules())
         if getattr(model, SPLIT_GROUPS, None) is None:
             setattr(model, SPLIT_GROUPS, self._split_groups(model, ignored))
