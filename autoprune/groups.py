@@ -209,7 +209,7 @@ class PruningGraph:
         for b in range(blocks):
             order = torch.argsort(scores[b * size:(b + 1) * size], stable=True)
             removed += (order[:per_block] + b * size).tolist()
-        return sorted(removed)
+        return sorted(_keep_one_per_part(full, set(removed), scores, channels))
 
     def _norm_groups(self, tp_group, channels: int) -> int:
         """How many equal blocks the channel choice must respect: the largest ``num_groups`` of a
@@ -237,6 +237,26 @@ class PruningGraph:
         """Physically remove channels ``idxs`` of ``group`` from the model (in place)."""
         if idxs:
             self.tp_group(group, idxs).prune()
+
+
+def _keep_one_per_part(tp_group, removed: set[int], scores: torch.Tensor,
+                       channels: int) -> set[int]:
+    """``removed`` minus, for every layer that makes only part of the group's channels (one input
+    of a concatenation that a depthwise conv couples, as in DeepLabV3+'s decoder), its most
+    important channel when all of its channels would go: no layer is left with none."""
+    for item in tp_group:
+        module = item.dep.target.module
+        part = set(getattr(item, "root_idxs", None) or ())
+        if not isinstance(module, ROOT_TYPES) or not part or len(part) >= channels:
+            continue
+        if _cuts_outputs(item) and part <= removed:
+            removed.discard(max(part, key=lambda i: (scores[i].item(), -i)))
+    return removed
+
+
+def _cuts_outputs(item) -> bool:
+    handler = item.dep.handler
+    return getattr(handler, "__name__", "") == "prune_out_channels"
 
 
 def group_fingerprint(groups: Sequence[PrunableGroup]) -> str:

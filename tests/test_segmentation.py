@@ -369,3 +369,22 @@ def test_fpn_decoder_groupnorm_groups_are_pruned_evenly(tmp_path):
     back = autoprune.load_pruned(path, adapter.build("smp/fpn/resnet18")).eval()
     x = torch.randn(1, 3, 64, 64)
     assert torch.allclose(back(x), model(x), atol=1e-5)
+
+
+def test_deeplab_concat_group_keeps_a_channel_of_each_input():
+    # DeepLabV3+'s separable conv couples ASPP's 256 channels with the 48 low-level ones: even
+    # when all 48 are the least important, one survives and the model still runs
+    from autoprune.tasks import get_adapter
+
+    adapter = get_adapter("segmentation", num_classes=4, input_size=64)
+    model = adapter.build("smp/deeplabv3plus/mobilenet_v2").eval()
+    x = adapter.example_inputs(model)
+    ignored = adapter.ignored_layers(model)
+    (group,) = [g for g in autoprune.prunable_groups(model, x, ignored)
+                if "decoder.block1.0" in g.members]
+    assert group.channels == 304
+    with torch.no_grad():
+        model.decoder.block1[0].weight.mul_(1e-3)
+    autoprune.prune(model, x, {group.name: 0.9}, ignored_layers=ignored)
+    assert model.decoder.block1[0].out_channels == 1
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 4, 64, 64)

@@ -9,8 +9,10 @@ What pruning must leave alone (``ignored_layers``):
 
 - the segmentation head's final conv (it produces the class maps) and every module whose class
   name contains "Attention" (smp's scSE blocks, Segformer attention);
-- groups whose channels are a concatenation seen by a depthwise conv (DeepLabV3+'s 256 + 48
-  decoder input): the channel choice could empty one branch of the concatenation.
+
+A group whose channels are a concatenation seen by a depthwise conv (DeepLabV3+'s 256 + 48
+decoder input) is pruned like any other; the channel choice keeps at least one channel of each
+concatenated input (:meth:`~autoprune.groups.PruningGraph.channels_to_remove`).
 
 Unused encoder stages that still run (PSPNet on mobilenet_v2 / efficientnet) are made to pass their
 input through when the model is built: see ``segmentation_models``.
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from ..data import CachedBatches, make_loader
-from ..errors import ConfigError, NoPrunableGroupsError
+from ..errors import ConfigError
 from ..iou import evaluate_iou
 from ..training import FitConfig, pick_device
 from .supervised import SupervisedFit
@@ -35,14 +37,6 @@ from .segmentation_data import (SCENES, class_key, infer_classes, is_scenes,
 from .segmentation_models import (STRIDE, arch_of_model, build_segmenter, head_conv,
                                   output_classes, resolve_arch)
 
-SPLIT_GROUPS = "_autoprune_split_groups"  # cached on a model: a member of each concat group
-
-
-def _channels(module: nn.Module) -> int | None:
-    for attr in ("out_channels", "num_features", "out_features", "num_channels"):
-        if isinstance(getattr(module, attr, None), int):
-            return getattr(module, attr)
-    return None
 
 
 class DiceCELoss(nn.Module):
@@ -171,7 +165,7 @@ class SegmentationAdapter(SupervisedFit):
         return self.example_inputs(model)
 
     def ignored_layers(self, model: nn.Module) -> list[Any]:
-        """Head conv, attention blocks and split concat groups (see the module docstring).
+        """Head conv and attention blocks (see the module docstring).
         GroupNorms with several groups (FPN's decoder) are pruned by equal cuts per norm group
         (:meth:`~autoprune.groups.PruningGraph.channels_to_remove`)."""
         ignored: list[nn.Module] = []
@@ -181,23 +175,7 @@ class SegmentationAdapter(SupervisedFit):
         for m in model.modules():
             if "Attention" in type(m).__name__:
                 ignored.extend(m.modules())
-        modules = dict(model.named_modules())
-        if getattr(model, SPLIT_GROUPS, None) is None:
-            setattr(model, SPLIT_GROUPS, self._split_groups(model, ignored))
-        ignored.extend(modules[n] for n in getattr(model, SPLIT_GROUPS) if n in modules)
         return list({id(m): m for m in ignored}.values())
-
-    def _split_groups(self, model: nn.Module, ignored: list[nn.Module]) -> list[str]:
-        """One member of each group that spans a concatenation (a member with fewer channels
-        than the group): pruning it could remove every channel of one concatenated input."""
-        from ..groups import PruningGraph
-
-        try:
-            graph = PruningGraph(model, self.example_inputs(model), ignored)
-        except NoPrunableGroupsError:
-            return []
-        return [g.name for g in graph.groups
-                if any((_channels(graph.modules[n]) or g.channels) < g.channels for n in g.members)]
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:
