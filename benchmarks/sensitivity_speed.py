@@ -44,9 +44,9 @@ def write_image_folder(root: Path, count: int) -> Path:
     return root
 
 
-def paddleslim_style(model, example, loader, groups, ratios, criterion="l1_norm"):
+def paddleslim_style(model, example, loader, groups, ratios, criterion="l1_norm", dev="cpu"):
     """The reference algorithm: copy + real prune + a full pass over the file loader per point."""
-    dev = torch.device("cpu")
+    dev = torch.device(dev)
     top1 = lambda m: evaluate_topk(m.eval(), loader, device=dev, topk=(1,))["top1"]
     baseline = top1(model)
     sens = {}
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9")
     p.add_argument("--groups", type=int, default=0, help="first N groups only (0: all)")
     p.add_argument("--train-images", type=int, default=3000)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the analysis runs there)")
     args = p.parse_args(argv)
     if args.quick:
         args.val_images, args.size, args.ratios, args.groups = 500, 32, "0.3,0.6", 6
@@ -91,18 +92,19 @@ def main(argv: list[str] | None = None) -> None:
         loader = DataLoader(adapter.eval_set, batch_size=128, shuffle=False)
         print(f"model {args.model}, {len(names)} groups x {len(ratios)} ratios, "
               f"{args.val_images} PNG validation images at {args.size}px, "
-              f"{torch.get_num_threads()} CPU threads")
+              f"{torch.get_num_threads()} CPU threads, device {args.device}")
 
         t0 = time.perf_counter()
-        ref = paddleslim_style(model, example, loader, names, ratios)
+        model, example = model.to(args.device), example.to(args.device)
+        ref = paddleslim_style(model, example, loader, names, ratios, dev=args.device)
         t_ref = time.perf_counter() - t0
         print(f"PaddleSlim algorithm: {t_ref:.1f} s")
 
         times, results = {}, {}
-        for mode in ("masked", "auto"):  # "auto" is the default (real prune on a CPU)
+        for mode in ("masked", "auto"):  # "auto", the default: masked on a GPU, else real prune
             t0 = time.perf_counter()  # decoding the batches once is part of each time
             cached = CachedBatches(DataLoader(adapter.eval_set, batch_size=128, shuffle=False))
-            eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device("cpu"),
+            eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device(args.device),
                                               topk=(1,))["top1"]
             results[mode] = autoprune.sensitivity(model, example, eval_fn, groups=names,
                                                   ratios=ratios, evaluation=mode, progress=False)
