@@ -327,3 +327,26 @@ def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
 def test_load_model_missing_checkpoint_is_clear(tmp_path):
     with pytest.raises(autoprune.CheckpointError, match="no checkpoint"):
         det.load_model(tmp_path / "nope.pt")
+
+
+def test_masked_variants_through_the_ultralytics_validator_equal_real_pruning(flow, data_yaml,
+                                                                             tmp_path):
+    # what evaluation="auto" does on a GPU, run on the CPU: mAP of masked, batched variants
+    # equals mAP of really pruned models (float noise aside)
+    result, _ = flow
+    model = det.load_model(result.baseline_path)
+    adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, device="cpu",
+                               eval_limit=16, progress=False)
+    example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    names = [g.name for g in autoprune.prunable_groups(model, example, ignored)][:3]
+    score = lambda m: adapter.evaluate(m)[adapter.metric]
+    out = {}
+    for mode in ("prune", "masked"):
+        path = tmp_path / f"{mode}.json"
+        out[mode] = autoprune.sensitivity(model, example, score, groups=names, ratios=(0.3, 0.6),
+                                          ignored_layers=ignored, evaluation=mode,
+                                          sensitivities_file=path, progress=False)
+        out[mode + "_points"] = autoprune.read_record(path).extra["evaluation"]["points"]
+    assert out["masked_points"]["masked"] >= 4 and out["prune_points"]["masked"] == 0
+    assert max(abs(out["prune"][n][r] - out["masked"][n][r]) for n in names
+               for r in (0.3, 0.6)) <= 1e-4
