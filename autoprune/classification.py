@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 import torch.nn as nn
@@ -40,7 +40,9 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
           num_workers: int = 0, train_limit: int | None = None, eval_limit: int | None = None,
-          seed: int = 0, progress: bool = True, resume: bool = False) -> TrainResult:
+          seed: int = 0, progress: bool = True,
+          sensitivity_options: Mapping[str, Any] | None = None,
+          resume: bool = False) -> TrainResult:
     """Train a classifier, and prune it when ``sensitivities_file`` is given.
 
     model: a timm or torchvision name ("resnet18", "mobilenetv3_small_100", "torchvision/
@@ -54,6 +56,10 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
     Without ``pretrain_weights`` the base model is trained first (``pretrain_epochs``, default
     ``epochs``), then pruned and retrained for ``epochs``. Outputs go to ``save_dir``:
     ``baseline/best.pt``, ``pruned/best.pt``, ``report.json|md|csv`` and ``sensitivity.png``.
+
+    sensitivity_options: passed to :func:`autoprune.sensitivity` for a new analysis, e.g.
+    ``{"early_stop": 0.5}`` (skip a group's larger ratios once its loss passes 0.5),
+    ``{"evaluation": "prune"}`` (never masked variants) or ``{"batch_variants": 4}``.
 
     resume: after an interruption (Ctrl-C, crash), call again with the same arguments and
     ``resume=True``: a training stage continues after its last finished epoch (from the
@@ -71,7 +77,8 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
                           pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                           eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                           pretrain_epochs=pretrain_epochs, criterion=criterion,
-                          round_to=round_to, ratios=ratios, progress=progress, resume=resume)
+                          round_to=round_to, ratios=ratios, progress=progress, resume=resume,
+                          sensitivity_options=sensitivity_options)
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval_data: Any,
@@ -80,7 +87,9 @@ def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval
                         input_size: int | None = None, batch_size: int = 128,
                         device: str = "auto", criterion: str = "l1_norm",
                         ratios: Iterable[float] = DEFAULT_RATIOS, eval_limit: int | None = None,
-                        num_workers: int = 0, progress: bool = True) -> dict[str, dict[float, float]]:
+                        num_workers: int = 0, progress: bool = True,
+                        sensitivity_options: Mapping[str, Any] | None = None
+                        ) -> dict[str, dict[float, float]]:
     """Measure a trained model's sensitivities on ``eval_data`` into ``save_file`` (resumable).
 
     ``model_or_checkpoint``: a checkpoint saved by ``train`` (architecture, classes and input size
@@ -96,7 +105,8 @@ def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval
                                     progress=progress)
     return pipeline.analyze_sensitivity(adapter, model_or_checkpoint, save_file,
                                         pretrain_weights=pretrain_weights, criterion=criterion,
-                                        ratios=ratios, progress=progress)
+                                        ratios=ratios, progress=progress,
+                                        sensitivity_options=sensitivity_options)
 
 
 def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> nn.Module:

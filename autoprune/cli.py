@@ -119,7 +119,10 @@ def _sensitivity(args: argparse.Namespace) -> None:
     api = _task_api(task or "classification")
     sens = api.analyze_sensitivity(args.checkpoint, args.data, args.output,
                                    ratios=_ratios(args.ratios), criterion=args.criterion,
-                                   eval_limit=args.limit, device=args.device)
+                                   eval_limit=args.limit, device=args.device,
+                                   sensitivity_options={"early_stop": args.early_stop,
+                                                        "evaluation": args.evaluation,
+                                                        "batch_variants": args.batch_variants})
     if rank_and_world()[0] == 0:
         print(f"wrote {args.output}: {len(sens)} groups")
 
@@ -238,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--criterion", default="l1_norm", help="l1_norm, l2_norm, fpgm or bn_scale")
     se.add_argument("--limit", type=int, help="use only this many validation images")
     se.add_argument("--device", default="auto")
+    se.add_argument("--early-stop", type=float, help="skip a group's larger ratios once its loss "
+                    "passes this (off by default; recorded in the file)")
+    se.add_argument("--evaluation", default="auto", choices=("auto", "masked", "prune"),
+                    help="masked = batched masked variants (checked against real pruning); auto "
+                    "= masked on a GPU, prune on a CPU")
+    se.add_argument("--batch-variants", type=int, default=8,
+                    help="ratios of one group per forward pass with masked variants (default 8)")
     se.set_defaults(func=_sensitivity)
 
     pr = sub.add_parser("prune", help="prune a checkpoint with a sensitivity file (no retraining)")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 import torch.nn as nn
@@ -113,6 +113,7 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
           eval_limit: int | None = None, workers: int = 0,
           train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
+          sensitivity_options: Mapping[str, Any] | None = None,
           train_data: str | os.PathLike | None = None) -> TrainResult:
     """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
@@ -147,7 +148,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
                           pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                           eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                           pretrain_epochs=pretrain_epochs, criterion=criterion,
-                          round_to=round_to, ratios=ratios, progress=progress)
+                          round_to=round_to, ratios=ratios, progress=progress,
+                          sensitivity_options=sensitivity_options)
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,
@@ -156,7 +158,9 @@ def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any
                         imgsz: int | None = None, batch: int = 16, device: str = "auto",
                         criterion: str = "l1_norm", ratios: Iterable[float] = DEFAULT_RATIOS,
                         eval_limit: int | None = None, workers: int = 0,
-                        progress: bool = True) -> dict[str, dict[float, float]]:
+                        progress: bool = True,
+                        sensitivity_options: Mapping[str, Any] | None = None
+                        ) -> dict[str, dict[float, float]]:
     """Measure a trained detector's sensitivities (relative mAP50-95 loss per group and ratio) on
     the val split of ``data`` into ``save_file`` (resumable; ``eval_limit``: first N val images,
     the number used is recorded in the file).
@@ -180,7 +184,8 @@ def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any
         adapter.check_model(load_model(model_or_checkpoint))
     return pipeline.analyze_sensitivity(adapter, model, save_file,
                                         pretrain_weights=pretrain_weights, criterion=criterion,
-                                        ratios=ratios, progress=progress)
+                                        ratios=ratios, progress=progress,
+                                        sensitivity_options=sensitivity_options)
 
 
 def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> nn.Module:

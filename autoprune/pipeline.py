@@ -8,7 +8,7 @@ import copy
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 import torch.nn as nn
@@ -120,9 +120,24 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
     return path
 
 
+SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache")
+
+
+def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``sensitivity_options`` of a task API as keyword arguments of
+    :func:`autoprune.sensitivity` (a ConfigError names an unknown one)."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(SENSITIVITY_OPTIONS))
+    if unknown:
+        raise ConfigError(f"unknown sensitivity option(s) {', '.join(map(repr, unknown))}: use "
+                          f"{', '.join(SENSITIVITY_OPTIONS)}")
+    return options
+
+
 def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, *,
                       arch: str | None, criterion: str = "l1_norm",
-                      ratios: Iterable[float] = DEFAULT_RATIOS, progress: bool = True
+                      ratios: Iterable[float] = DEFAULT_RATIOS, progress: bool = True,
+                      options: Mapping[str, Any] | None = None
                       ) -> tuple[dict[str, dict[float, float]], Path]:
     """The sensitivity table for ``model``: the DEFAULT profile, or a file completed on the
     adapter's evaluation data (only missing points are computed)."""
@@ -135,7 +150,7 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
                        ignored_layers=adapter.ignored_layers(model),
                        higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
                        arch=arch, extra={"task": adapter.task, "eval_images": _eval_size(adapter)},
-                       progress=progress)
+                       progress=progress, **check_sensitivity_options(options))
     return sens, path
 
 
@@ -178,7 +193,9 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           eval_metric_loss: float | None = 0.05, pruned_flops: float | None = None,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
-          progress: bool = True, resume: bool = False) -> TrainResult:
+          progress: bool = True,
+          sensitivity_options: Mapping[str, Any] | None = None,
+          resume: bool = False) -> TrainResult:
     """The PaddleX-style flow for any task (see ``autoprune.classification.train``).
 
     ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
@@ -187,6 +204,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     if mode != "none":
         _check_targets(eval_metric_loss, pruned_flops)
         check_criterion(criterion)
+        check_sensitivity_options(sensitivity_options)
     save_dir = check_save_dir(save_dir)
     arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
     if isinstance(model, str):
@@ -226,7 +244,8 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
 
     print(f"[autoprune] sensitivities ({mode}: {sensitivities_file})")
     sens, sens_path = get_sensitivities(adapter, model, sensitivities_file, arch=arch,
-                                        criterion=criterion, ratios=ratios, progress=progress)
+                                        criterion=criterion, ratios=ratios, progress=progress,
+                                        options=sensitivity_options)
     example = adapter.example_inputs(model)
     ignored = adapter.ignored_layers(model)
     if pruned_flops is not None:
@@ -264,7 +283,9 @@ def _has_eval(adapter: TaskAdapter) -> bool:
 def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file: str | os.PathLike,
                         *, pretrain_weights: str | os.PathLike | None = None,
                         criterion: str = "l1_norm", ratios: Iterable[float] = DEFAULT_RATIOS,
-                        progress: bool = True) -> dict[str, dict[float, float]]:
+                        progress: bool = True,
+                        sensitivity_options: Mapping[str, Any] | None = None
+                        ) -> dict[str, dict[float, float]]:
     """Step 2 of the flow: measure the sensitivities of a trained model into ``save_file``.
 
     ``model`` is a checkpoint path written by autoprune, a model name (then pass
@@ -286,7 +307,7 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
     _check_data(adapter, model)
     model.to(getattr(adapter, "device", "cpu"))
     sens, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
-                                ratios=ratios, progress=progress)
+                                ratios=ratios, progress=progress, options=sensitivity_options)
     return sens
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 import torch.nn as nn
@@ -48,7 +48,9 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
           criterion: str = "l1_norm", round_to: int | None = None,
           ratios: Iterable[float] = DEFAULT_RATIOS, num_workers: int = 0,
           train_limit: int | None = None, eval_limit: int | None = None, seed: int = 0,
-          progress: bool = True, resume: bool = False) -> TrainResult:
+          progress: bool = True,
+          sensitivity_options: Mapping[str, Any] | None = None,
+          resume: bool = False) -> TrainResult:
     """Train an smp segmentation model, and prune it when ``sensitivities_file`` is given.
 
     model / encoder: an smp architecture (unet, unetplusplus, fpn, deeplabv3plus, pspnet, linknet,
@@ -87,7 +89,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
                           pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                           eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                           pretrain_epochs=pretrain_epochs, criterion=criterion,
-                          round_to=round_to, ratios=ratios, progress=progress, resume=resume)
+                          round_to=round_to, ratios=ratios, progress=progress, resume=resume,
+                          sensitivity_options=sensitivity_options)
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval_data: Any,
@@ -97,7 +100,9 @@ def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval
                         input_size: int | None = None, batch_size: int = 8,
                         device: str = "auto", criterion: str = "l1_norm",
                         ratios: Iterable[float] = DEFAULT_RATIOS, eval_limit: int | None = None,
-                        num_workers: int = 0, progress: bool = True) -> dict[str, dict[float, float]]:
+                        num_workers: int = 0, progress: bool = True,
+                        sensitivity_options: Mapping[str, Any] | None = None
+                        ) -> dict[str, dict[float, float]]:
     """Measure a trained model's sensitivities (relative mIoU loss per group and ratio) on
     ``eval_data`` into ``save_file`` (resumable).
 
@@ -121,7 +126,8 @@ def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval
                                   num_workers=num_workers, progress=progress, **settings)
     return pipeline.analyze_sensitivity(adapter, model_or_checkpoint, save_file,
                                         pretrain_weights=pretrain_weights, criterion=criterion,
-                                        ratios=ratios, progress=progress)
+                                        ratios=ratios, progress=progress,
+                                        sensitivity_options=sensitivity_options)
 
 
 def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> nn.Module:

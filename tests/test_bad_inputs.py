@@ -252,3 +252,9 @@ def test_cli_bad_config_is_one_line_with_exit_code_2(config, message, tmp_path, 
     assert main(["train", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("autoprune: error: ") and message in err and "\n" not in err, err
+
+
+def test_unknown_sensitivity_option_is_refused_before_training(tmp_path):
+    with pytest.raises(ap.ConfigError, match="unknown sensitivity option.*'early'"):
+        _cls(tmp_path, sensitivities_file=tmp_path / "s.json", sensitivity_options={"early": 1})
+    assert not (tmp_path / "run" / "baseline").exists()

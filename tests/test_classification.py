@@ -172,7 +172,9 @@ def test_default_profile_used_and_mismatch_refused(base_ckpt, tmp_path, monkeypa
 def test_cli_train_prune_report(base_ckpt, tmp_path, capsys):
     sens = tmp_path / "s.json"
     assert main(["sensitivity", str(base_ckpt), "fashion-mnist", str(sens), "--ratios", "0.4",
-                 "--limit", "40"]) == 0
+                 "--limit", "40", "--early-stop", "0.9", "--evaluation", "prune"]) == 0
+    extra = autoprune.read_record(sens).extra
+    assert extra["early_stop"] == 0.9 and extra["evaluation"]["mode"] == "prune"
     pruned = tmp_path / "pruned.pt"
     assert main(["prune", str(base_ckpt), str(sens), str(pruned), "--eval-metric-loss", "0.5"]) == 0
     assert main(["report", str(base_ckpt), str(pruned), "fashion-mnist", "--limit", "40",
@@ -251,3 +253,14 @@ def test_unwritable_save_dir(tmp_path, image_folder):
 def test_missing_checkpoint_is_clear(tmp_path):
     with pytest.raises(autoprune.CheckpointError, match="no checkpoint"):
         cls.load_model(tmp_path / "nope.pt")
+
+
+@needs_fmnist
+def test_sensitivity_options_reach_the_analysis(base_ckpt, tmp_path):
+    path = tmp_path / "s.json"
+    cls.analyze_sensitivity(base_ckpt, "fashion-mnist", path, ratios=(0.3, 0.6), eval_limit=64,
+                            progress=False,
+                            sensitivity_options={"early_stop": 1e-9, "evaluation": "masked"})
+    record = autoprune.read_record(path)
+    assert record.extra["early_stop"] == 1e-9
+    assert record.extra["evaluation"]["mode"] == "masked"
