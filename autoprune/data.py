@@ -48,7 +48,7 @@ class CachedBatches:
         cache, size = [], 0
         for batch in self.loader:
             if not self._too_big:
-                size += sum(t.numel() * t.element_size() for t in _tensors(batch))
+                size += sum(t.numel() * t.element_size() for t in tensors_in(batch))
                 if size > self.max_bytes:
                     self._too_big, cache = True, []
                 else:
@@ -58,12 +58,13 @@ class CachedBatches:
             self._cache = cache
 
 
-def _tensors(batch: Any):
+def tensors_in(batch: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``batch`` (nested lists, tuples and dicts), depth first."""
     if isinstance(batch, torch.Tensor):
         yield batch
     elif isinstance(batch, (list, tuple)):
         for b in batch:
-            yield from _tensors(b)
+            yield from tensors_in(b)
     elif isinstance(batch, dict):
         for b in batch.values():
-            yield from _tensors(b)
+            yield from tensors_in(b)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.nn as nn
 
+from .data import tensors_in
 from .groups import PrunableGroup, PruningGraph
 
 
@@ -147,7 +148,7 @@ class BatchedVariants:
                     chunks = _split(original(*repeated, **kwargs), self.k)
                 if self.k > 1:
                     self._stored += sum(t.numel() * t.element_size() for t in
-                                        _tensors(chunks[1:])) + x.numel() * x.element_size()
+                                        tensors_in(chunks[1:])) + x.numel() * x.element_size()
                     if self._stored > self.max_bytes:
                         raise NotBatchable("the kept outputs of the other variants pass the "
                                            "memory budget")
@@ -182,17 +183,6 @@ class BatchedVariants:
         else:
             self.model.forward = self._own_forward
         self._inputs, self._outputs = [], []
-
-
-def _tensors(obj: Any) -> Iterator[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for o in obj:
-            yield from _tensors(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _tensors(o)
 
 
 def masked_matches_pruned(model: nn.Module, graph: PruningGraph, group: PrunableGroup,
