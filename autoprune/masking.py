@@ -89,8 +89,8 @@ def _close(a: Any, b: Any, rtol: float = 1e-3, atol: float = 1e-4) -> bool:
 class BatchedVariants:
     """``K`` masked variants of ``model`` evaluated in one forward pass per batch.
 
-    Use as a context manager; inside, set :attr:`current` to the variant ``eval_fn`` should see
-    (0 first: that call computes every variant) and call the model as usual.
+    Use as a context manager; inside, :meth:`select` the variant ``eval_fn`` should see (0 first:
+    that call computes every variant) and call the model as usual.
     """
 
     def __init__(self, model: nn.Module, masks: Sequence[Sequence[tuple[nn.Module, list[int]]]],
@@ -100,6 +100,7 @@ class BatchedVariants:
         self.max_bytes = max_bytes
         self.current = 0
         self._masks = masks
+        self._mask_by_module = self._mask_tensors()
         self._inputs: list[torch.Tensor] = []
         self._outputs: list[list[Any]] = []
         self._replayed = 0
@@ -121,7 +122,7 @@ class BatchedVariants:
     @contextlib.contextmanager
     def _hooks(self) -> Iterator[None]:
         handles = []
-        for module, mask in self._mask_tensors().items():
+        for module, mask in self._mask_by_module.items():
             channel_dim = -1 if isinstance(module, nn.Linear) else 1
 
             def hook(mod, args, out, mask=mask, channel_dim=channel_dim):
