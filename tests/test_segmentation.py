@@ -194,6 +194,9 @@ def test_three_step_flow_existing_file(base_ckpt, tmp_path, monkeypatch):
 
 @needs_fmnist
 def test_default_profile_modes(base_ckpt, tmp_path, monkeypatch):
+    empty = tmp_path / "no_profiles"
+    empty.mkdir()
+    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: empty)
     with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile") as e:
         seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=tmp_path / "a",
                   pretrain_weights=base_ckpt, sensitivities_file="DEFAULT", **SMALL)
