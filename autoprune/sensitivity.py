@@ -1,36 +1,32 @@
 """Sensitivity analysis: how much the metric drops when one group alone loses a share of its channels.
 
-Each point prunes the group for real (in place), evaluates, and puts the touched modules back
-exactly as they were (same Parameter objects), so the model comes back bit-identical. With a
-sensitivity file every point is written atomically as soon as it is measured and a rerun computes
-only what is missing.
+This module runs the analysis: it opens or resumes the sensitivity file, shares the points out over
+torch.distributed ranks and writes every point atomically as soon as it is measured, so a rerun
+computes only what is missing. How one point is evaluated (a real prune undone exactly, or masked,
+batched variants) lives in :mod:`autoprune.points`.
 """
 from __future__ import annotations
 
-import contextlib
-import copy
 import hashlib
 import math
 import numbers
 import os
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 import torch
 import torch.nn as nn
-from tqdm.auto import tqdm
 
 from .errors import ConfigError, MetricError, SensitivityFileError
-from .groups import PrunableGroup, PruningGraph, check_criterion
+from .groups import PruningGraph, check_criterion
 from .measure import flush_denormals
-from .masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
+from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
+from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
 from .prefix_cache import PrefixCache
 from .distributed import barrier, broadcast, gather, rank_and_world, shard
 from .store import (Sensitivities, SensitivityRecord, absorb_shards, check_fingerprint, ratio_key,
                     read_record, record_from_json, remove_stale_temp_files, shard_path, write_record)
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-EvalFn = Callable[[nn.Module], Any]
-EVALUATIONS = ("auto", "masked", "prune")
 
 
 def check_ratios(ratios: Iterable[float]) -> list[float]:
@@ -45,26 +41,6 @@ def check_ratios(ratios: Iterable[float]) -> list[float]:
     return sorted(set(out))
 
 
-def as_metric(value: Any, where: str) -> float:
-    """Turn what an eval_fn returned into a finite float, or raise a MetricError."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise MetricError(f"eval_fn returned {type(value).__name__} {where}: it must return one "
-                          f"number (e.g. top-1 accuracy as a float)")
-    value = float(value)
-    if not math.isfinite(value):
-        raise MetricError(f"eval_fn returned {value} {where}: check the evaluation data and the "
-                          f"model (empty loader? diverged weights?)")
-    return value
-
-
-def relative_loss(baseline: float, metric: float, higher_is_better: bool = True) -> float:
-    """``(baseline - metric) / |baseline|``; the sign is flipped when lower is better."""
-    drop = baseline - metric if higher_is_better else metric - baseline
-    return drop / abs(baseline)
-
-
 def weights_sha256(model: nn.Module) -> str:
     """A hash of every parameter and buffer (names, shapes and bytes)."""
     h = hashlib.sha256()
@@ -73,52 +49,6 @@ def weights_sha256(model: nn.Module) -> str:
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence[int]) -> Iterator[None]:
-    """Remove channels ``idxs`` of ``group`` for the duration of the block, then restore exactly."""
-    modules = graph.touched_modules(group)
-    saved = [(m, dict(m._parameters), dict(m._buffers),
-              {k: v for k, v in m.__dict__.items() if not k.startswith("_")}) for m in modules]
-    dg = graph.dg
-    # torch-pruning's own op nodes (concat, split, slice) keep channel sizes that pruning edits,
-    # some in place (ConcatPruner decrements concat_sizes): without this, the next group's
-    # channel indices would be mapped through the sizes of an already restored prune
-    ops = [(node.module, {k: copy.deepcopy(v) if isinstance(v, (list, tuple, dict)) else v
-                          for k, v in node.module.__dict__.items() if not k.startswith("_")})
-           for node in dg.module2node.values()
-           if isinstance(node.module, nn.Module) and node.module not in graph.names]
-    param_names, module2node = dict(dg._param_to_name), dict(dg.module2node)
-    param_nodes = {node: node.module for node in module2node.values()
-                   if isinstance(node.module, nn.Parameter)}
-    history = len(dg._pruning_history)
-    try:
-        graph.remove(group, idxs)
-        yield
-    finally:
-        for m, params, buffers, attrs in saved:
-            m._parameters.clear()
-            m._parameters.update(params)
-            m._buffers.clear()
-            m._buffers.update(buffers)
-            m.__dict__.update(attrs)
-        for op, attrs in ops:
-            op.__dict__.update(attrs)
-        dg._param_to_name, dg.module2node = param_names, module2node
-        for node, param in param_nodes.items():
-            node.module = param
-        del dg._pruning_history[history:]
-
-
-def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str) -> float:
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return as_metric(eval_fn(model), where)
-    finally:
-        model.train(was_training)
 
 
 def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better,
@@ -193,182 +123,6 @@ def _by_group(points: list[tuple[str, float]]) -> dict[str, list[float]]:
     for name, ratio in points:
         out.setdefault(name, []).append(ratio)
     return out
-
-
-class _Captured(Exception):
-    pass
-
-
-def _first_call(model: nn.Module, eval_fn: EvalFn) -> tuple[tuple, dict] | None:
-    """The arguments of the first model call ``eval_fn`` makes (the evaluation is cut short)."""
-    seen: dict[str, Any] = {}
-
-    def hook(module, args, kwargs):
-        seen["call"] = (args, kwargs)
-        raise _Captured
-
-    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        _evaluate(model, eval_fn, "for the unpruned model")
-    except _Captured:
-        pass
-    finally:
-        handle.remove()
-    return seen.get("call")
-
-
-@contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
-
-
-def resolve_evaluation(model: nn.Module, evaluation: str) -> str:
-    """``"masked"`` or ``"prune"``: what ``evaluation="auto"`` means for ``model``. Batching
-    variants pays where the device has idle width (a GPU); on a CPU a batch of 8 variants costs
-    what 8 passes cost, and a real prune computes fewer channels (benchmarks/README.md)."""
-    if evaluation != "auto":
-        return evaluation
-    return "masked" if any(p.is_cuda for p in model.parameters()) else "prune"
-
-
-class _PointRunner:
-    """Evaluates the points of one group after another: real prune, or masked batched variants
-    (checked against a real prune once per group, and on one point's metric once per run)."""
-
-    def __init__(self, model: nn.Module, eval_fn: EvalFn, graph: PruningGraph, criterion: str,
-                 cache: PrefixCache | None, evaluation: str, batch_variants: int, total: int,
-                 progress: bool, label: str):
-        self.model, self.eval_fn, self.graph, self.criterion = model, eval_fn, graph, criterion
-        self.cache, self.k = cache, batch_variants
-        evaluation = resolve_evaluation(model, evaluation)
-        self.masking = evaluation == "masked"
-        self.requested = evaluation
-        self.checked = False               # one point's metric compared with a real prune
-        self.call: tuple[tuple, dict] | None = None
-        self.reference: Any = None
-        self.counts = {"masked": 0, "pruned": 0}  # points evaluated each way
-        self.unmaskable: list[str] = []            # groups whose masked outputs differed
-        self.bar = tqdm(total=total, desc="sensitivity" + label, unit="pt",
-                        disable=not progress or not total, dynamic_ncols=True)
-
-    # -- one way or the other ----------------------------------------------------------------
-    def _skipping(self, group: PrunableGroup):
-        first = self.cache.first_touched(self.graph.touched_modules(group)) if self.cache else 0
-        return self.cache.skipping_before(first) if self.cache else contextlib.nullcontext()
-
-    def _real(self, group: PrunableGroup, ratio: float, idxs: list[int]) -> float:
-        self.counts["pruned"] += 1
-        with pruned_temporarily(self.graph, group, idxs), self._skipping(group):
-            return _evaluate(self.model, self.eval_fn, f"for group {group.name} at ratio {ratio:.2f}")
-
-    def _masked(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]) -> list[float]:
-        masks = [mask_points(self.graph, group, idxs) for _, idxs in chunk]
-        with BatchedVariants(self.model, masks) as variants, self._skipping(group):
-            if self.cache:
-                self.cache.repeat = len(chunk)
-            try:
-                metrics = []
-                for k, (ratio, _) in enumerate(chunk):
-                    variants.select(k)
-                    metrics.append(_evaluate(self.model, self.eval_fn,
-                                             f"for group {group.name} at ratio {ratio:.2f}"))
-                self.counts["masked"] += len(chunk)
-                return metrics
-            finally:
-                if self.cache:
-                    self.cache.repeat = 1
-
-    # -- per group ---------------------------------------------------------------------------
-    def _maskable(self, group: PrunableGroup, idxs: list[int]) -> bool:
-        if self.call is None:
-            self.call = _first_call(self.model, self.eval_fn)
-            if self.call is None:
-                self.masking = False
-                return False
-            with _eval_mode(self.model):
-                self.reference = self._forward()
-        with _eval_mode(self.model):
-            return masked_matches_pruned(self.model, self.graph, group, idxs, self._forward,
-                                         self.reference, lambda: self._pruned_forward(group, idxs))
-
-    def _forward(self) -> Any:
-        args, kwargs = self.call
-        return self.model(*args, **kwargs)
-
-    def _pruned_forward(self, group: PrunableGroup, idxs: list[int]) -> Any:
-        with pruned_temporarily(self.graph, group, idxs):
-            return self._forward()
-
-    def run(self, name: str, ratios: list[float], baseline: float, higher_is_better: bool,
-            skip: Callable[[float], bool]) -> Iterator[tuple[float, float]]:
-        """Yield ``(ratio, loss)`` for the ratios of group ``name`` not skipped (``skip(ratio)``
-        is asked just before each point, so an early stop sees the points yielded so far)."""
-        group = self.graph.group(name)
-        self.bar.set_postfix_str(name)
-        plans = [(r, self.graph.channels_to_remove(group, r, self.criterion)) for r in ratios]
-        work = [p for p in plans if p[1]]
-        masked = self.masking and len(work) > 1 and \
-            self._maskable(group, work[len(work) // 2][1])
-        if self.masking and len(work) > 1 and not masked:
-            self.unmaskable.append(name)
-        results: dict[float, float] = {}
-        while True:
-            todo = [(r, idxs) for r, idxs in plans if r not in results]
-            if not todo:
-                break
-            ratio, idxs = todo[0]
-            if skip(ratio):
-                results[ratio] = math.nan
-                self.bar.update()
-                continue
-            if not idxs:  # too few channels to remove any at this ratio
-                metrics = {ratio: baseline}
-            elif masked and self.masking:
-                chunk = [p for p in todo if p[1]][:self.k]
-                metrics = self._masked_or_none(group, chunk)
-                if metrics is None:
-                    continue  # masking was switched off: evaluate for real
-            else:
-                metrics = {ratio: self._real(group, ratio, idxs)}
-            for r in sorted(metrics):
-                if r != ratio and skip(r):
-                    break  # an early stop discards the rest of a batched chunk
-                results[r] = relative_loss(baseline, metrics[r], higher_is_better)
-                self.bar.update()
-                yield r, results[r]
-
-    def _masked_or_none(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]
-                        ) -> dict[float, float] | None:
-        """Metrics of ``chunk`` from one batched pass; the first time also a real prune of one
-        point must give the same metric. None (and masking off for good) if anything differs."""
-        try:
-            metrics = dict(zip((r for r, _ in chunk), self._masked(group, chunk)))
-        except NotBatchable:
-            self.masking = False
-            return None
-        if not self.checked:
-            ratio, idxs = chunk[len(chunk) // 2]
-            real = self._real(group, ratio, idxs)
-            if abs(real - metrics[ratio]) > 1e-4 * abs(real or 1.0):
-                self.masking = False
-                return None
-            self.checked = True
-            metrics[ratio] = real
-        return metrics
-
-    def close(self) -> None:
-        self.bar.close()
-
-    def summary(self) -> dict[str, Any]:
-        """How the points were evaluated (recorded in the file's ``extra``)."""
-        return {"mode": self.requested, "batch_variants": self.k, "points": dict(self.counts),
-                "unmaskable_groups": self.unmaskable}
 
 
 def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
@@ -452,7 +206,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
     cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if prefix_cache and \
         len(mine) >= 4 else None
-    runner = _PointRunner(model, eval_fn, graph, criterion, cache, evaluation, batch_variants,
+    runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation, batch_variants,
                           len(mine), progress, f" [rank {rank}/{world}]" if world > 1 else "")
     for name, ratios_left in _by_group(mine).items():
         for ratio, loss in runner.run(name, ratios_left, baseline, higher_is_better,
