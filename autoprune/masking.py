@@ -83,7 +83,7 @@ def _close(a: Any, b: Any, rtol: float = 1e-3, atol: float = 1e-4) -> bool:
         return len(a) == len(b) and all(_close(x, y, rtol, atol) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close(a[key], b[key], rtol, atol) for key in a)
-    return type(a) is type(b) and (a == b if not isinstance(a, torch.Tensor) else True)
+    return type(a) is type(b) and a == b  # None, numbers, strings (tensors are handled above)
 
 
 class BatchedVariants:
