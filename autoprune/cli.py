@@ -82,6 +82,9 @@ def _train(args: argparse.Namespace) -> None:
         if key not in cfg:
             raise ConfigError(f"{args.config} lacks '{key}:' (e.g. model: resnet18, "
                               f"train_data: fashion-mnist)")
+    from .distributed import init_from_env
+
+    init_from_env()  # under torchrun: DDP training, the sensitivity points shared out
     api.train(**cfg)
 
 

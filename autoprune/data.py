@@ -4,18 +4,34 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from .distributed import rank_and_world
 from .errors import ConfigError
 
 
 def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers: int = 0,
-                seed: int = 0, drop_last: bool = False) -> DataLoader:
-    """A DataLoader with a seeded shuffle (reproducible epochs)."""
+                seed: int = 0, drop_last: bool = False, shard: bool = False) -> DataLoader:
+    """A DataLoader with a seeded shuffle (reproducible epochs).
+
+    ``shard=True`` under torch.distributed (torchrun, several ranks): each rank reads its own
+    share of every epoch (``DistributedSampler``, shuffled by ``seed`` + epoch) in batches of
+    ``batch_size // world``, so ``batch_size`` stays the total batch, as in PaddleX."""
     if len(dataset) == 0:
         raise ConfigError("the dataset is empty: check the data path (no images were found)")
     if batch_size < 1:
         raise ConfigError(f"batch_size={batch_size} must be at least 1")
+    rank, world = rank_and_world()
+    if shard and world > 1:
+        if batch_size < world:
+            raise ConfigError(f"batch_size={batch_size} is the total over {world} processes: "
+                              f"pass at least {world} (one sample per process)")
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle,
+                                     seed=seed, drop_last=drop_last)
+        return DataLoader(dataset, batch_size=batch_size // world, sampler=sampler,
+                          num_workers=num_workers, drop_last=drop_last and
+                          len(sampler) > batch_size // world,
+                          persistent_workers=num_workers > 0)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
                       generator=torch.Generator().manual_seed(seed) if shuffle else None,
                       drop_last=drop_last and len(dataset) > batch_size,

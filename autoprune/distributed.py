@@ -1,4 +1,5 @@
-"""torch.distributed helpers: the analysis shards its points over ranks (torchrun), rank 0 merges.
+"""torch.distributed helpers: the analysis shards its points over ranks (torchrun), rank 0 merges;
+training runs as DistributedDataParallel (``training.fit``).
 
 Everything here is a no-op in a single process, so the same code runs with and without torchrun.
 """
@@ -42,6 +43,15 @@ def gather(obj: Any) -> list[Any]:
     out: list[Any] = [None] * world
     dist.all_gather_object(out, obj)
     return out
+
+
+def all_reduce_sum(value: float, device: torch.device | str = "cpu") -> float:
+    """The sum of ``value`` over the ranks (``value`` itself in a single process)."""
+    if rank_and_world()[1] == 1:
+        return value
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.item()
 
 
 def barrier() -> None:

@@ -8,13 +8,14 @@ import copy
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 import torch.nn as nn
 
 from .allocate import ratios_by_flops, ratios_by_loss
 from .checkpoint import BASE_SHAPES, load_pruned, read_pruned_metadata, save_pruned
+from .distributed import broadcast, rank_and_world
 from .errors import CheckpointError, ConfigError, SensitivityFileError
 from .groups import PruningGraph, check_criterion
 from .measure import measure
@@ -230,19 +231,20 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     if mode == "none":  # plain training
         model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False}, **resuming)
         return TrainResult(model, baseline_path=save_dir / "best.pt",
-                           metrics=adapter.evaluate(model) if _has_eval(adapter) else {})
+                           metrics=_on_rank0(lambda: adapter.evaluate(model))
+                           if _has_eval(adapter) else {})
 
     if pretrain_weights is None:  # the one-call flow: train the base model first
-        print(f"[autoprune] training the base model ({pretrain_epochs or epochs} epochs)")
+        _log(f"[autoprune] training the base model ({pretrain_epochs or epochs} epochs)")
         model = adapter.fit(model, pretrain_epochs or epochs, save_dir / "baseline",
                             meta={**meta, "pruned": False}, **resuming)
         baseline_path = save_dir / "baseline" / "best.pt"
     else:
         baseline_path = Path(pretrain_weights)
-    base_metrics = adapter.evaluate(model)
-    print(f"[autoprune] baseline {adapter.metric} = {base_metrics[adapter.metric]:.4f}")
+    base_metrics = _on_rank0(lambda: adapter.evaluate(model))
+    _log(f"[autoprune] baseline {adapter.metric} = {base_metrics[adapter.metric]:.4f}")
 
-    print(f"[autoprune] sensitivities ({mode}: {sensitivities_file})")
+    _log(f"[autoprune] sensitivities ({mode}: {sensitivities_file})")
     sens, sens_path = get_sensitivities(adapter, model, sensitivities_file, arch=arch,
                                         criterion=criterion, ratios=ratios, progress=progress,
                                         options=sensitivity_options)
@@ -256,24 +258,42 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     baseline_model = copy.deepcopy(model)
     result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
                    ignored_layers=ignored)
-    print(f"[autoprune] pruned {len(result.plan)} groups: FLOPs {result.flops_before / 1e6:.1f}M "
+    _log(f"[autoprune] pruned {len(result.plan)} groups: FLOPs {result.flops_before / 1e6:.1f}M "
           f"-> {result.flops_after / 1e6:.1f}M (-{result.flops_reduction:.1%}); retraining "
           f"{epochs} epochs")
     model = adapter.fit(model, epochs, save_dir / "pruned",
                         meta={**meta, "pruned": True, "plan": result.plan}, **resuming)
-    report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
-              "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
-              "pruned_flops_target": pruned_flops, "criterion": criterion, "round_to": round_to,
-              "ratios": dict(chosen), "flops_reduction": result.flops_reduction,
-              "baseline": _figures(adapter, baseline_model, base_metrics),
-              "pruned": _figures(adapter, model, adapter.evaluate(model))}
-    write_reports(report, save_dir)
-    plot_sensitivities(sens, save_dir / "sensitivity.png", title=f"Sensitivity: {arch or 'model'}",
-                       threshold=None if pruned_flops is not None else eval_metric_loss)
-    print(to_console(report))
+
+    def finish() -> dict[str, Any]:
+        report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
+                  "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
+                  "pruned_flops_target": pruned_flops, "criterion": criterion,
+                  "round_to": round_to, "ratios": dict(chosen),
+                  "flops_reduction": result.flops_reduction,
+                  "baseline": _figures(adapter, baseline_model, base_metrics),
+                  "pruned": _figures(adapter, model, adapter.evaluate(model))}
+        write_reports(report, save_dir)
+        plot_sensitivities(sens, save_dir / "sensitivity.png",
+                           title=f"Sensitivity: {arch or 'model'}",
+                           threshold=None if pruned_flops is not None else eval_metric_loss)
+        print(to_console(report))
+        return report
+
+    report = _on_rank0(finish)  # latency is measured by one process, alone
     return TrainResult(model, report=report, baseline_path=baseline_path,
                        pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
                        ratios=dict(chosen), metrics=report["pruned"]["metrics"])
+
+
+def _on_rank0(fn: Callable[[], Any]) -> Any:
+    """``fn()`` run by rank 0 alone (evaluation, measuring, writing), its result sent to every
+    rank; just ``fn()`` in a single process."""
+    return broadcast(fn() if rank_and_world()[0] == 0 else None)
+
+
+def _log(line: str) -> None:
+    if rank_and_world()[0] == 0:
+        print(line, flush=True)
 
 
 def _has_eval(adapter: TaskAdapter) -> bool:

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .checkpoint import _atomic_save, read_state_dict, save_pruned
+from .distributed import all_reduce_sum, barrier, rank_and_world
 from .errors import CheckpointError, ConfigError, TrainingDivergedError
 from .measure import flush_denormals
 
@@ -70,9 +71,21 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
 
     ``on_epoch_end(epoch, loss, state)`` gets the loop's resumable state after each epoch
     (epochs done, optimizer, LR schedule, GradScaler, RNG states, losses); passing such a
-    ``state`` back continues with the next epoch as if the run had never stopped."""
+    ``state`` back continues with the next epoch as if the run had never stopped.
+
+    Under torch.distributed (torchrun, several ranks) the model trains as
+    ``DistributedDataParallel`` (gradients averaged over the ranks, each reading its shard of a
+    loader made with ``make_loader(..., shard=True)``); the epoch losses are the ranks' mean."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     model.to(device).train()
+    rank, world = rank_and_world()
+    net = model
+    if world > 1:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+        if rank == 0:
+            print(f"[autoprune] DistributedDataParallel over {world} processes, "
+                  f"{loader.batch_size} images per process per step", flush=True)
     flush_denormals()
     opt = _optimizer(model, cfg)
     total = cfg.epochs * len(loader)
@@ -90,20 +103,25 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
         history = list(state["history"])
     for epoch in range(len(history), cfg.epochs):
         model.train()
+        if hasattr(loader.sampler, "set_epoch"):  # a DistributedSampler: a new shuffle per epoch
+            loader.sampler.set_epoch(epoch)
         running, seen = 0.0, 0
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not cfg.progress,
-                   leave=False, dynamic_ncols=True)
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False,
+                   disable=not cfg.progress or rank != 0, dynamic_ncols=True)
         for inputs, targets in bar:
             inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
             with torch.autocast(device.type, enabled=use_amp):
-                outputs = model(inputs)
+                outputs = net(inputs)
                 try:
                     loss = loss_fn(outputs, targets)
                 except IndexError as e:  # CrossEntropy on a label >= the number of outputs
                     raise ConfigError(f"a training label is out of range ({e}): labels must be "
                                       f"0 .. num_classes - 1; build the model with a num_classes "
                                       f"that covers every label") from None
-            if not torch.isfinite(loss):
+            diverged = not torch.isfinite(loss)
+            if world > 1:  # every rank stops together (a lone raise would hang the others)
+                diverged = all_reduce_sum(float(diverged), device) > 0
+            if diverged:
                 raise TrainingDivergedError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
                                          f"lower the learning rate (lr={cfg.lr})")
             opt.zero_grad(set_to_none=True)
@@ -114,6 +132,8 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
             running += loss.item() * len(targets)
             seen += len(targets)
             bar.set_postfix(loss=f"{running / seen:.4f}", lr=f"{sched.get_last_lr()[0]:.4g}")
+        if world > 1:
+            running, seen = all_reduce_sum(running, device), all_reduce_sum(seen, device)
         history.append(running / max(1, seen))
         if on_epoch_end:
             on_epoch_end(epoch, history[-1], {
@@ -174,8 +194,12 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epoch
 
     ``resume=True`` continues from ``save_dir/train_state.pt`` when there is one (a finished run
     is not trained again); the result equals an uninterrupted run's. ``seed`` seeds torch at the
-    start of a fresh run, so a stage trains the same whatever ran before it."""
+    start of a fresh run, so a stage trains the same whatever ran before it.
+
+    Under torch.distributed every rank trains (see :func:`fit`); rank 0 alone evaluates, prints
+    and writes the files, and every rank returns the best weights."""
     save_dir = Path(save_dir)
+    rank = rank_and_world()[0]
     state_path = save_dir / STATE_FILE
     steps = len(loader)
     saved = read_train_state(state_path) if resume else None
@@ -190,15 +214,19 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epoch
             raise CheckpointError(f"{state_path} does not fit this model (another architecture "
                                   f"or pruning?): resume with the same settings, or pass "
                                   f"resume=False") from None
-        print(f"[autoprune] resuming {save_dir} after epoch {len(saved['history'])}/{epochs}",
-              flush=True)
+        if rank == 0:
+            print(f"[autoprune] resuming {save_dir} after epoch {len(saved['history'])}/{epochs}",
+                  flush=True)
     else:
-        state_path.unlink(missing_ok=True)  # a stale state must never be resumed into this run
+        if rank == 0:
+            state_path.unlink(missing_ok=True)  # a stale state must never be resumed into this run
         if seed is not None:
             torch.manual_seed(seed)
     best = {"score": saved["best_score"] if saved else -math.inf}
 
     def on_epoch_end(epoch: int, loss: float, loop_state: dict[str, Any]) -> None:
+        if rank != 0:  # rank 0 evaluates and writes for all
+            return
         # evaluation must not move the training's random stream (its loader draws a seed)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             metrics = evaluate(model) if evaluate else {}
@@ -219,9 +247,10 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epoch
     if saved is None or len(saved["history"]) < epochs:
         fit(model, loader, dataclasses.replace(cfg, epochs=epochs), device=device,
             loss_fn=loss_fn, on_epoch_end=on_epoch_end, state=saved)
-    else:
+    elif rank == 0:
         print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its best.pt",
               flush=True)
+    barrier()  # rank 0 has written best.pt
     model.load_state_dict(read_state_dict(save_dir / "best.pt"))
     return model
 

@@ -327,6 +327,16 @@ def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_retraining_under_torchrun_is_refused_in_one_line(data_yaml, tmp_path, monkeypatch):
+    """Two ranks would each run Ultralytics into the same folder: refused before training."""
+    from autoprune.tasks import detection as det_adapter
+
+    monkeypatch.setattr(det_adapter, "rank_and_world", lambda: (0, 2))
+    with pytest.raises(autoprune.ConfigError, match="without torchrun") as e:
+        det.train("yolov8n.yaml", data_yaml, epochs=1, save_dir=tmp_path / "out", **SMALL)
+    assert "\n" not in str(e.value) and not (tmp_path / "out" / "ultralytics").exists()
+
+
 def test_load_model_missing_checkpoint_is_clear(tmp_path):
     with pytest.raises(autoprune.CheckpointError, match="no checkpoint"):
         det.load_model(tmp_path / "nope.pt")

@@ -96,29 +96,37 @@ def test_early_stop_skips_larger_ratios_and_is_recorded(tmp_path):
         autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], early_stop=-1, progress=False)
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
-                    reason="dataset-fashion-mnist not installed")
-def test_torchrun_cli_two_processes(tmp_path):
+def _torchrun(args: list[str]) -> str:
+    """``torchrun --nproc_per_node 2 -m autoprune <args>`` on loopback; returns its stdout."""
     import socket
     import subprocess
     import sys
 
-    from autoprune import classification as cls
-
-    base = cls.train("resnet18", "fashion-mnist", epochs=1, batch_size=32, train_limit=320,
-                     eval_limit=40, save_dir=tmp_path / "base", progress=False).baseline_path
-    out = tmp_path / "sens.json"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
            "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}  # loopback only
     with socket.socket() as s:  # a free loopback port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(port),
-           "-m", "autoprune", "sensitivity", str(base), "fashion-mnist",
-           str(out), "--ratios", "0.5", "--limit", "40", "--device", "cpu"]
+           "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "autoprune", *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-1500:]
+    return done.stdout
+
+
+needs_fmnist = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                                  reason="dataset-fashion-mnist not installed")
+
+
+@needs_fmnist
+def test_torchrun_cli_two_processes(tmp_path):
+    from autoprune import classification as cls
+
+    base = cls.train("resnet18", "fashion-mnist", epochs=1, batch_size=32, train_limit=320,
+                     eval_limit=40, save_dir=tmp_path / "base", progress=False).baseline_path
+    out = tmp_path / "sens.json"
+    _torchrun(["sensitivity", str(base), "fashion-mnist", str(out), "--ratios", "0.5",
+               "--limit", "40", "--device", "cpu"])
     sens = autoprune.load_sensitivities(out)
     assert len(sens) == 12 and all(list(p) == [0.5] for p in sens.values())
     single = cls.analyze_sensitivity(base, "fashion-mnist", tmp_path / "single.json",
@@ -127,3 +135,97 @@ def test_torchrun_cli_two_processes(tmp_path):
     for name in sens:
         assert sens[name][0.5] == pytest.approx(single[name][0.5], abs=1e-6)
     assert any(p[0.5] != 0 for p in sens.values())
+
+
+# -- DDP training ------------------------------------------------------------------------------
+
+def _tiny_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                               torch.nn.Linear(8, 4))
+
+
+def _tiny_data() -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(2)
+    return torch.utils.data.TensorDataset(torch.randn(64, 3, 8, 8, generator=g),
+                                          torch.randint(0, 4, (64,), generator=g))
+
+
+def _ddp_fit_worker(rank: int, world: int, init_file: str, out: str) -> None:
+    from autoprune.data import make_loader
+    from autoprune.training import FitConfig, fit
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        loader = make_loader(_tiny_data(), 16, shuffle=True, seed=3, drop_last=True, shard=True)
+        model = _tiny_net()
+        losses = fit(model, loader, FitConfig(epochs=2, lr=0.1, progress=False),
+                     device=torch.device("cpu"))
+        torch.save({"state": model.state_dict(), "losses": losses, "steps": len(loader),
+                    "batch": loader.batch_size}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_training_over_two_ranks_equals_one_process_on_the_total_batch(tmp_path):
+    """2 ranks x batch 8 with averaged gradients = 1 process x batch 16 over the same shuffle."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from autoprune.training import FitConfig, fit
+
+    mp.spawn(_ddp_fit_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "out")), nprocs=2,
+             join=True)
+    ranks = [torch.load(f"{tmp_path / 'out'}.{r}", weights_only=True) for r in range(2)]
+    assert [r["steps"] for r in ranks] == [4, 4] and [r["batch"] for r in ranks] == [8, 8]
+    data = _tiny_data()
+    loader = DataLoader(data, batch_size=16, drop_last=True,
+                        sampler=DistributedSampler(data, num_replicas=1, rank=0, seed=3))
+    model = _tiny_net()
+    losses = fit(model, loader, FitConfig(epochs=2, lr=0.1, progress=False),
+                 device=torch.device("cpu"))
+    for r in ranks:
+        assert r["losses"] == pytest.approx(losses, rel=1e-5)
+        for k, v in model.state_dict().items():
+            assert torch.allclose(r["state"][k], v, atol=1e-6), k
+    assert any(not torch.equal(v, _tiny_net().state_dict()[k])  # it did train
+               for k, v in model.state_dict().items())
+
+
+@needs_fmnist
+def test_torchrun_train_prunes_with_ddp_and_rank0_writes(tmp_path):
+    """`torchrun --nproc_per_node 2 -m autoprune train cfg.yaml`: both stages train as DDP, the
+    analysis is shared out, rank 0 alone prints and writes the checkpoints and the report."""
+    import yaml
+
+    from autoprune import classification as cls
+
+    cfg = {"task": "classification", "model": "resnet18", "train_data": "fashion-mnist",
+           "epochs": 1, "batch_size": 32, "train_limit": 256, "eval_limit": 40,
+           "input_size": 32, "save_dir": str(tmp_path / "run"), "device": "cpu",
+           "sensitivities_file": str(tmp_path / "run" / "sens.json"), "ratios": [0.5],
+           "eval_metric_loss": 0.2, "progress": False}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    out = _torchrun(["train", str(tmp_path / "cfg.yaml")])
+    assert out.count("[autoprune] baseline top1") == 1  # printed by rank 0 only
+    assert out.count("epoch 1/1") == 2  # one line per stage, not per rank
+    assert out.count("DistributedDataParallel over 2 processes, 16 images per process") == 2
+    run = tmp_path / "run"
+    report = __import__("json").loads((run / "report.json").read_text())
+    assert report["flops_reduction"] > 0
+    assert report["pruned"]["latency_cpu_ms"] > 0
+    pruned = cls.load_model(run / "pruned" / "best.pt")
+    assert sum(p.numel() for p in pruned.parameters()) < \
+        sum(p.numel() for p in cls.load_model(run / "baseline" / "best.pt").parameters())
+    assert len(autoprune.load_sensitivities(run / "sens.json")) == 12
+    assert not list(run.glob("sens.json.rank*"))
+
+
+def test_ddp_batch_smaller_than_world_is_refused(monkeypatch):
+    from autoprune import data
+
+    monkeypatch.setattr(data, "rank_and_world", lambda: (0, 2))
+    with pytest.raises(autoprune.ConfigError, match="total over 2 processes: pass at least 2"):
+        data.make_loader(_tiny_data(), 1, shuffle=True, shard=True)
+    assert data.make_loader(_tiny_data(), 1, shuffle=True).batch_size == 1  # not sharded

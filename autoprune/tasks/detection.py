@@ -16,6 +16,7 @@ import torch.nn as nn
 import yaml
 
 from ..checkpoint import save_pruned
+from ..distributed import rank_and_world
 from ..errors import ConfigError
 from ..training import pick_device
 from . import yolo
@@ -263,6 +264,10 @@ class DetectionAdapter:
             raise ConfigError("training needs data=<data.yaml> with a train split")
         if not isinstance(epochs, int) or epochs < 1:
             raise ConfigError(f"epochs={epochs} must be a whole number, at least 1")
+        if rank_and_world()[1] > 1:
+            raise ConfigError("detection retraining runs in one process (Ultralytics trains the "
+                              "pruned module itself): run `autoprune train` without torchrun; "
+                              "`torchrun ... -m autoprune sensitivity` does share the analysis")
         self.check_model(model)
         save_dir = Path(save_dir).resolve()
         meta = dict(meta or {})

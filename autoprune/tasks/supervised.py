@@ -25,7 +25,8 @@ class SupervisedFit:
         if epochs < 1:
             raise ConfigError(f"epochs={epochs} must be at least 1")
         loader = make_loader(self.train_set, self.batch_size, shuffle=True,
-                             num_workers=self.num_workers, seed=self.seed, drop_last=True)
+                             num_workers=self.num_workers, seed=self.seed, drop_last=True,
+                             shard=True)  # each torchrun rank reads its share
         return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
                              save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
                              evaluate=self.evaluate if self.eval_set is not None else None,
