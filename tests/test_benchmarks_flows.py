@@ -1,0 +1,32 @@
+"""benchmarks/task_flows.py on tiny settings: both task flows prune for real, the control does
+not, and the table reports both."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from autoprune.checkpoint import read_pruned_metadata, read_state_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                                reason="dataset-fashion-mnist not installed")
+
+
+def test_task_flows_quick(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("task_flows", ROOT / "benchmarks" / "task_flows.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.main(["--quick", "--out", str(tmp_path), "--device", "cpu"])
+    assert [r["task"] for r in rows] == ["detection", "segmentation"]
+    for r in rows:
+        assert r["flops"][1] < r["flops"][0] and r["params"][1] < r["params"][0]
+        assert all(0 <= m <= 1 for m in (*r["metric_values"], r["control_metric"]))
+    det = rows[0]
+    assert det["flops"][1] / det["flops"][0] == pytest.approx(0.6, abs=0.05)  # pruned_flops=0.4
+    for task in ("detection", "segmentation"):  # the control kept the base model's shapes
+        shapes = [{k: v.shape for k, v in read_state_dict(tmp_path / task / d / "best.pt").items()}
+                  for d in ("base", "control")]
+        assert shapes[0] == shapes[1]
+        assert not read_pruned_metadata(tmp_path / task / "control" / "best.pt").get("pruned")
+    out = capsys.readouterr().out
+    assert "| detection | `pruned_flops=0.4` |" in out and "| segmentation |" in out
