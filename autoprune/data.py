@@ -14,6 +14,9 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers
                 seed: int = 0, drop_last: bool = False, shard: bool = False) -> DataLoader:
     """A DataLoader with a seeded shuffle (reproducible epochs).
 
+    Workers are started anew each epoch (not persistent) and seeded from the loader's
+    generator, so restoring that generator's state resumes the augmentation randomness exactly.
+
     ``shard=True`` under torch.distributed (torchrun, several ranks): each rank reads its own
     share of every epoch (``DistributedSampler``, shuffled by ``seed`` + epoch) in batches of
     ``batch_size // world``, so ``batch_size`` stays the total batch, as in PaddleX."""
@@ -30,12 +33,10 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers
                                      seed=seed, drop_last=drop_last)
         return DataLoader(dataset, batch_size=batch_size // world, sampler=sampler,
                           num_workers=num_workers, drop_last=drop_last and
-                          len(sampler) > batch_size // world,
-                          persistent_workers=num_workers > 0)
+                          len(sampler) > batch_size // world)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
                       generator=torch.Generator().manual_seed(seed) if shuffle else None,
-                      drop_last=drop_last and len(dataset) > batch_size,
-                      persistent_workers=num_workers > 0)
+                      drop_last=drop_last and len(dataset) > batch_size)
 
 
 class CachedBatches:

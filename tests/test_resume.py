@@ -140,3 +140,28 @@ def test_one_call_flow_skips_the_finished_stage_and_resumes_the_pruned_one(tmp_p
         assert_same_weights(tmp_path / "straight" / name, tmp_path / "resumed" / name)
     assert resumed.report["pruned"]["flops"] == straight.report["pruned"]["flops"]
     assert_same_weights(straight.model.state_dict(), resumed.model.state_dict())
+
+
+def test_resume_with_loader_workers_equals_uninterrupted(tmp_path, monkeypatch):
+    """With ``num_workers=2`` the augmentation noise is drawn in the workers: each epoch's
+    workers are seeded from the restored loader generator, so a run stopped after epoch 1 and
+    resumed in a new set of workers draws what the uninterrupted run drew."""
+    straight = _cls(tmp_path / "straight", Images(), num_workers=2)
+    from autoprune import training
+
+    real_save, saves = training._atomic_save, []
+
+    def save_then_stop(obj, path):  # the process dies right after epoch 1's state is written
+        real_save(obj, path)
+        saves.append(path)
+        if str(path).endswith(STATE_FILE):
+            raise KeyboardInterrupt("simulated kill after epoch 1")
+
+    monkeypatch.setattr(training, "_atomic_save", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        _cls(tmp_path / "resumed", Images(), num_workers=2)
+    monkeypatch.setattr(training, "_atomic_save", real_save)
+    resumed = _cls(tmp_path / "resumed", Images(), num_workers=2, resume=True)
+    for name in ("last.pt", "best.pt"):
+        assert_same_weights(tmp_path / "straight" / name, tmp_path / "resumed" / name)
+    assert_same_weights(straight.model.state_dict(), resumed.model.state_dict())
