@@ -11,7 +11,9 @@ from .errors import AutopruneError, ConfigError
 
 def _demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
+    from .distributed import init_from_env
 
+    init_from_env()  # under torchrun: DDP training, the analysis shared out
     run_demo(args.save_dir, arch=args.arch, epochs=args.epochs,
              pretrain_epochs=args.pretrain_epochs, train_images=args.train_images,
              val_images=args.val_images, size=args.size, eval_metric_loss=args.eval_metric_loss,
