@@ -115,7 +115,9 @@ class BatchedVariants:
                     c = module.out_features if isinstance(module, nn.Linear) else (
                         module.num_features if isinstance(module, nn.modules.batchnorm._BatchNorm)
                         else module.out_channels)
-                    modules[module] = torch.ones(self.k, c)
+                    weight = getattr(module, "weight", None)  # built where the model lives
+                    modules[module] = torch.ones(self.k, c, device=weight.device if isinstance(
+                        weight, torch.Tensor) else None)
                 modules[module][k, channels] = 0.0
         return modules
 
