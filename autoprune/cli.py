@@ -143,6 +143,14 @@ def _prune(args: argparse.Namespace) -> None:
           f"pretrain_weights to fine-tune)")
 
 
+def _export(args: argparse.Namespace) -> None:
+    from .pipeline import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.output, input_size=args.size,
+                            opset_version=args.opset)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+
+
 def _report(args: argparse.Namespace) -> None:
     from .pipeline import compare_checkpoints
 
@@ -266,6 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--criterion", default="l1_norm")
     pr.add_argument("--round-to", type=int, help="keep multiples of this many channels")
     pr.set_defaults(func=_prune)
+
+    ex = sub.add_parser("export", help="export a checkpoint (pruned or not) to ONNX")
+    ex.add_argument("checkpoint")
+    ex.add_argument("output", help="the .onnx file to write")
+    ex.add_argument("--size", type=int, help="input size in px (default: the checkpoint's)")
+    ex.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    ex.set_defaults(func=_export)
 
     rp = sub.add_parser("report", help="compare a baseline and a pruned checkpoint: size, FLOPs, "
                         "metrics, latency")

@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 
 from .allocate import ratios_by_flops, ratios_by_loss
-from .checkpoint import BASE_SHAPES, load_pruned, read_pruned_metadata, save_pruned
+from .checkpoint import (BASE_SHAPES, export_onnx, load_pruned, read_pruned_metadata,
+                         save_pruned)
 from .distributed import broadcast, rank_and_world
 from .errors import CheckpointError, ConfigError, SensitivityFileError
 from .groups import PruningGraph, check_criterion
@@ -389,6 +390,25 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
     previous = meta.get("plan") or {}
     save_pruned(model, output, **{**meta, "pruned": True, "plan": {**previous, **result.plan}})
     return result
+
+
+def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, *,
+                      input_size: int | None = None, opset_version: int = 17) -> Path:
+    """Export a checkpoint written by autoprune (pruned or not) to ONNX at ``output``, with the
+    task's input (batch 1, the checkpoint's input size unless ``input_size`` is given)."""
+    if Path(output).resolve() == Path(checkpoint).resolve():
+        raise ConfigError(f"output {output} is the input checkpoint: choose another path, e.g. "
+                          f"{Path(checkpoint).with_suffix('.onnx')}")
+    if input_size is not None and input_size < 1:
+        raise ConfigError(f"--size {input_size} must be a positive number of pixels")
+    size = {"input_size": input_size} if input_size else {}
+    adapter, _ = adapter_for_checkpoint(checkpoint, **size)
+    if adapter.task == "detection":  # Ultralytics' export head: one (1, 4 + nc, anchors) output
+        from .detection import export_onnx as export_detector
+
+        return export_detector(checkpoint, output, imgsz=input_size, opset_version=opset_version)
+    model = load_model(checkpoint, adapter)
+    return export_onnx(model, adapter.example_inputs(model), output, opset_version=opset_version)
 
 
 def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, data: Any, *,

@@ -197,6 +197,31 @@ def test_cli_train_prune_report(base_ckpt, tmp_path, capsys):
 
 
 @needs_fmnist
+def test_cli_export_onnx_of_a_pruned_checkpoint_matches_torch(base_ckpt, tmp_path, capsys):
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    pruned = tmp_path / "pruned.pt"
+    assert main(["prune", str(base_ckpt), "DEFAULT", str(pruned), "--pruned-flops", "0.5"]) == 0
+    out = tmp_path / "pruned.onnx"
+    assert main(["export", str(pruned), str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    graph = onnx.load(str(out))
+    onnx.checker.check_model(graph)
+    model = cls.load_model(pruned)
+    stored = sum(int(np.prod(i.dims)) for i in graph.graph.initializer)
+    assert stored <= sum(p.numel() for p in model.parameters()) + 10_000  # + BN statistics
+    assert stored < 0.8 * sum(p.numel() for p in cls.load_model(base_ckpt).parameters())
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(x).numpy()
+    got = ReferenceEvaluator(graph).run(None, {"input": x.numpy()})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert main(["export", str(pruned), str(pruned)]) == 2  # never over the checkpoint
+    assert "is the input checkpoint" in capsys.readouterr().err
+
+
+@needs_fmnist
 def test_reload_pruned_in_fresh_process(base_ckpt, tmp_path):
     sens = tmp_path / "s.json"
     cls.analyze_sensitivity(base_ckpt, "fashion-mnist", sens, ratios=(0.5,), eval_limit=40,
