@@ -268,6 +268,20 @@ def test_bad_inputs_one_line(kwargs, match, tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_limits_on_an_image_folder_take_every_class(image_folder):
+    """An ImageFolder lists its images class by class: train_limit / eval_limit must not keep
+    only the first classes."""
+    from autoprune.tasks.classification import ClassificationAdapter, balanced_indices
+
+    adapter = ClassificationAdapter(image_folder / "train", image_folder / "val", input_size=32,
+                                    train_limit=7, eval_limit=3, progress=False)
+    train_labels = [adapter.train_set[i][1] for i in range(len(adapter.train_set))]
+    eval_labels = [adapter.eval_set[i][1] for i in range(len(adapter.eval_set))]
+    assert sorted(train_labels) == [0, 0, 0, 1, 1, 2, 2] and sorted(eval_labels) == [0, 1, 2]
+    assert adapter.train_set.classes == ["blue", "green", "red"]
+    assert balanced_indices([0, 0, 0, 1, 2, 2], 10) == [0, 3, 4, 1, 5, 2]  # all, when fewer
+
+
 def test_unwritable_save_dir(tmp_path, image_folder):
     blocker = tmp_path / "file.txt"
     blocker.write_text("x")

@@ -119,6 +119,24 @@ def _image_folder(path: Path, size: int, train: bool) -> Dataset:
                           f"<root>/<class>/<image>.jpg") from None
 
 
+def balanced_indices(targets: list[int], limit: int) -> list[int]:
+    """The first ``limit`` indices of a round robin over the classes (each class in its own
+    order), so a subset of a class-sorted folder holds every class about equally."""
+    by_class: dict[int, list[int]] = {}
+    for i, t in enumerate(targets):
+        by_class.setdefault(int(t), []).append(i)
+    queues = [iter(by_class[c]) for c in sorted(by_class)]
+    picked: list[int] = []
+    while queues and len(picked) < limit:
+        for q in list(queues):
+            i = next(q, None)
+            if i is None:
+                queues.remove(q)
+            elif len(picked) < limit:
+                picked.append(i)
+    return picked
+
+
 def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | None = None,
                     root: str | None = None) -> Dataset:
     """``"fashion-mnist"``, an ImageFolder directory, or a torch Dataset of (image, label)."""
@@ -134,8 +152,8 @@ def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | Non
                               f"ImageFolder root (<root>/<class>/<image>), a Dataset or "
                               f"'{FASHION_MNIST}'")
         ds = _image_folder(path, input_size, train)
-        if limit is not None:
-            ds = torch.utils.data.Subset(ds, range(min(limit, len(ds))))
+        if limit is not None:  # an ImageFolder lists class by class: take from every class
+            ds = torch.utils.data.Subset(ds, balanced_indices(ds.targets, limit))
             ds.classes = ds.dataset.classes
         return ds
     raise ConfigError(f"data must be a folder path, a torch Dataset or '{FASHION_MNIST}', "
