@@ -59,7 +59,8 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
 
     sensitivity_options: passed to :func:`autoprune.sensitivity` for a new analysis, e.g.
     ``{"early_stop": 0.5}`` (skip a group's larger ratios once its loss passes 0.5),
-    ``{"evaluation": "prune"}`` (never masked variants) or ``{"batch_variants": 4}``.
+    ``{"evaluation": "prune"}`` (never masked variants), ``{"batch_variants": 4}`` or
+    ``{"eval_images": 500}`` (the analysis on 500 evaluation images, the rest on all).
 
     resume: after an interruption (Ctrl-C, crash), call again with the same arguments and
     ``resume=True``: a training stage continues after its last finished epoch (from the

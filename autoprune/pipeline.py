@@ -122,17 +122,22 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
     return path
 
 
-SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache")
+SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
+                       "eval_images")
 
 
 def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``sensitivity_options`` of a task API as keyword arguments of
-    :func:`autoprune.sensitivity` (a ConfigError names an unknown one)."""
-    options = dict(options or {})
+    """The ``sensitivity_options`` of a task API, checked (a ConfigError names an unknown one):
+    keyword arguments of :func:`autoprune.sensitivity`, plus ``eval_images`` (measure on that
+    many evaluation images only; training and the report keep the whole evaluation set)."""
+    options = {k: v for k, v in dict(options or {}).items() if v is not None}
     unknown = sorted(set(options) - set(SENSITIVITY_OPTIONS))
     if unknown:
         raise ConfigError(f"unknown sensitivity option(s) {', '.join(map(repr, unknown))}: use "
                           f"{', '.join(SENSITIVITY_OPTIONS)}")
+    n = options.get("eval_images")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ConfigError(f"eval_images={n!r} must be a positive number of images such as 500")
     return options
 
 
@@ -146,13 +151,17 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
     path = check_sensitivities_file(adapter, model, sensitivities_file, arch)
     if _sens_mode(sensitivities_file) == "default":
         return read_record(path).sensitivities, path
+    options = check_sensitivity_options(options)
+    subset = options.pop("eval_images", None)
+    measure_on = adapter.with_eval_limit(subset) if subset else adapter
     sens = sensitivity(model, adapter.example_inputs(model),
-                       lambda m: adapter.evaluate(m)[adapter.metric], ratios=ratios,
+                       lambda m: measure_on.evaluate(m)[adapter.metric], ratios=ratios,
                        sensitivities_file=path, criterion=criterion,
                        ignored_layers=adapter.ignored_layers(model),
                        higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
-                       arch=arch, extra={"task": adapter.task, "eval_images": _eval_size(adapter)},
-                       progress=progress, **check_sensitivity_options(options))
+                       arch=arch, extra={"task": adapter.task,
+                                         "eval_images": _eval_size(measure_on)},
+                       progress=progress, **options)
     return sens, path
 
 

@@ -104,6 +104,17 @@ def _check_weights(record: SensitivityRecord, model: nn.Module, path) -> None:
     record.model["weights_sha256"] = weights
 
 
+def _check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
+                           path: Any) -> None:
+    """Refuse to finish a file measured on another number of evaluation images (its baseline
+    and points would not compare with the new ones)."""
+    before, now = record.extra.get("eval_images"), extra.get("eval_images")
+    if before is not None and now is not None and before != now and record.sensitivities:
+        raise SensitivityFileError(
+            f"{path} was measured on {before} evaluation images, this run has {now}: finishing "
+            f"it would mix two evaluations; use the same eval_limit / eval_images, or a new file")
+
+
 def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
                    points: list[tuple[str, float]], baseline: float) -> PrefixCache | None:
     """Record the unpruned stage outputs, then check that replaying them changes nothing."""
@@ -178,6 +189,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         record = _open_record(path, graph, arch=arch or type(model).__name__,
                               criterion=criterion, higher_is_better=higher_is_better,
                               metric_name=metric_name)
+        _check_same_evaluation(record, extra or {}, path)
         record.extra.update({**dict(extra or {}), "early_stop": early_stop})
         pending = [(n, r) for n in names for r in ratios if not record.has_point(n, r)]
         if pending or record.metric.get("baseline") is None:

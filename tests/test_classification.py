@@ -222,6 +222,32 @@ def test_cli_export_onnx_of_a_pruned_checkpoint_matches_torch(base_ckpt, tmp_pat
 
 
 @needs_fmnist
+def test_eval_images_subsets_only_the_analysis(base_ckpt, tmp_path):
+    """sensitivity_options={"eval_images": 20}: the analysis runs on 20 images (2 per class), the
+    report on the 60 of eval_limit; a file measured on 20 images is not finished on 30."""
+    sens = tmp_path / "s.json"
+    r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", pretrain_weights=base_ckpt,
+                  sensitivities_file=sens, ratios=(0.5,), eval_metric_loss=0.5,
+                  sensitivity_options={"eval_images": 20}, **SMALL)
+    record = autoprune.read_record(sens)
+    assert record.extra["eval_images"] == 20
+    subset = cls.ClassificationAdapter(None, "fashion-mnist", input_size=32, eval_limit=60,
+                                       progress=False).with_eval_limit(20)
+    assert sorted(int(subset.eval_set[i][1]) for i in range(20)) == sorted(list(range(10)) * 2)
+    model = cls.load_model(base_ckpt)
+    assert record.metric["baseline"] == subset.evaluate(model)["top1"]
+    assert r.report["baseline"]["metrics"]["top1"] * 60 == pytest.approx(
+        round(r.report["baseline"]["metrics"]["top1"] * 60))  # measured on the 60
+    with pytest.raises(autoprune.SensitivityFileError, match="measured on 20 evaluation images, "
+                                                             "this run has 30"):
+        cls.analyze_sensitivity(base_ckpt, "fashion-mnist", sens, ratios=(0.3,), eval_limit=60,
+                                progress=False, sensitivity_options={"eval_images": 30})
+    with pytest.raises(autoprune.ConfigError, match="eval_images=0 must be a positive number"):
+        cls.analyze_sensitivity(base_ckpt, "fashion-mnist", tmp_path / "t.json", progress=False,
+                                sensitivity_options={"eval_images": 0})
+
+
+@needs_fmnist
 def test_reload_pruned_in_fresh_process(base_ckpt, tmp_path):
     sens = tmp_path / "s.json"
     cls.analyze_sensitivity(base_ckpt, "fashion-mnist", sens, ratios=(0.5,), eval_limit=40,

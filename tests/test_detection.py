@@ -337,6 +337,19 @@ def test_retraining_under_torchrun_is_refused_in_one_line(data_yaml, tmp_path, m
     assert "\n" not in str(e.value) and not (tmp_path / "out" / "ultralytics").exists()
 
 
+def test_eval_subset_adapter_keeps_its_own_val_listing(data_yaml):
+    """with_eval_limit (the analysis' eval_images) validates on fewer images without touching
+    the listing the full adapter validates on."""
+    adapter = DetectionAdapter(data_yaml, input_size=64, eval_limit=16, progress=False)
+    full = adapter._val_data_yaml()
+    subset = adapter.with_eval_limit(4)
+    small = subset._val_data_yaml()
+    listed = lambda y: len(Path(yaml.safe_load(Path(y).read_text())["val"]).read_text().split())
+    assert (listed(full), listed(small)) == (16, 4) and len(subset.eval_set) == 4
+    assert adapter._val_data_yaml() == full and listed(full) == 16
+    assert adapter.with_eval_limit(100).eval_limit == 16  # never more than the adapter has
+
+
 def test_load_model_missing_checkpoint_is_clear(tmp_path):
     with pytest.raises(autoprune.CheckpointError, match="no checkpoint"):
         det.load_model(tmp_path / "nope.pt")

@@ -336,6 +336,14 @@ def test_bad_arguments_one_line(kwargs, match, tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_eval_subset_adapter():
+    adapter = SegmentationAdapter(None, "fashion-scenes", input_size=32, eval_limit=8,
+                                  progress=False)
+    subset = adapter.with_eval_limit(3)
+    assert len(subset.eval_set) == 3 and len(adapter.eval_set) == 8
+    assert torch.equal(subset.eval_set[2][1], adapter.eval_set[2][1])
+
+
 def test_model_with_other_classes_refused(tmp_path):
     import segmentation_models_pytorch as smp
 

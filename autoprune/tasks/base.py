@@ -50,6 +50,10 @@ class TaskAdapter(Protocol):
     def timing_inputs(self, model: nn.Module) -> Any:
         """The batch latency is measured on."""
 
+    def with_eval_limit(self, limit: int) -> "TaskAdapter":
+        """A copy of this adapter that evaluates on ``limit`` of its evaluation items (the
+        analysis' ``sensitivity_options={"eval_images": N}``); training data are shared."""
+
 
 @dataclass
 class TrainResult:

@@ -2,6 +2,7 @@
 top-1/top-5 metrics. The only module of the classification task that imports timm or torchvision."""
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,16 @@ def balanced_indices(targets: list[int], limit: int) -> list[int]:
     return picked
 
 
+def _targets(ds: Dataset) -> list[int] | None:
+    """The labels of ``ds`` without reading its images (ImageFolder, Fashion-MNIST, Subsets of
+    them); None when the dataset does not expose them."""
+    if isinstance(ds, torch.utils.data.Subset):
+        inner = _targets(ds.dataset)
+        return None if inner is None else [inner[i] for i in ds.indices]
+    targets = getattr(ds, "targets", None)
+    return None if targets is None else [int(t) for t in targets]
+
+
 def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | None = None,
                     root: str | None = None) -> Dataset:
     """``"fashion-mnist"``, an ImageFolder directory, or a torch Dataset of (image, label)."""
@@ -250,6 +261,18 @@ class ClassificationAdapter(SupervisedFit):
 
     def ignored_layers(self, model: nn.Module) -> list[Any]:
         return []  # the classifier produces the output, which the core never prunes
+
+    def with_eval_limit(self, limit: int) -> "ClassificationAdapter":
+        """This adapter evaluating on ``limit`` of its evaluation images, taken from every class
+        in turn when the labels are known (the sensitivity analysis' ``eval_images``)."""
+        subset = copy.copy(self)
+        targets = _targets(self.eval_set)
+        picked = balanced_indices(targets, limit) if targets is not None else \
+            list(range(min(limit, len(self.eval_set))))
+        subset.eval_set = torch.utils.data.Subset(self.eval_set, picked)
+        subset.eval_set.classes = dataset_classes(self.eval_set)
+        subset._eval_batches = None
+        return subset
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:

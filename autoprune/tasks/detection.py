@@ -299,6 +299,15 @@ class DetectionAdapter:
                             ultralytics_weights=str(Path(src)))
         return model.to(self.device).eval()
 
+    def with_eval_limit(self, limit: int) -> "DetectionAdapter":
+        """This adapter validating on the first ``limit`` val images (the sensitivity analysis'
+        ``eval_images``); it keeps its own temp folder and loader."""
+        subset = copy.copy(self)
+        subset.eval_limit = min(limit, self.eval_limit or limit)
+        subset.eval_set = EvalImages(self.eval_data["val"][:subset.eval_limit])
+        subset._tmpdir, subset._val_yaml, subset._loader = None, None, None
+        return subset
+
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """mAP50-95 and mAP50 (fractions) from Ultralytics' validator on the (limited) val split."""
         if self.eval_data is None:
