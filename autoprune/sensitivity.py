@@ -106,8 +106,8 @@ def _check_weights(record: SensitivityRecord, model: nn.Module, path) -> None:
 
 def _check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
                            path: Any) -> None:
-    """Refuse to finish a file measured on another number of evaluation images (its baseline
-    and points would not compare with the new ones)."""
+    """Refuse to add points to a file measured on another number of evaluation images (its
+    baseline and points would not compare with the new ones)."""
     before, now = record.extra.get("eval_images"), extra.get("eval_images")
     if before is not None and now is not None and before != now and record.sensitivities:
         raise SensitivityFileError(
@@ -189,9 +189,13 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         record = _open_record(path, graph, arch=arch or type(model).__name__,
                               criterion=criterion, higher_is_better=higher_is_better,
                               metric_name=metric_name)
-        _check_same_evaluation(record, extra or {}, path)
-        record.extra.update({**dict(extra or {}), "early_stop": early_stop})
         pending = [(n, r) for n in names for r in ratios if not record.has_point(n, r)]
+        how = {**dict(extra or {}), "early_stop": early_stop}
+        if pending:
+            _check_same_evaluation(record, how, path)
+        else:  # nothing to measure: a complete file keeps the record of how it was measured
+            how = {k: v for k, v in how.items() if k not in record.extra}
+        record.extra.update(how)
         if pending or record.metric.get("baseline") is None:
             _check_weights(record, model, path)
         if record.metric.get("baseline") is None:
