@@ -293,6 +293,11 @@ def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     got = ReferenceEvaluator(graph).run(None, {"input": x.numpy()})[0]
     assert got.shape == expected.shape == (1, 14, 84)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+    from autoprune.cli import main  # the CLI takes the detection export path for this checkpoint
+    assert main(["export", str(result.pruned_path), str(tmp_path / "cli.onnx")]) == 0
+    dims = [d.dim_value for d in onnx.load(str(tmp_path / "cli.onnx")).graph.output[0].type
+            .tensor_type.shape.dim]
+    assert dims == [1, 14, 84]
 
 
 @pytest.mark.parametrize("case, match", [
