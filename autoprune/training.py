@@ -81,8 +81,10 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
     rank, world = rank_and_world()
     net = model
     if world > 1:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+        gpus = None
+        if device.type == "cuda":  # plain "cuda": the rank's own GPU (set by init_from_env)
+            gpus = [device.index if device.index is not None else torch.cuda.current_device()]
+        net = nn.parallel.DistributedDataParallel(model, device_ids=gpus)
         if rank == 0:
             print(f"[autoprune] DistributedDataParallel over {world} processes, "
                   f"{loader.batch_size} images per process per step", flush=True)
