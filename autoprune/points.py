@@ -149,7 +149,8 @@ class PointRunner:
         self.checked = False               # one point's metric compared with a real prune
         self.call: tuple[tuple, dict] | None = None
         self.reference: Any = None
-        self.counts = {"masked": 0, "pruned": 0}  # points evaluated each way
+        self.counts = {"masked": 0, "pruned": 0, "reused": 0}  # points evaluated each way;
+        # reused: a ratio removing the same channels as a smaller one
         self.unmaskable: list[str] = []            # groups whose masked outputs differed
         self.bar = tqdm(total=total, desc="sensitivity" + label, unit="pt",
                         disable=not progress or not total, dynamic_ncols=True)
@@ -209,12 +210,17 @@ class PointRunner:
         group = self.graph.group(name)
         self.bar.set_postfix_str(name)
         plans = [(r, self.graph.channels_to_remove(group, r, self.criterion)) for r in ratios]
-        work = [p for p in plans if p[1]]
+        # a ratio that removes the same channels as a smaller one is the same model: reuse it
+        first: dict[tuple[int, ...], float] = {}
+        same_as = {r: first.setdefault(tuple(sorted(idxs)), r) for r, idxs in plans if idxs}
+        same_as = {r: src for r, src in same_as.items() if src != r}
+        work = [p for p in plans if p[1] and p[0] not in same_as]
         masked = self.masking and len(work) > 1 and \
             self._maskable(group, work[len(work) // 2][1])
         if self.masking and len(work) > 1 and not masked:
             self.unmaskable.append(name)
         results: dict[float, float] = {}
+        raw: dict[float, float] = {}  # the metric of each ratio evaluated
         while True:
             todo = [(r, idxs) for r, idxs in plans if r not in results]
             if not todo:
@@ -226,8 +232,11 @@ class PointRunner:
                 continue
             if not idxs:  # too few channels to remove any at this ratio
                 metrics = {ratio: baseline}
-            elif masked and self.masking:
-                chunk = [p for p in todo if p[1]][:self.k]
+            elif ratio in same_as and same_as[ratio] in raw:
+                metrics = {ratio: raw[same_as[ratio]]}
+                self.counts["reused"] += 1
+            elif masked and self.masking and ratio not in same_as:
+                chunk = [p for p in todo if p[1] and p[0] not in same_as][:self.k]
                 metrics = self._masked_or_none(group, chunk)
                 if metrics is None:
                     continue  # masking was switched off: evaluate for real
@@ -236,6 +245,7 @@ class PointRunner:
             for r in sorted(metrics):
                 if r != ratio and skip(r):
                     break  # an early stop discards the rest of a batched chunk
+                raw[r] = metrics[r]
                 results[r] = relative_loss(baseline, metrics[r], higher_is_better)
                 self.bar.update()
                 yield r, results[r]

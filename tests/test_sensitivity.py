@@ -311,3 +311,24 @@ def test_yolo_points_in_sequence_keep_the_concat_mapping():
     got = ap.sensitivity(model, example, score, groups=names, ratios=(0.3, 0.6),
                          ignored_layers=ignored, progress=False)
     assert sorted(got) == sorted(names) and all(len(p) == 2 for p in got.values())
+
+
+@pytest.mark.parametrize("evaluation", ["prune", "masked"])
+def test_ratios_removing_the_same_channels_are_evaluated_once(evaluation):
+    """A 4-channel group loses 1, 1, 2, 2 channels at 0.2, 0.3, 0.4, 0.5: two evaluations, and
+    the repeated ratios get exactly the result of the smaller one."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5)).eval()
+    x = make_input(batch=4)
+    ev = RefEval(model, x)
+    sens = _run(model, x, ev, groups=["0"], ratios=[0.2, 0.3, 0.4, 0.5], evaluation=evaluation,
+                sensitivities_file=None)
+    points = sens["0"]
+    assert points[0.2] == points[0.3] and points[0.4] == points[0.5] and points[0.2] != points[0.4]
+    one_by_one = [_run(model, x, RefEval(model, x), groups=["0"], ratios=[r],
+                       evaluation="prune")["0"][r] for r in (0.3, 0.5)]
+    assert one_by_one == pytest.approx([points[0.3], points[0.5]], abs=1e-6)
+    if evaluation == "prune":
+        assert ev.calls == 1 + 2  # the baseline, then one evaluation per distinct channel set
