@@ -212,8 +212,12 @@ class PointRunner:
         plans = [(r, self.graph.channels_to_remove(group, r, self.criterion)) for r in ratios]
         # a ratio that removes the same channels as a smaller one is the same model: reuse it
         first: dict[tuple[int, ...], float] = {}
-        same_as = {r: first.setdefault(tuple(sorted(idxs)), r) for r, idxs in plans if idxs}
-        same_as = {r: src for r, src in same_as.items() if src != r}
+        same_as: dict[float, float] = {}
+        for r, idxs in plans:
+            key = tuple(sorted(idxs))
+            if idxs and key in first:
+                same_as[r] = first[key]
+            first.setdefault(key, r)
         work = [p for p in plans if p[1] and p[0] not in same_as]
         masked = self.masking and len(work) > 1 and \
             self._maskable(group, work[len(work) // 2][1])

@@ -2,7 +2,6 @@
 top-1/top-5 metrics. The only module of the classification task that imports timm or torchvision."""
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -262,17 +261,11 @@ class ClassificationAdapter(SupervisedFit):
     def ignored_layers(self, model: nn.Module) -> list[Any]:
         return []  # the classifier produces the output, which the core never prunes
 
-    def with_eval_limit(self, limit: int) -> "ClassificationAdapter":
-        """This adapter evaluating on ``limit`` of its evaluation images, taken from every class
-        in turn when the labels are known (the sensitivity analysis' ``eval_images``)."""
-        subset = copy.copy(self)
+    def _eval_indices(self, limit: int) -> list[int]:
+        """A subset takes from every class in turn when the labels are known."""
         targets = _targets(self.eval_set)
-        picked = balanced_indices(targets, limit) if targets is not None else \
-            list(range(min(limit, len(self.eval_set))))
-        subset.eval_set = torch.utils.data.Subset(self.eval_set, picked)
-        subset.eval_set.classes = dataset_classes(self.eval_set)
-        subset._eval_batches = None
-        return subset
+        return balanced_indices(targets, limit) if targets is not None else \
+            super()._eval_indices(limit)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:

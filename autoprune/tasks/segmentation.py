@@ -19,7 +19,6 @@ input through when the model is built: see ``segmentation_models``.
 """
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any
 
@@ -177,15 +176,6 @@ class SegmentationAdapter(SupervisedFit):
             if "Attention" in type(m).__name__:
                 ignored.extend(m.modules())
         return list({id(m): m for m in ignored}.values())
-
-    def with_eval_limit(self, limit: int) -> "SegmentationAdapter":
-        """This adapter evaluating on the first ``limit`` of its evaluation images (the
-        sensitivity analysis' ``eval_images``)."""
-        subset = copy.copy(self)
-        subset.eval_set = torch.utils.data.Subset(self.eval_set,
-                                                  range(min(limit, len(self.eval_set))))
-        subset._eval_batches = None
-        return subset
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:

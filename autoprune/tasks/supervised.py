@@ -1,6 +1,7 @@
 """What the adapters trained by autoprune's own loop share (classification, segmentation)."""
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,20 @@ class SupervisedFit:
                              save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
                              evaluate=self.evaluate if self.eval_set is not None else None,
                              metric=self.metric, resume=resume, seed=self.seed)
+
+    def with_eval_limit(self, limit: int) -> "SupervisedFit":
+        """This adapter evaluating on ``limit`` of its evaluation items (the sensitivity
+        analysis' ``eval_images``), those :meth:`_eval_indices` picks."""
+        subset = copy.copy(self)
+        subset.eval_set = torch.utils.data.Subset(self.eval_set, self._eval_indices(limit))
+        if getattr(self.eval_set, "classes", None) is not None:
+            subset.eval_set.classes = self.eval_set.classes
+        subset._eval_batches = None
+        return subset
+
+    def _eval_indices(self, limit: int) -> list[int]:
+        """The evaluation items a subset of ``limit`` keeps: the first ones."""
+        return list(range(min(limit, len(self.eval_set))))
 
     def check_data(self, model: nn.Module) -> None:
         """Refuse images the model cannot take (another channel count, no channel axis) before
