@@ -42,7 +42,7 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
           num_workers: int = 0, train_limit: int | None = None, eval_limit: int | None = None,
           seed: int = 0, progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
-          resume: bool = False) -> TrainResult:
+          resume: bool = False, sync_bn: bool = False) -> TrainResult:
     """Train a classifier, and prune it when ``sensitivities_file`` is given.
 
     model: a timm or torchvision name ("resnet18", "mobilenetv3_small_100", "torchvision/
@@ -67,13 +67,17 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
     ``train_state.pt`` written next to ``last.pt`` every epoch) with the same LR schedule and
     random states, a finished stage is not trained again, and the sensitivity file keeps its
     measured points. Without ``resume`` training starts over.
+
+    sync_bn: under torchrun on several GPUs, normalise BatchNorm over all ranks' images
+    (``SyncBatchNorm``; worth it when each GPU holds a small batch). Ignored in one process.
     """
     torch.manual_seed(seed)
     adapter = ClassificationAdapter(
         train_data, eval_data, num_classes=num_classes, input_size=input_size,
         batch_size=batch_size, lr=lr, optimizer=optimizer, weight_decay=weight_decay,
         warmup_epochs=warmup_epochs, device=device, num_workers=num_workers,
-        train_limit=train_limit, eval_limit=eval_limit, seed=seed, progress=progress)
+        train_limit=train_limit, eval_limit=eval_limit, seed=seed, progress=progress,
+        sync_bn=sync_bn)
     return pipeline.train(adapter, model, epochs=epochs, save_dir=save_dir,
                           pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                           eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,

@@ -50,7 +50,7 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
           train_limit: int | None = None, eval_limit: int | None = None, seed: int = 0,
           progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
-          resume: bool = False) -> TrainResult:
+          resume: bool = False, sync_bn: bool = False) -> TrainResult:
     """Train an smp segmentation model, and prune it when ``sensitivities_file`` is given.
 
     model / encoder: an smp architecture (unet, unetplusplus, fpn, deeplabv3plus, pspnet, linknet,
@@ -72,6 +72,7 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
 
     resume: ``True`` continues an interrupted run called with the same arguments, as in
     :func:`autoprune.classification.train` (each stage from its ``train_state.pt``).
+    sync_bn: as in :func:`autoprune.classification.train` (``SyncBatchNorm`` under torchrun).
     """
     torch.manual_seed(seed)
     adapter = SegmentationAdapter(
@@ -80,7 +81,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
         ignore_index=ignore_index, encoder_weights=encoder_weights, batch_size=batch_size, lr=lr,
         optimizer=optimizer, weight_decay=weight_decay, warmup_epochs=warmup_epochs,
         dice_weight=dice_weight, device=device, num_workers=num_workers,
-        train_limit=train_limit, eval_limit=eval_limit, seed=seed, progress=progress)
+        train_limit=train_limit, eval_limit=eval_limit, seed=seed, progress=progress,
+        sync_bn=sync_bn)
     if isinstance(model, str):
         model = resolve_arch(model, encoder)
     else:

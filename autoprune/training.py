@@ -43,6 +43,7 @@ class FitConfig:
     warmup_epochs: float = 0.0
     label_smoothing: float = 0.0
     progress: bool = True
+    sync_bn: bool = False           # under torchrun on GPUs: BatchNorm statistics over all ranks
 
 
 def _optimizer(model: nn.Module, cfg: FitConfig) -> torch.optim.Optimizer:
@@ -63,6 +64,29 @@ def warmup_cosine(step: int, total: int, warmup: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def use_sync_batchnorm(model: nn.Module) -> Callable[[], None]:
+    """Swap every BatchNorm of ``model`` for a ``SyncBatchNorm`` sharing its weights and running
+    statistics (in place); returns the function that puts the original modules back, holding what
+    training taught the synced ones. Pruning, saving and export expect the plain modules."""
+    swapped: dict[str, tuple[nn.Module, nn.Module]] = {}
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
+                module, nn.SyncBatchNorm) and name:
+            synced = nn.SyncBatchNorm.convert_sync_batchnorm(module)
+            model.set_submodule(name, synced)
+            swapped[name] = (module, synced)
+
+    def restore() -> None:
+        for name, (original, synced) in swapped.items():
+            for key in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+                if getattr(synced, key, None) is not None:
+                    setattr(original, key, getattr(synced, key))
+            original.train(synced.training)
+            model.set_submodule(name, original)
+
+    return restore
+
+
 def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.device,
         loss_fn: Callable | None = None,
         on_epoch_end: Callable[[int, float, dict[str, Any]], None] | None = None,
@@ -75,9 +99,27 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
 
     Under torch.distributed (torchrun, several ranks) the model trains as
     ``DistributedDataParallel`` (gradients averaged over the ranks, each reading its shard of a
-    loader made with ``make_loader(..., shard=True)``); the epoch losses are the ranks' mean."""
+    loader made with ``make_loader(..., shard=True)``); the epoch losses are the ranks' mean.
+    ``cfg.sync_bn`` then normalises with statistics over all ranks' images (``SyncBatchNorm``,
+    CUDA only); the model holds plain BatchNorm modules again when ``fit`` returns or raises."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     model.to(device).train()
+    rank, world = rank_and_world()
+    if not (cfg.sync_bn and world > 1):
+        return _fit(model, loader, cfg, device, loss_fn, on_epoch_end, state)
+    if device.type != "cuda":
+        raise ConfigError(f"sync_bn=True needs CUDA GPUs (SyncBatchNorm has no {device.type} "
+                          f"kernel): drop sync_bn, or train on GPUs")
+    restore = use_sync_batchnorm(model)
+    try:
+        return _fit(model, loader, cfg, device, loss_fn, on_epoch_end, state)
+    finally:
+        restore()
+
+
+def _fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, device: torch.device,
+         loss_fn: Callable, on_epoch_end: Callable | None,
+         state: dict[str, Any] | None) -> list[float]:
     rank, world = rank_and_world()
     net = model
     if world > 1:

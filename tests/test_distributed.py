@@ -229,3 +229,45 @@ def test_ddp_batch_smaller_than_world_is_refused(monkeypatch):
     with pytest.raises(autoprune.ConfigError, match="total over 2 processes: pass at least 2"):
         data.make_loader(_tiny_data(), 1, shuffle=True, shard=True)
     assert data.make_loader(_tiny_data(), 1, shuffle=True).batch_size == 1  # not sharded
+
+
+def _bn_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                               torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                               torch.nn.Linear(8, 4))
+
+
+def test_sync_batchnorm_swap_trains_the_original_modules_and_puts_them_back():
+    """What the SyncBatchNorm copies learn (weights, running statistics) lands in the original
+    BatchNorm modules, which are back in place afterwards: same training as without the swap."""
+    from autoprune.data import make_loader
+    from autoprune.training import FitConfig, fit, use_sync_batchnorm
+
+    cfg = FitConfig(epochs=1, lr=0.1, progress=False)
+    swapped, plain = _bn_net(), _bn_net()
+    original_bn = swapped[1]
+    restore = use_sync_batchnorm(swapped)
+    assert isinstance(swapped[1], torch.nn.SyncBatchNorm)  # forward works untrained/unsynced on CPU
+    fit(swapped, make_loader(_tiny_data(), 16, shuffle=True, seed=3), cfg, device=torch.device("cpu"))
+    restore()
+    fit(plain, make_loader(_tiny_data(), 16, shuffle=True, seed=3), cfg, device=torch.device("cpu"))
+    assert swapped[1] is original_bn and type(swapped[1]) is torch.nn.BatchNorm2d
+    assert original_bn.num_batches_tracked.item() == 4
+    for k, v in plain.state_dict().items():
+        assert torch.allclose(swapped.state_dict()[k], v, atol=1e-6), k
+
+
+def test_sync_bn_on_cpu_ranks_is_refused_and_ignored_in_one_process(monkeypatch):
+    from autoprune import training
+    from autoprune.data import make_loader
+
+    model = _bn_net()
+    loader = make_loader(_tiny_data(), 16, shuffle=False)
+    cfg = training.FitConfig(epochs=1, progress=False, sync_bn=True)
+    assert len(training.fit(model, loader, cfg, device=torch.device("cpu"))) == 1  # one process
+    assert type(model[1]) is torch.nn.BatchNorm2d
+    monkeypatch.setattr(training, "rank_and_world", lambda: (0, 2))
+    with pytest.raises(autoprune.ConfigError, match="sync_bn=True needs CUDA GPUs"):
+        training.fit(model, loader, cfg, device=torch.device("cpu"))
+    assert type(model[1]) is torch.nn.BatchNorm2d

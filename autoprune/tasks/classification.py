@@ -190,7 +190,8 @@ class ClassificationAdapter(SupervisedFit):
                  weight_decay: float = 5e-4, warmup_epochs: float = 0.5,
                  label_smoothing: float = 0.0, device: str = "auto", num_workers: int = 0,
                  train_limit: int | None = None, eval_limit: int | None = None,
-                 data_root: str | None = None, seed: int = 0, progress: bool = True):
+                 data_root: str | None = None, seed: int = 0, progress: bool = True,
+                 sync_bn: bool = False):
         is_fashion = lambda d: isinstance(d, str) and d.lower() == FASHION_MNIST
         fashion = is_fashion(train_data)
         self.input_size = input_size or (32 if fashion or is_fashion(eval_data) else 224)
@@ -199,7 +200,7 @@ class ClassificationAdapter(SupervisedFit):
         self.device = pick_device(device)
         self.cfg = FitConfig(lr=lr, optimizer=optimizer, weight_decay=weight_decay,
                              warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
-                             progress=progress)
+                             progress=progress, sync_bn=sync_bn)
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.train_set = self.eval_set = None
         if train_data is not None:

@@ -81,7 +81,7 @@ class SegmentationAdapter(SupervisedFit):
                  warmup_epochs: float = 0.5, dice_weight: float = 1.0, device: str = "auto",
                  num_workers: int = 0, train_limit: int | None = None,
                  eval_limit: int | None = None, data_root: str | None = None, seed: int = 0,
-                 progress: bool = True):
+                 progress: bool = True, sync_bn: bool = False):
         scenes = is_scenes(train_data) or is_scenes(eval_data)
         given = train_data if train_data is not None else eval_data
         if input_size is None and isinstance(given, Dataset):
@@ -95,7 +95,7 @@ class SegmentationAdapter(SupervisedFit):
         self.model_kwargs = dict(model_kwargs or {})
         self.encoder_weights = encoder_weights
         self.cfg = FitConfig(lr=lr, optimizer=optimizer, weight_decay=weight_decay,
-                             warmup_epochs=warmup_epochs, progress=progress)
+                             warmup_epochs=warmup_epochs, progress=progress, sync_bn=sync_bn)
         self.loss = DiceCELoss(ignore_index, dice_weight)
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 2):
