@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from . import __version__
 from .errors import AutopruneError, ConfigError
 
 
@@ -217,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoprune`` command."""
     p = argparse.ArgumentParser(prog="autoprune", description="Sensitivity-driven structured "
                                 "channel pruning for PyTorch CNNs.")
+    p.add_argument("--version", action="version", version=f"autoprune {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="the one-call flow on Fashion-MNIST: train, analyse, prune "

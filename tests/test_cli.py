@@ -62,3 +62,11 @@ def test_help_lists_commands(capsys):
     out = capsys.readouterr().out
     for cmd in ("demo", "show", "merge", "convert-paddleslim"):
         assert cmd in out
+
+
+def test_version(capsys):
+    import autoprune
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"autoprune {autoprune.__version__}"
