@@ -1,5 +1,6 @@
 """The command line: show, merge, convert-paddleslim, one-line errors with exit code 2."""
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,7 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"autoprune {autoprune.__version__}"
+    import tomllib
+
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    assert tomllib.loads(pyproject.read_text())["project"]["version"] == autoprune.__version__
