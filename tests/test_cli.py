@@ -71,7 +71,7 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"autoprune {autoprune.__version__}"
-    import tomllib
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     pyproject = Path(__file__).parents[1] / "pyproject.toml"
     assert tomllib.loads(pyproject.read_text())["project"]["version"] == autoprune.__version__
