@@ -221,7 +221,8 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     threads = torch.get_num_threads()
     try:
         with yolo.quiet(not progress):
-            wrapper = YOLO(str(last))  # a pickle written by this training run
+            yolo.load_ultralytics(last)  # refuses a file of unknown classes before unpickling
+            wrapper = YOLO(str(last))
             imgsz = (wrapper.ckpt or {}).get("train_args", {}).get("imgsz")
             wrapper.train(resume=True, trainer=yolo.KeepModuleTrainer)
     finally:
@@ -236,16 +237,9 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
         if src.is_file():
             target = save_dir / name
             meta = read_pruned_metadata(target) if target.is_file() else derived
-            net, _ = _load(src)
+            net, _ = yolo.read_ultralytics(src)
             save_pruned(net, target, **{**meta, "resumed": True})
     return model
-
-
-def _load(path: Path) -> tuple[nn.Module, dict]:
-    from ultralytics.nn.tasks import load_checkpoint
-
-    with yolo.quiet():
-        return load_checkpoint(str(path))
 
 
 __all__ = ["TrainResult", "analyze_sensitivity", "export_onnx", "load_model", "resume", "train"]

@@ -381,3 +381,40 @@ def test_masked_variants_through_the_ultralytics_validator_equal_real_pruning(fl
     assert out["masked_points"]["masked"] >= 4 and out["prune_points"]["masked"] == 0
     assert max(abs(out["prune"][n][r] - out["masked"][n][r]) for n in names
                for r in (0.3, 0.6)) <= 1e-4
+
+
+class _RunsCode:
+    """A pickle that runs code when unpickled (what a malicious .pt holds)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_foreign_pickle_is_refused_without_running_it(data_yaml, tmp_path):
+    """A .pt that is neither autoprune's nor Ultralytics' (known classes) is refused before any of
+    its code runs: Ultralytics checkpoints are loaded weights_only against an allow-list."""
+    marker = tmp_path / "code_ran"
+    evil = tmp_path / "evil.pt"
+    torch.save({"model": _RunsCode(marker)}, evil)
+    for load, match in ((det.load_model, "weights-only"),
+                        (lambda p: det.train(p, data_yaml, epochs=1, save_dir=tmp_path / "o",
+                                             **SMALL), "known model classes"),
+                        (det.resume, "known model classes")):
+        with pytest.raises(autoprune.CheckpointError, match=match) as e:
+            load(evil)
+        assert "\n" not in str(e.value)
+    assert not marker.exists()
+
+
+def test_ultralytics_checkpoint_of_patched_model_loads_safely(tmp_path):
+    """Ultralytics checkpoints of autoprune's own (split-free, pruned) modules pass the safe load."""
+    with yolo.quiet():
+        model = yolo.patch_model(yolo.DetectionModel("yolo11n.yaml", nc=3, verbose=False))
+    torch.save({"model": copy.deepcopy(model).half(), "train_args": {"imgsz": 64}},
+               tmp_path / "u.pt")
+    loaded = yolo.load_ultralytics(tmp_path / "u.pt")
+    assert any(isinstance(m, yolo.SPLIT_FREE) for m in loaded.modules())
+    assert _shapes(loaded) == _shapes(model) and loaded.args["imgsz"] == 64

@@ -365,10 +365,7 @@ class DetectionAdapter:
 
 def _ema_state(path: Path) -> dict[str, torch.Tensor]:
     """The (float) EMA weights of an Ultralytics checkpoint this run has just written."""
-    from ultralytics.nn.tasks import load_checkpoint
-
-    with yolo.quiet():
-        net, _ = load_checkpoint(str(path))
+    net, _ = yolo.read_ultralytics(path)
     return {k: v.float() if v.is_floating_point() else v for k, v in net.state_dict().items()}
 
 

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -299,23 +300,45 @@ def quiet(enabled: bool = True) -> Iterator[None]:
         LOGGER.setLevel(level)
 
 
-def load_ultralytics(path: str | os.PathLike) -> nn.Module:
-    """The model of an Ultralytics checkpoint (a pickle: only for files you trust), float, patched."""
-    from ultralytics.nn.tasks import load_checkpoint
+def read_ultralytics(path: str | os.PathLike) -> tuple[nn.Module, dict]:
+    """``(model, checkpoint)`` of an Ultralytics checkpoint, loaded ``weights_only`` against
+    Ultralytics' allow-list of model classes plus autoprune's split-free twins: a file holding any
+    other class is refused, never unpickled. The model is float, in eval mode, not yet patched."""
+    from ultralytics.nn.tasks import guess_model_task, torch_safe_load
+    from ultralytics.utils import DEFAULT_CFG_DICT
 
+    torch.serialization.add_safe_globals(list(SPLIT_FREE))
+    with quiet():
+        ckpt, _ = torch_safe_load(str(path), safe_only=True)
+    model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(model, nn.Module):
+        raise TypeError("no model in it")
+    model = model.float()
+    model.args = {**DEFAULT_CFG_DICT, **(ckpt.get("train_args") or {})}
+    model.pt_path = str(path)
+    model.task = getattr(model, "task", None) or guess_model_task(model)
+    if not hasattr(model, "stride"):
+        model.stride = torch.tensor([32.0])
+    return model.eval(), ckpt
+
+
+def load_ultralytics(path: str | os.PathLike) -> nn.Module:
+    """The model of an Ultralytics checkpoint (loaded safely, see :func:`read_ultralytics`),
+    float, patched."""
     from ..errors import CheckpointError
 
     try:
-        with quiet():
-            model, _ = load_checkpoint(str(path))
-    except (TypeError, KeyError, AttributeError, RuntimeError, EOFError) as e:
+        model, _ = read_ultralytics(path)
+    except (TypeError, KeyError, AttributeError, RuntimeError, EOFError, ValueError,
+            pickle.UnpicklingError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise CheckpointError(f"{path} is neither an autoprune nor an Ultralytics checkpoint "
-                              f"({first})") from None
-    return patch_model(model.float())
+        raise CheckpointError(f"{path} is neither an autoprune checkpoint nor an Ultralytics one "
+                              f"made of known model classes ({first}): pass a checkpoint "
+                              f"written by autoprune or Ultralytics") from None
+    return patch_model(model)
 
 
 __all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
            "KeepModuleTrainer", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
            "ignored_layers", "is_patched", "keep_module_trainer", "load_ultralytics", "model_nc",
-           "patch_model", "quiet", "setup_offline", "ultralytics", "YOLOModel"]
+           "patch_model", "read_ultralytics", "quiet", "setup_offline", "ultralytics", "YOLOModel"]
