@@ -218,6 +218,9 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     last = Path(last)
     if not last.is_file():
         raise CheckpointError(f"no checkpoint at {last}: pass <save_dir>/ultralytics/weights/last.pt")
+    if (last.parent.name, last.parent.parent.name) != ("weights", "ultralytics"):
+        raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an autoprune "
+                              f"run (resume writes <save_dir>/best.pt and last.pt): pass that file")
     threads = torch.get_num_threads()
     try:
         with yolo.quiet(not progress):

@@ -65,6 +65,19 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     return model
 
 
+def _written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
+    """True when ``path`` is a file that training into ``save_dir`` writes or may replace: a
+    stage's ``best.pt`` / ``last.pt`` / ``train_state.pt`` or anything in its ``ultralytics/``."""
+    stages = [save_dir] if mode == "none" else [save_dir / "baseline", save_dir / "pruned"]
+    src = path.resolve()
+    for stage in (s.resolve() for s in stages):
+        if src.parent == stage and src.name in ("best.pt", "last.pt", "train_state.pt"):
+            return True
+        if src.is_relative_to(stage / "ultralytics"):
+            return True
+    return src == (save_dir / "best.pt").resolve()
+
+
 def _check_data(adapter: TaskAdapter, model: nn.Module) -> None:
     """Refuse data the model cannot take, for adapters that can tell (the supervised ones)."""
     if hasattr(adapter, "check_data"):
@@ -225,10 +238,8 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         rebuild_arch = arch if arch and _rebuilds(adapter, arch, model) else None
     adapter.check_model(model)
     _check_data(adapter, model)
-    outputs = [save_dir / "baseline" / "best.pt", save_dir / "pruned" / "best.pt", save_dir / "best.pt"]
     if pretrain_weights is not None:
-        src = Path(pretrain_weights).resolve()
-        if any(src == p.resolve() for p in outputs):
+        if _written_by_run(Path(pretrain_weights), save_dir, mode):
             raise ConfigError(f"pretrain_weights {pretrain_weights} lies where this run writes its "
                               f"outputs: pick another save_dir (the input is never overwritten)")
         load_weights(model, pretrain_weights)

@@ -135,6 +135,12 @@ CASES = {
     "pretrain_weights inside save_dir outputs": (lambda t: _cls(
         t, pretrain_weights=t / "run" / "baseline" / "best.pt", sensitivities_file=t / "s.json"),
         ap.ConfigError, "lies where this run writes its outputs: pick another save_dir"),
+    "pretrain_weights is the run's last.pt": (lambda t: _cls(
+        t, pretrain_weights=t / "run" / "last.pt"), ap.ConfigError,
+        "lies where this run writes its outputs"),
+    "pretrain_weights is the pruned stage's last.pt": (lambda t: _cls(
+        t, pretrain_weights=t / "run" / "pruned" / "last.pt", sensitivities_file=t / "s.json"),
+        ap.ConfigError, "lies where this run writes its outputs"),
     "prune output is the input checkpoint": (lambda t: prune_checkpoint(
         _ckpt(t), "DEFAULT", t / "toy.pt"), ap.ConfigError, "is the input checkpoint"),
     "training state corrupt (resume=True)": (_bad_train_state, ap.CheckpointError,

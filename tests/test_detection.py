@@ -399,10 +399,13 @@ def test_foreign_pickle_is_refused_without_running_it(data_yaml, tmp_path):
     marker = tmp_path / "code_ran"
     evil = tmp_path / "evil.pt"
     torch.save({"model": _RunsCode(marker)}, evil)
+    (tmp_path / "run" / "ultralytics" / "weights").mkdir(parents=True)
     for load, match in ((det.load_model, "weights-only"),
                         (lambda p: det.train(p, data_yaml, epochs=1, save_dir=tmp_path / "o",
                                              **SMALL), "known model classes"),
                         (det.resume, "known model classes")):
+        if load is det.resume:  # where resume expects it
+            evil = evil.rename(tmp_path / "run" / "ultralytics" / "weights" / "last.pt")
         with pytest.raises(autoprune.CheckpointError, match=match) as e:
             load(evil)
         assert "\n" not in str(e.value)
@@ -418,3 +421,13 @@ def test_ultralytics_checkpoint_of_patched_model_loads_safely(tmp_path):
     loaded = yolo.load_ultralytics(tmp_path / "u.pt")
     assert any(isinstance(m, yolo.SPLIT_FREE) for m in loaded.modules())
     assert _shapes(loaded) == _shapes(model) and loaded.args["imgsz"] == 64
+
+
+def test_resume_refuses_a_last_pt_outside_an_autoprune_run(tmp_path):
+    """resume writes best.pt / last.pt three folders up: only from <save_dir>/ultralytics/weights."""
+    stray = tmp_path / "elsewhere" / "last.pt"
+    stray.parent.mkdir()
+    stray.write_bytes(b"x")
+    with pytest.raises(autoprune.CheckpointError, match="is not <save_dir>/ultralytics/weights"):
+        det.resume(stray)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["elsewhere", "last.pt"]
