@@ -112,9 +112,9 @@ def _checkpoint_meta(adapter: TaskAdapter, arch: str | None, model: nn.Module,
 
 
 def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
-                             arch: str | None) -> Path:
+                             arch: str | None, criterion: str = "l1_norm") -> Path:
     """Resolve ``sensitivities_file`` ("DEFAULT" or a path) and refuse a file or profile made for
-    another model, before any time is spent training or measuring."""
+    another model or with another ``criterion``, before any time is spent training or measuring."""
     mode = _sens_mode(sensitivities_file)
     if mode == "default":
         if arch is None:
@@ -132,6 +132,10 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
                 f"the DEFAULT profile for {arch} does not match this model's groups (another "
                 f"width, num_classes or a patched layer?): pass sensitivities_file=<new path>")
         check_fingerprint(record, path, graph.fingerprint)
+        if record.criterion != criterion:
+            raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}, "
+                                       f"this run prunes by {criterion!r}: pass criterion="
+                                       f"{record.criterion!r}, or measure a new file")
     return path
 
 
@@ -161,7 +165,7 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
                       ) -> tuple[dict[str, dict[float, float]], Path]:
     """The sensitivity table for ``model``: the DEFAULT profile, or a file completed on the
     adapter's evaluation data (only missing points are computed)."""
-    path = check_sensitivities_file(adapter, model, sensitivities_file, arch)
+    path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     if _sens_mode(sensitivities_file) == "default":
         return read_record(path).sensitivities, path
     options = check_sensitivity_options(options)
@@ -246,7 +250,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     model.to(getattr(adapter, "device", "cpu"))
     meta = _checkpoint_meta(adapter, rebuild_arch, model)
     if mode != "none":
-        check_sensitivities_file(adapter, model, sensitivities_file, arch)
+        check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     resuming = {"resume": True} if resume else {}  # only adapters with their own loop take it
 
     if mode == "none":  # plain training
@@ -398,9 +402,9 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
     if _sens_mode(sensitivities_file) == "new":
         raise SensitivityFileError(f"no sensitivity file at {sensitivities_file}: measure one "
                                    f"with `autoprune sensitivity` first, or pass DEFAULT")
-    sens, _ = get_sensitivities(adapter, model, sensitivities_file, arch=meta.get("arch"),
-                                criterion=criterion) if _sens_mode(sensitivities_file) == "default" \
-        else (read_record(sensitivities_file).sensitivities, None)
+    check_criterion(criterion)
+    path = check_sensitivities_file(adapter, model, sensitivities_file, meta.get("arch"), criterion)
+    sens = read_record(path).sensitivities
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
                              ignored_layers=ignored) if pruned_flops is not None \

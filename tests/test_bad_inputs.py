@@ -106,6 +106,15 @@ def _default_for_another_model(tmp_path):
         _cls(tmp_path, sensitivities_file="DEFAULT")
 
 
+def _prune_with_file_of(tmp_path, other_model=False, criterion="l1_norm"):
+    """`autoprune prune` of a trained classifier with a file of another model, or of itself."""
+    base = _cls(tmp_path).baseline_path
+    sens = _sens_file(tmp_path) if other_model else tmp_path / "own.json"
+    if not other_model:
+        cls.analyze_sensitivity(base, Images(), sens, ratios=(0.5,), progress=False)
+    prune_checkpoint(base, sens, tmp_path / "out.pt", criterion=criterion)
+
+
 # id: (call(tmp_path), error class, stable part of the message)
 CASES = {
     # checkpoints
@@ -168,6 +177,11 @@ CASES = {
     "sensitivity file measured on other weights": (lambda t: _sens(
         t, model=make_model("toy", seed=5), ratios=(0.3, 0.5), sensitivities_file=_sens_file(t)),
         ap.SensitivityFileError, "was measured on other weights of this model"),
+    "prune with a file made for another model": (lambda t: _prune_with_file_of(
+        t, other_model=True), ap.SensitivityFileError, "was made for another model"),
+    "prune with a file of another criterion": (lambda t: _prune_with_file_of(
+        t, criterion="fpgm"), ap.SensitivityFileError,
+        "was measured with criterion 'l1_norm', this run prunes by 'fpgm'"),
     "DEFAULT profile made for another model": (_default_for_another_model, ap.SensitivityFileError,
         "the DEFAULT profile for timm/resnet18 does not match this model's groups"),
     # metrics
