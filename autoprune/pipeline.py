@@ -24,7 +24,7 @@ from .plots import plot_sensitivities
 from .profiles import DEFAULT, find_profile
 from .prune import prune
 from .report import to_console, write_reports
-from .sensitivity import DEFAULT_RATIOS, sensitivity
+from .sensitivity import DEFAULT_RATIOS, sensitivity, weights_sha256
 from .store import check_fingerprint, read_record
 from .tasks.base import TaskAdapter, TrainResult
 
@@ -76,6 +76,14 @@ def _written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
         if src.is_relative_to(stage / "ultralytics"):
             return True
     return src == (save_dir / "best.pt").resolve()
+
+
+def _names_a_missing_file(model: Any) -> bool:
+    """A path object, or a string ending in .pt / .pth, that is not a file."""
+    if isinstance(model, os.PathLike) or (isinstance(model, str) and
+                                          model.lower().endswith((".pt", ".pth"))):
+        return not Path(model).is_file()
+    return False
 
 
 def _check_data(adapter: TaskAdapter, model: nn.Module) -> None:
@@ -337,6 +345,8 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
     ``pretrain_weights``) or a model object.
     """
     arch = None
+    if _names_a_missing_file(model):
+        raise CheckpointError(f"no checkpoint at {model}: check the path")
     if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
         meta = read_pruned_metadata(model)
         arch = meta.get("arch")
@@ -351,6 +361,11 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
         load_weights(model, pretrain_weights)
     _check_data(adapter, model)
     model.to(getattr(adapter, "device", "cpu"))
+    if Path(save_file).is_file():  # measuring this model: a table of other weights is no answer
+        stored = read_record(save_file).model.get("weights_sha256")
+        if stored and stored != weights_sha256(model):
+            raise SensitivityFileError(f"{save_file} was measured on other weights of this model: "
+                                       f"pass a new file path to measure these (or delete it)")
     sens, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
                                 ratios=ratios, progress=progress, options=sensitivity_options)
     return sens

@@ -115,6 +115,12 @@ def _prune_with_file_of(tmp_path, other_model=False, criterion="l1_norm"):
     prune_checkpoint(base, sens, tmp_path / "out.pt", criterion=criterion)
 
 
+def _analyze_other_weights_into_complete_file(tmp_path):
+    _prune_with_file_of(tmp_path)  # own.json: complete for ratio 0.5, on the first weights
+    other = _cls(tmp_path, seed=1, save_dir=tmp_path / "run2").baseline_path
+    cls.analyze_sensitivity(other, Images(), tmp_path / "own.json", ratios=(0.5,), progress=False)
+
+
 # id: (call(tmp_path), error class, stable part of the message)
 CASES = {
     # checkpoints
@@ -182,6 +188,14 @@ CASES = {
     "prune with a file of another criterion": (lambda t: _prune_with_file_of(
         t, criterion="fpgm"), ap.SensitivityFileError,
         "was measured with criterion 'l1_norm', this run prunes by 'fpgm'"),
+    "analysis of a missing checkpoint": (lambda t: cls.analyze_sensitivity(
+        str(t / "nope" / "best.pt"), Images(), t / "s.json"), ap.CheckpointError,
+        "no checkpoint at"),
+    "analysis of a missing checkpoint (Path)": (lambda t: cls.analyze_sensitivity(
+        t / "best.pth", Images(), t / "s.json"), ap.CheckpointError, "no checkpoint at"),
+    "analysis into a complete file of other weights": (
+        _analyze_other_weights_into_complete_file, ap.SensitivityFileError,
+        "was measured on other weights of this model: pass a new file path to measure these"),
     "DEFAULT profile made for another model": (_default_for_another_model, ap.SensitivityFileError,
         "the DEFAULT profile for timm/resnet18 does not match this model's groups"),
     # metrics
