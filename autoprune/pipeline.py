@@ -22,9 +22,9 @@ from .groups import PruningGraph, check_criterion
 from .measure import measure
 from .plots import plot_sensitivities
 from .profiles import DEFAULT, find_profile
-from .prune import prune
+from .prune import check_round_to, prune
 from .report import to_console, write_reports
-from .sensitivity import DEFAULT_RATIOS, sensitivity, weights_sha256
+from .sensitivity import DEFAULT_RATIOS, check_ratios, sensitivity, weights_sha256
 from .store import check_fingerprint, read_record
 from .tasks.base import TaskAdapter, TrainResult
 
@@ -237,10 +237,18 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
     continues from its ``train_state.pt``; a finished stage is not trained again."""
     mode = _sens_mode(sensitivities_file)
-    if mode != "none":
+    for name, value in (("epochs", epochs), ("pretrain_epochs", pretrain_epochs)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name}={value!r} must be a whole number, at least 1")
+    if mode != "none":  # every setting of the later steps, before hours of training
         _check_targets(eval_metric_loss, pruned_flops)
         check_criterion(criterion)
         check_sensitivity_options(sensitivity_options)
+        check_ratios(ratios)
+        check_round_to(round_to)
+        if not _has_eval(adapter):
+            raise ConfigError("pruning needs eval_data: the sensitivities and the report are "
+                              "measured on it; pass a validation folder or Dataset")
     save_dir = check_save_dir(save_dir)
     arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
     if isinstance(model, str):

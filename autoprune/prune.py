@@ -50,6 +50,13 @@ def check_ratio_map(ratios: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
+def check_round_to(round_to: int | None) -> None:
+    """Refuse a ``round_to`` that is not None or a positive whole number."""
+    if round_to is not None and (isinstance(round_to, bool) or not isinstance(round_to, int)
+                                 or round_to < 1):
+        raise ConfigError(f"round_to={round_to!r} must be a positive whole number such as 8")
+
+
 def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
           criterion: str = "l1_norm", round_to: int | None = None,
           ignored_layers: Iterable[Any] = ()) -> PruneResult:
@@ -63,8 +70,7 @@ def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
     """
     ratios = check_ratio_map(ratios)
     check_criterion(criterion)
-    if round_to is not None and (not isinstance(round_to, int) or round_to < 1):
-        raise ConfigError(f"round_to={round_to!r} must be a positive whole number such as 8")
+    check_round_to(round_to)
     graph = PruningGraph(model, example_inputs, ignored_layers)
     graph.check_names(ratios)
     if not hasattr(model, BASE_SHAPES):  # what it was before any pruning: checked on load

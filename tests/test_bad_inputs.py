@@ -292,3 +292,19 @@ def test_unknown_sensitivity_option_is_refused_before_training(tmp_path):
     with pytest.raises(ap.ConfigError, match="unknown sensitivity option.*'early'"):
         _cls(tmp_path, sensitivities_file=tmp_path / "s.json", sensitivity_options={"early": 1})
     assert not (tmp_path / "run" / "baseline").exists()
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"ratios": (0.5, 1.5)}, "pruning ratio 1.5 is outside (0, 1)"),
+    ({"round_to": 0}, "round_to=0 must be a positive whole number"),
+    ({"epochs": 0}, "epochs=0 must be a whole number, at least 1"),
+    ({"pretrain_epochs": 0}, "pretrain_epochs=0 must be a whole number, at least 1"),
+    ({"eval_data": None}, "pruning needs eval_data"),
+])
+def test_later_steps_settings_are_refused_before_training(kw, message, tmp_path):
+    """A setting of the analysis, pruning or retraining is checked before the base model trains."""
+    kw = {"sensitivities_file": tmp_path / "s.json", **kw}
+    data = kw.pop("eval_data", Images())
+    with pytest.raises(ap.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        cls.train("resnet18", Images(), data, **{**SMALL, "save_dir": tmp_path / "run", **kw})
+    assert not (tmp_path / "run" / "baseline").exists()
