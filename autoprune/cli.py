@@ -344,8 +344,8 @@ def _interrupted_message(args: argparse.Namespace) -> str:
     if args.command == "sensitivity":
         return f"interrupted: progress is saved in {args.output}; {again}"
     if args.command == "demo":
-        return (f"interrupted: the measured sensitivity points are saved in {args.save_dir}; "
-                f"{again} (training restarts)")
+        return (f"interrupted: finished epochs and measured sensitivity points are saved in "
+                f"{args.save_dir}; run the same command again to continue")
     if args.command == "train":
         try:
             save_dir = _load_config(args.config).get("save_dir", "output")

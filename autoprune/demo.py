@@ -15,10 +15,11 @@ def run_demo(save_dir: str | Path = "runs/demo", *, arch: str = "resnet18", epoc
              pretrain_epochs: int = 3, train_images: int = 12000, val_images: int = 1000,
              size: int = 32, eval_metric_loss: float = 0.05, seed: int = 0,
              device: str = "auto") -> TrainResult:
-    """Run the whole flow into ``save_dir`` (resumable sensitivity file included)."""
+    """Run the whole flow into ``save_dir``. It always resumes: run again after an interruption,
+    finished epochs and measured sensitivity points are kept (another ``save_dir`` starts over)."""
     save_dir = Path(save_dir)
     return classification.train(
         arch, "fashion-mnist", epochs=epochs, pretrain_epochs=pretrain_epochs, batch_size=128,
         lr=0.05, input_size=size, train_limit=train_images, eval_limit=val_images,
         sensitivities_file=save_dir / "sensitivities.json", eval_metric_loss=eval_metric_loss,
-        save_dir=save_dir, seed=seed, device=device)
+        save_dir=save_dir, seed=seed, device=device, resume=True)

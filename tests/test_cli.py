@@ -75,3 +75,25 @@ def test_version(capsys):
 
     pyproject = Path(__file__).parents[1] / "pyproject.toml"
     assert tomllib.loads(pyproject.read_text())["project"]["version"] == autoprune.__version__
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="dataset-fashion-mnist not installed")
+def test_demo_runs_the_main_job_and_a_rerun_continues_without_training(tmp_path, capsys):
+    """`autoprune demo` (what ./run.sh runs) on a tiny subset: it prunes, writes its outputs, and
+    run again it resumes: nothing is trained or measured twice, the table is printed again."""
+    args = ["demo", "--save-dir", str(tmp_path / "demo"), "--train-images", "64", "--val-images",
+            "20", "--pretrain-epochs", "1", "--epochs", "1", "--device", "cpu"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    demo = tmp_path / "demo"
+    for name in ("baseline/best.pt", "pruned/best.pt", "sensitivities.json", "report.json",
+                 "sensitivity.png"):
+        assert (demo / name).is_file(), name
+    assert len(autoprune.load_sensitivities(demo / "sensitivities.json")) == 12
+    assert "epoch 1/1  loss" in first and "FLOPs" in first
+    sens_before = autoprune.load_sensitivities(demo / "sensitivities.json")
+    assert main(args) == 0
+    again = capsys.readouterr().out
+    assert "epoch 1/1  loss" not in again and again.count("already finished its 1 epochs") == 2, again
+    assert "FLOPs" in again and autoprune.load_sensitivities(demo / "sensitivities.json") == sens_before
