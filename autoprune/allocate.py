@@ -133,11 +133,16 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
         return 1.0 - flops.predict(ratios) / flops.total, ratios
 
     losses = [v for points in anchored.values() for v in points.values()]  # tilt included
-    most, _ = reduction(max(losses))
-    if most < pruned_flops - 0.01:
-        raise ConfigError(f"pruned_flops={pruned_flops} is not reachable with this profile: the "
-                          f"most it allows is {most:.3f} (every group at its largest measured "
-                          f"ratio); lower the target or measure larger ratios")
+    most, top = reduction(max(losses))
+    best = None
+    if most < pruned_flops - 0.01:  # the prediction can underestimate: measure before refusing
+        top = {k: v for k, v in top.items() if v > 0}
+        most = _measured_reduction(model, example_inputs, top, round_to, ignored_layers)
+        if most < pruned_flops - 0.01:
+            raise ConfigError(f"pruned_flops={pruned_flops} is not reachable with this profile: "
+                              f"the most it allows is {most:.3f} (measured, every group at its "
+                              f"largest measured ratio); lower the target or measure larger ratios")
+        best = (most, max(losses), top)
 
     def bisect(goal: float) -> tuple[float, dict[str, float]]:
         lo, hi = min(losses) - 1.0, max(losses)
@@ -151,7 +156,7 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
 
     # The layer-cost model is close but not exact (activations, rounding): correct it against a
     # real prune of a copy a few times, aiming the prediction by the measured error.
-    goal, best = pruned_flops, None
+    goal = pruned_flops
     for _ in range(4):
         threshold, ratios = bisect(goal)
         ratios = {k: v for k, v in ratios.items() if v > 0}

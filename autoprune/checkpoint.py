@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from .errors import CheckpointError
+from .store import file_mode
 
 FORMAT = "autoprune-pruned"
 VERSION = 1
@@ -50,6 +51,7 @@ def _atomic_save(obj: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, file_mode())  # an ordinary file, not mkstemp's owner-only 0600
     try:
         torch.save(obj, tmp)
         os.replace(tmp, path)
@@ -84,23 +86,50 @@ def _read(path: str | os.PathLike) -> dict[str, Any]:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - corrupt zip, truncated file, unsafe pickle...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if first.startswith("Weights only load failed"):  # torch's long advice to unpickle
+            first = "it holds pickled Python objects, which are never loaded"
         raise CheckpointError(f"{path} cannot be read as a weights-only checkpoint (corrupt, "
                               f"truncated or not made by autoprune: {first[:160]})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an autoprune pruned checkpoint (no "
                               f"'format': '{FORMAT}'); for a plain state_dict use "
                               f"model.load_state_dict(torch.load(path, weights_only=True))")
-    if data.get("version", 0) > VERSION:
+    version = data.get("version", 0)
+    if not _is_int(version):
+        raise _damaged(path)
+    if version > VERSION:
         raise CheckpointError(f"{path} was written by a newer autoprune (version "
-                              f"{data.get('version')}): upgrade autoprune")
+                              f"{version}): upgrade autoprune")
     try:
         meta = json.loads(data["metadata"])
-        if not isinstance(meta, dict) or not isinstance(data["state_dict"], dict):
+        if not isinstance(meta, dict) or not _well_formed(meta, data["state_dict"]):
             raise TypeError
     except (KeyError, TypeError, ValueError):
-        raise CheckpointError(f"{path} is damaged (its metadata or weights cannot be read): "
-                              f"restore a copy or save the model again") from None
+        raise _damaged(path) from None
     return {**data, "metadata": meta}
+
+
+def _damaged(path: Path, why: str = "its metadata or weights cannot be read") -> CheckpointError:
+    return CheckpointError(f"{path} is damaged ({why}): restore a copy or save the model again")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _well_formed(meta: dict[str, Any], state: Any) -> bool:
+    """Whether metadata and weights have the types that load_pruned and the readers rely on."""
+    def shape(v: Any) -> bool:
+        return isinstance(v, list) and all(_is_int(s) for s in v)
+
+    layers, base = meta.get("layers", {}), meta.get("base_shapes")
+    return (isinstance(state, dict)
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+            and isinstance(meta.get("user", {}), dict)
+            and isinstance(layers, dict)
+            and all(isinstance(attrs, dict) and all(_is_int(v) or shape(v) for v in attrs.values())
+                    for attrs in layers.values())
+            and (base is None or isinstance(base, dict) and all(shape(s) for s in base.values())))
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -153,8 +182,14 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
         if name not in modules:
             raise CheckpointError(f"{path} does not fit this model: it has no layer {name!r} "
                                   f"(another architecture?)")
+        module = modules[name]
+        allowed = {k for kind, keys in _CHANNEL_ATTRS.items() if isinstance(module, kind)
+                   for k in keys}
         for key, value in attrs.items():
-            setattr(modules[name], key, tuple(value) if isinstance(value, list) else value)
+            if key not in allowed:
+                raise _damaged(path, f"layer {name!r} lists {key!r}, not a channel attribute of "
+                                     f"{type(module).__name__}")
+            setattr(module, key, tuple(value) if isinstance(value, list) else value)
     try:
         base_model.load_state_dict(state, strict=True)
     except RuntimeError as e:

@@ -24,17 +24,21 @@ from .prefix_cache import PrefixCache
 
 EvalFn = Callable[[nn.Module], Any]
 EVALUATIONS = ("auto", "masked", "prune")
+# the loss recorded for a pruned point whose metric is NaN or infinite (higher / lower is better):
+# a metric that fell to nothing, or a stand-in for an infinite loss; never within a tolerance
+NON_FINITE_LOSS = {True: 1.0, False: 1e6}
 
 
-def as_metric(value: Any, where: str) -> float:
-    """Turn what an eval_fn returned into a finite float, or raise a MetricError."""
+def as_metric(value: Any, where: str, finite: bool = True) -> float:
+    """Turn what an eval_fn returned into a float, finite unless ``finite=False``, or raise a
+    MetricError."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise MetricError(f"eval_fn returned {type(value).__name__} {where}: it must return one "
                           f"number (e.g. top-1 accuracy as a float)")
     value = float(value)
-    if not math.isfinite(value):
+    if finite and not math.isfinite(value):
         raise MetricError(f"eval_fn returned {value} {where}: check the evaluation data and the "
                           f"model (empty loader? diverged weights?)")
     return value
@@ -82,12 +86,12 @@ def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence
         del dg._pruning_history[history:]
 
 
-def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str) -> float:
+def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str, finite: bool = True) -> float:
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            return as_metric(eval_fn(model), where)
+            return as_metric(eval_fn(model), where, finite)
     finally:
         model.train(was_training)
 
@@ -152,6 +156,7 @@ class PointRunner:
         self.counts = {"masked": 0, "pruned": 0, "reused": 0}  # points evaluated each way;
         # reused: a ratio removing the same channels as a smaller one
         self.unmaskable: list[str] = []            # groups whose masked outputs differed
+        self.non_finite: list[str] = []            # "group@ratio" whose metric was NaN or inf
         self.bar = tqdm(total=total, desc="sensitivity" + label, unit="pt",
                         disable=not progress or not total, dynamic_ncols=True)
 
@@ -163,7 +168,8 @@ class PointRunner:
     def _real(self, group: PrunableGroup, ratio: float, idxs: list[int]) -> float:
         self.counts["pruned"] += 1
         with pruned_temporarily(self.graph, group, idxs), self._skipping(group):
-            return _evaluate(self.model, self.eval_fn, f"for group {group.name} at ratio {ratio:.2f}")
+            return _evaluate(self.model, self.eval_fn,
+                             f"for group {group.name} at ratio {ratio:.2f}", finite=False)
 
     def _masked(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]) -> list[float]:
         masks = [mask_points(self.graph, group, idxs) for _, idxs in chunk]
@@ -175,7 +181,8 @@ class PointRunner:
                 for k, (ratio, _) in enumerate(chunk):
                     variants.select(k)
                     metrics.append(_evaluate(self.model, self.eval_fn,
-                                             f"for group {group.name} at ratio {ratio:.2f}"))
+                                             f"for group {group.name} at ratio {ratio:.2f}",
+                                             finite=False))
                 self.counts["masked"] += len(chunk)
                 return metrics
             finally:
@@ -250,9 +257,22 @@ class PointRunner:
                 if r != ratio and skip(r):
                     break  # an early stop discards the rest of a batched chunk
                 raw[r] = metrics[r]
-                results[r] = relative_loss(baseline, metrics[r], higher_is_better)
+                results[r] = self._loss(name, r, baseline, metrics[r], higher_is_better)
                 self.bar.update()
                 yield r, results[r]
+
+    def _loss(self, name: str, ratio: float, baseline: float, metric: float,
+              higher_is_better: bool) -> float:
+        """The relative loss; for a NaN or infinite metric the worst loss (NON_FINITE_LOSS),
+        noted in ``non_finite`` with a warning, so the analysis can still finish."""
+        if math.isfinite(metric):
+            return relative_loss(baseline, metric, higher_is_better)
+        loss = NON_FINITE_LOSS[bool(higher_is_better)]
+        self.non_finite.append(f"{name}@{ratio:.2f}")
+        tqdm.write(f"[autoprune] warning: eval_fn returned {metric} for group {name} at ratio "
+                   f"{ratio:.2f}: recorded as loss {loss:g}, so this point is never chosen "
+                   f"within a tolerance")
+        return loss
 
     def _masked_or_none(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]
                         ) -> dict[float, float] | None:
@@ -266,7 +286,7 @@ class PointRunner:
         if not self.checked:
             ratio, idxs = chunk[len(chunk) // 2]
             real = self._real(group, ratio, idxs)
-            if abs(real - metrics[ratio]) > 1e-4 * abs(real or 1.0):
+            if not abs(real - metrics[ratio]) <= 1e-4 * abs(real or 1.0):  # NaN: differs
                 self.masking = False
                 return None
             self.checked = True

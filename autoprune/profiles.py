@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, SensitivityFileError
 
 DEFAULT = "DEFAULT"
 PROFILE_DIR_ENV = "AUTOPRUNE_PROFILE_DIR"
@@ -36,10 +36,34 @@ def profile_dir() -> Path:
 
 def available_profiles() -> dict[str, dict[str, str]]:
     """``{task: {arch_key: file name}}`` of the bundled profiles."""
-    index = profile_dir() / "index.json"
+    folder, own = profile_dir(), os.environ.get(PROFILE_DIR_ENV)
+    if own and not folder.is_dir():
+        raise ConfigError(f"{PROFILE_DIR_ENV}={own} is not a folder: point it at the --out folder "
+                          f"of autoprune profiles build, or unset it to use the bundled profiles")
+    index = folder / "index.json"
     if not index.is_file():
         return {}
-    return json.loads(index.read_text()).get("profiles", {})
+    fix = (f"delete it and build the profiles again with autoprune profiles build --out "
+           f"{folder}, or unset {PROFILE_DIR_ENV}") if own else "reinstall autoprune"
+    return _read_index(index, fix).get("profiles", {})
+
+
+def _read_index(path: Path, fix: str) -> dict:
+    """The content of a profile index, or a one-line SensitivityFileError ending in ``fix``."""
+    try:
+        index = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        why = f"{e.msg}: line {e.lineno} column {e.colno}" \
+            if isinstance(e, json.JSONDecodeError) else "binary content"
+        raise SensitivityFileError(f"{path} is not a valid profile index (corrupt or truncated: "
+                                   f"{why}): {fix}") from None
+    profiles = index.get("profiles", {}) if isinstance(index, dict) else None
+    if not isinstance(profiles, dict) or not all(
+            isinstance(archs, dict) and all(isinstance(n, str) for n in archs.values())
+            for archs in profiles.values()):
+        raise SensitivityFileError(f"{path} is not a valid profile index (no {{task: {{arch: "
+                                   f"file}}}} map under 'profiles'): {fix}")
+    return index
 
 
 def find_profile(task: str, arch_key: str) -> Path:
@@ -67,17 +91,15 @@ def _versions() -> dict[str, str]:
 
 def register_profile(task: str, arch_key: str, file_name: str, out_dir: Path) -> Path:
     """Add ``arch_key -> file_name`` to ``out_dir/index.json`` (written atomically)."""
-    from .store import _now  # noqa: PLC0415 - the store's timestamp format
+    from .store import _now, write_text_atomic  # noqa: PLC0415 - the store's format and writer
 
     index_path = out_dir / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    index = _read_index(index_path, "restore a copy, or delete it and build the profiles "
+                        "again") if index_path.is_file() else {}
     index.setdefault("format", "autoprune-profile-index")
     index.setdefault("profiles", {}).setdefault(task, {})[arch_key] = file_name
     index["updated"] = _now()
-    tmp = index_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
-    tmp.replace(index_path)
-    return index_path
+    return write_text_atomic(index_path, json.dumps(index, indent=1, sort_keys=True))
 
 
 # the builders (they train and measure) live in profile_build

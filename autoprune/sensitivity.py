@@ -41,6 +41,19 @@ def check_ratios(ratios: Iterable[float]) -> list[float]:
     return sorted(set(out))
 
 
+def check_analysis_options(*, evaluation: str = "auto", batch_variants: int = 8,
+                           early_stop: float | None = None, **_: Any) -> None:
+    """Refuse a bad ``evaluation``, ``batch_variants`` or ``early_stop`` (one-line ConfigError)."""
+    if evaluation not in EVALUATIONS:
+        raise ConfigError(f"evaluation={evaluation!r} is not one of {', '.join(EVALUATIONS)}")
+    if isinstance(batch_variants, bool) or not isinstance(batch_variants, int) or batch_variants < 1:
+        raise ConfigError(f"batch_variants={batch_variants!r} must be a positive integer such as 8")
+    if early_stop is not None and (isinstance(early_stop, bool)
+                                   or not isinstance(early_stop, (int, float))
+                                   or not math.isfinite(early_stop) or early_stop <= 0):
+        raise ConfigError(f"early_stop={early_stop!r} must be a positive loss such as 0.5")
+
+
 def weights_sha256(model: nn.Module) -> str:
     """A hash of every parameter and buffer (names, shapes and bytes)."""
     h = hashlib.sha256()
@@ -52,10 +65,11 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better,
-                 metric_name) -> SensitivityRecord:
+                 metric_name, weights: str, extra: Mapping[str, Any]) -> SensitivityRecord:
     """The record to fill: the file at ``path`` if it exists (checked against this model), else new.
 
-    Points that a killed distributed run left in shard files are merged in (and saved).
+    Points that a killed distributed run left in shard files are merged in (and saved), once each
+    shard is checked to come from an analysis of this model, weights and evaluation.
     """
     groups = {g.name: g.channels for g in graph.groups}
     model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups}
@@ -77,12 +91,38 @@ def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better
                                        f"or a new file path")
         record.model = {**record.model, **model_meta, "arch": record.model.get("arch") or arch}
     if path is not None:
-        shards = absorb_shards(record, path)
+        def check(shard_file, shard: SensitivityRecord) -> None:
+            _check_shard(shard_file, shard, fingerprint=graph.fingerprint, criterion=criterion,
+                         higher_is_better=higher_is_better, weights=weights, extra=extra)
+
+        shards = absorb_shards(record, path, check)
         if shards:
             write_record(record, path)
             for shard_file in shards:
                 shard_file.unlink(missing_ok=True)
     return record
+
+
+def _check_shard(shard_file, shard: SensitivityRecord, *, fingerprint: str, criterion: str,
+                 higher_is_better: bool, weights: str, extra: Mapping[str, Any]) -> None:
+    """Refuse a shard file that another analysis (model, weights, criterion, evaluation) left."""
+    stored_weights, images = shard.model.get("weights_sha256"), shard.extra.get("eval_images")
+    if shard.model.get("fingerprint") and shard.model["fingerprint"] != fingerprint:
+        differs = f"group fingerprint {shard.model['fingerprint']}, this model has {fingerprint}"
+    elif shard.criterion != criterion:
+        differs = f"criterion {shard.criterion!r}, this run uses {criterion!r}"
+    elif bool(shard.metric.get("higher_is_better", True)) != bool(higher_is_better):
+        differs = f"higher_is_better={shard.metric.get('higher_is_better')}, this run " \
+                  f"{higher_is_better}"
+    elif stored_weights and weights and stored_weights != weights:
+        differs = "other weights of this model"
+    elif images is not None and extra.get("eval_images") is not None and \
+            images != extra.get("eval_images"):
+        differs = f"{images} evaluation images, this run has {extra.get('eval_images')}"
+    else:
+        return
+    raise SensitivityFileError(f"{shard_file} was left by another analysis ({differs}): delete "
+                               f"{shard_file} to start over")
 
 
 def _stopped_early(record: SensitivityRecord, group: str, ratio: float, cap: float | None) -> bool:
@@ -92,8 +132,7 @@ def _stopped_early(record: SensitivityRecord, group: str, ratio: float, cap: flo
     return any(r < ratio and loss > cap for r, loss in record.sensitivities.get(group, {}).items())
 
 
-def _check_weights(record: SensitivityRecord, model: nn.Module, path) -> None:
-    weights = weights_sha256(model)
+def _check_weights(record: SensitivityRecord, weights: str, path) -> None:
     stored = record.model.get("weights_sha256")
     if stored and stored != weights:
         if record.sensitivities:
@@ -107,12 +146,50 @@ def _check_weights(record: SensitivityRecord, model: nn.Module, path) -> None:
 def _check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
                            path: Any) -> None:
     """Refuse to add points to a file measured on another number of evaluation images (its
-    baseline and points would not compare with the new ones)."""
+    baseline and points would not compare with the new ones); a file with no points yet only
+    has its baseline measured again."""
     before, now = record.extra.get("eval_images"), extra.get("eval_images")
-    if before is not None and now is not None and before != now and record.sensitivities:
+    if before is None or now is None or before == now:
+        return
+    if not record.sensitivities:
+        record.metric["baseline"] = None  # only a baseline of the other images: measure anew
+    else:
         raise SensitivityFileError(
             f"{path} was measured on {before} evaluation images, this run has {now}: finishing "
             f"it would mix two evaluations; use the same eval_limit / eval_images, or a new file")
+
+
+def _missing(record: SensitivityRecord, names: list[str], ratios: list[float],
+             early_stop: float | None) -> list[tuple[str, float]]:
+    """The points still to measure: not in ``record``, and not skipped by an early stop."""
+    return [(n, r) for n in names for r in ratios
+            if not record.has_point(n, r) and not _stopped_early(record, n, r, early_stop)]
+
+
+def _add_counts(before: Any, now: dict[str, Any]) -> dict[str, Any]:
+    """This session's ``extra["evaluation"]`` added to the stored one: point counts summed,
+    unmaskable groups joined, the other keys this session's."""
+    if not isinstance(before, Mapping):
+        return now
+    out = {**before, **now}
+    old, new = before.get("points"), now.get("points")
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        number = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
+        out["points"] = {**old, **{k: old[k] + v if number(old.get(k)) and number(v) else v
+                                   for k, v in new.items()}}
+    old, new = before.get("unmaskable_groups"), now.get("unmaskable_groups")
+    if isinstance(old, list) and isinstance(new, list):
+        out["unmaskable_groups"] = old + [g for g in new if g not in old]
+    return out
+
+
+def _note_non_finite(extra: dict[str, Any], points: list[str]) -> None:
+    """Note in ``extra["non_finite_points"]`` the points whose metric was NaN or infinite."""
+    noted = extra.get("non_finite_points")
+    noted = list(noted) if isinstance(noted, list) else []
+    new = [p for p in points if p not in noted]
+    if new:
+        extra["non_finite_points"] = noted + new
 
 
 def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
@@ -154,7 +231,10 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     With ``sensitivities_file`` the points already in the file are reused and every new point is
     written atomically as soon as it is measured: an interrupted run resumes where it stopped.
     ``early_stop`` (off by default) skips a group's larger ratios once its loss passes that cap;
-    it and ``extra`` (e.g. how the evaluation data was subset) are recorded in the file.
+    it and ``extra`` (e.g. how the evaluation data was subset) are recorded in the file, and a
+    rerun with the same cap does not measure the skipped ratios. A NaN or infinite metric at a
+    pruned point is recorded as the worst loss (1.0, or 1e6 when lower is better), with a warning
+    and a note in ``extra["non_finite_points"]``; at the unpruned model it is a MetricError.
     ``prefix_cache`` (on by default) replays the unchanged first part of the network from one
     recorded pass instead of recomputing it (see :mod:`autoprune.prefix_cache`); it is checked
     once against a normal evaluation and switches itself off if the two differ.
@@ -171,13 +251,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     """
     ratios = check_ratios(ratios)
     check_criterion(criterion)
-    if evaluation not in EVALUATIONS:
-        raise ConfigError(f"evaluation={evaluation!r} is not one of {', '.join(EVALUATIONS)}")
-    if not isinstance(batch_variants, int) or batch_variants < 1:
-        raise ConfigError(f"batch_variants={batch_variants!r} must be a positive integer such as 8")
-    if early_stop is not None and (not isinstance(early_stop, (int, float))
-                                   or not math.isfinite(early_stop) or early_stop <= 0):
-        raise ConfigError(f"early_stop={early_stop!r} must be a positive loss such as 0.5")
+    check_analysis_options(evaluation=evaluation, batch_variants=batch_variants,
+                           early_stop=early_stop)
     rank, world = rank_and_world()
     graph = PruningGraph(model, example_inputs, ignored_layers)
     names = [g.name for g in graph.groups] if groups is None else list(groups)
@@ -186,18 +261,23 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
 
     record = None
     if rank == 0:
+        weights = weights_sha256(model)
+        how = {**dict(extra or {}), "early_stop": early_stop}
         record = _open_record(path, graph, arch=arch or type(model).__name__,
                               criterion=criterion, higher_is_better=higher_is_better,
-                              metric_name=metric_name)
-        pending = [(n, r) for n in names for r in ratios if not record.has_point(n, r)]
-        how = {**dict(extra or {}), "early_stop": early_stop}
+                              metric_name=metric_name, weights=weights, extra=how)
+        pending = _missing(record, names, ratios, early_stop)
         if pending:
             _check_same_evaluation(record, how, path)
         else:  # nothing to measure: a complete file keeps the record of how it was measured
             how = {k: v for k, v in how.items() if k not in record.extra}
+            if record.model.get("weights_sha256") not in (None, weights):
+                print(f"[autoprune] {path} holds a complete table measured on other weights of "
+                      f"this model; using it as is (pass a new path to measure these weights)",
+                      flush=True)
         record.extra.update(how)
         if pending or record.metric.get("baseline") is None:
-            _check_weights(record, model, path)
+            _check_weights(record, weights, path)
         if record.metric.get("baseline") is None:
             baseline = _evaluate(model, eval_fn, "for the unpruned model")
             if baseline == 0:
@@ -209,7 +289,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     record = record_from_json(broadcast(record.to_json() if record else None))
     baseline = float(record.metric["baseline"])
 
-    missing = [(n, r) for n in names for r in ratios if not record.has_point(n, r)]
+    missing = _missing(record, names, ratios, early_stop)
     # with early stop a group's ratios must be measured in order, by one rank; batched variants
     # need a group's ratios together too
     whole_groups = early_stop is not None or resolve_evaluation(model, evaluation) == "masked"
@@ -229,19 +309,25 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                                       skip=lambda r: _stopped_early(record, name, r, early_stop)):
             for rec in (record, own):
                 rec.set_point(name, ratio, loss)
+            _note_non_finite(record.extra, runner.non_finite)  # own.extra is record.extra
             if target is not None:
                 write_record(record if rank == 0 else own, target)
     runner.close()
-    if mine:
-        record.extra["evaluation"] = own.extra["evaluation"] = runner.summary()
+    summary = runner.summary() if mine else None
+    if summary:
+        record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), summary)
         if target is not None:
             write_record(record if rank == 0 else own, target)
 
     if world > 1:
-        for points in gather(own.sensitivities):
+        for r, (points, counts, non_finite) in enumerate(
+                gather((own.sensitivities, summary, runner.non_finite))):
             for name, pts in points.items():
                 for ratio, loss in pts.items():
                     record.set_point(name, ratio, loss)
+            if r != rank and counts:  # this rank's own counts are in already
+                record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), counts)
+            _note_non_finite(record.extra, non_finite)
         if rank == 0 and path is not None:
             write_record(record, path)
             for r in range(1, world):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import glob
 import json
 import math
 import os
@@ -25,7 +26,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Union
 
 from .errors import SensitivityFileError
 
@@ -45,6 +46,31 @@ def ratio_key(ratio: float) -> float:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def file_mode() -> int:
+    """The mode of an ordinary new file under this process's umask (mkstemp's files are 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_text_atomic(path: PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (unique temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, file_mode())
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 @dataclass
@@ -80,27 +106,13 @@ def write_record(record: SensitivityRecord, path: PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(record.to_json(), indent=1, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # an ordinary file, not mkstemp's owner-only 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_text_atomic(path, text)
 
 
 def remove_stale_temp_files(path: PathLike) -> None:
     """Delete temp files that a killed writer of ``path`` left behind (never the file itself)."""
     path = Path(path)
-    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         tmp.unlink(missing_ok=True)
 
 
@@ -179,13 +191,20 @@ def shard_path(path: PathLike, rank: int) -> Path:
     return path.with_name(f"{path.name}.rank{rank}.json")
 
 
-def absorb_shards(record: SensitivityRecord, path: PathLike) -> list[Path]:
+def absorb_shards(record: SensitivityRecord, path: PathLike,
+                  check: Callable[[Path, SensitivityRecord], None] | None = None) -> list[Path]:
     """Merge the points of shard files left next to ``path`` (by a distributed run) into
-    ``record``; returns the shard files read (delete them once ``record`` is written)."""
+    ``record``; returns the shard files read (delete them once ``record`` is written).
+    ``check(shard_file, shard_record)`` sees every shard before any is merged (it raises to
+    refuse one)."""
     path = Path(path)
-    shards = sorted(path.parent.glob(f"{path.name}.rank*.json"))
-    for shard in shards:
-        for group, points in read_record(shard).sensitivities.items():
+    shards = sorted(path.parent.glob(f"{glob.escape(path.name)}.rank*.json"))
+    records = [(shard, read_record(shard)) for shard in shards]
+    if check is not None:
+        for shard, shard_record in records:
+            check(shard, shard_record)
+    for _, shard_record in records:
+        for group, points in shard_record.sensitivities.items():
             for ratio, loss in points.items():
                 record.set_point(group, ratio, loss)
     return shards

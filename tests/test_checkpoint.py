@@ -1,6 +1,8 @@
 """save_pruned / load_pruned / read_pruned_metadata / export_onnx."""
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
@@ -109,6 +111,17 @@ def _plain_save(obj):
     return write
 
 
+def _tampered(change):
+    """A good checkpoint with ``change(data, metadata)`` applied, still loadable by torch."""
+    def write(path, good):
+        data = torch.load(io.BytesIO(good), weights_only=True)
+        meta = json.loads(data["metadata"])
+        change(data, meta)
+        data["metadata"] = json.dumps(meta)
+        torch.save(data, path)
+    return write
+
+
 BAD_CHECKPOINTS = {
     "truncated": lambda path, good: path.write_bytes(good[: len(good) // 2]),
     "cut at 100 bytes": lambda path, good: path.write_bytes(good[:100]),
@@ -123,6 +136,14 @@ BAD_CHECKPOINTS = {
     "a newer version": lambda path, good: _plain_save(
         {"format": "autoprune-pruned", "version": 99, "metadata": "{}", "state_dict": {}})(path),
     "a whole pickled module": lambda path, good: _plain_save(make_model("toy"))(path),
+    "version not an int": _tampered(lambda d, m: d.update(version="1")),
+    "layers a list": _tampered(lambda d, m: m.update(layers=list(m["layers"]))),
+    "base_shapes a list": _tampered(lambda d, m: m.update(base_shapes=list(m["base_shapes"]))),
+    "a base shape not a list": _tampered(lambda d, m: m["base_shapes"].update({"fc.bias": 10})),
+    "a layer attribute not a number": _tampered(
+        lambda d, m: m["layers"]["conv1"].update(out_channels="64")),
+    "a non-tensor weight": _tampered(lambda d, m: d["state_dict"].update({"fc.bias": 3})),
+    "user metadata a list": _tampered(lambda d, m: m.update(user=[1, 2])),
 }
 
 
@@ -136,6 +157,33 @@ def test_bad_checkpoint_files_are_one_line_errors(kind, resnet_ckpt, tmp_path):
         with pytest.raises(ap.CheckpointError) as info:
             call()
         assert_one_line(info)
+
+
+def test_layers_may_set_only_channel_attributes(resnet_ckpt, tmp_path):
+    # "layers" names attributes that load_pruned sets: anything but a channel count is refused
+    good = Path(resnet_ckpt).read_bytes()
+    for attrs in ({"padding": [0, 0]}, {"training": 1}, {"num_features": 8}):
+        bad = tmp_path / "bad.pt"
+        _tampered(lambda d, m: m["layers"]["conv1"].update(attrs))(bad, good)
+        with pytest.raises(ap.CheckpointError, match="is damaged") as info:
+            ap.load_pruned(bad, make_model("resnet18"))
+        assert next(iter(attrs)) in assert_one_line(info)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_checkpoints_are_ordinary_files(umask, tmp_path):
+    # mkstemp makes owner-only 0600 files; a checkpoint gets the mode of any new file
+    from autoprune.checkpoint import _atomic_save
+
+    model, _ = _pruned("toy")
+    old = os.umask(umask)
+    try:
+        paths = [ap.save_pruned(model, tmp_path / "best.pt"), tmp_path / "train_state.pt"]
+        _atomic_save({"step": 1}, paths[1])
+    finally:
+        os.umask(old)
+    for path in paths:
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
 
 
 def test_missing_checkpoint(tmp_path):

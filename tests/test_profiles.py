@@ -66,6 +66,75 @@ def test_register_and_list(tmp_path, monkeypatch, capsys):
     assert "timm/x" in out and "yolov8n" in out
 
 
+DAMAGED_INDEXES = {
+    "truncated": '{"format": "autoprune-profile-index", "profiles": {"classification": {"timm/',
+    "empty": "",
+    "binary": b"\x80\x04\x95\xff",
+    "a list": "[1, 2]",
+    "profiles a list": '{"profiles": ["timm/x"]}',
+    "a task a list": '{"profiles": {"classification": ["timm/x"]}}',
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED_INDEXES))
+def test_damaged_index_is_a_one_line_error(kind, tmp_path, monkeypatch, capsys):
+    content = DAMAGED_INDEXES[kind]
+    index = tmp_path / "index.json"
+    index.write_bytes(content) if isinstance(content, bytes) else index.write_text(content)
+    monkeypatch.setenv("AUTOPRUNE_PROFILE_DIR", str(tmp_path))
+    with pytest.raises(autoprune.SensitivityFileError, match="not a valid profile index") as e:
+        find_profile("classification", "timm/x")
+    assert "\n" not in str(e.value) and str(index) in str(e.value)
+    assert "AUTOPRUNE_PROFILE_DIR" in str(e.value)
+    capsys.readouterr()
+    assert main(["profiles", "list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoprune: error: ") and str(index) in err and "\n" not in err
+    with pytest.raises(autoprune.SensitivityFileError, match="not a valid profile index"):
+        register_profile("classification", "timm/y", "y.json", tmp_path)
+    # the bundled folder (no AUTOPRUNE_PROFILE_DIR): reinstalling is the fix
+    monkeypatch.delenv("AUTOPRUNE_PROFILE_DIR")
+    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: tmp_path)
+    with pytest.raises(autoprune.SensitivityFileError, match="reinstall autoprune") as e:
+        available_profiles()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_profile_dir_env_that_is_not_a_folder(kind, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "profiles"
+    if kind == "a file":
+        path.write_text("{}")
+    monkeypatch.setenv("AUTOPRUNE_PROFILE_DIR", str(path))
+    with pytest.raises(autoprune.ConfigError,
+                       match=f"AUTOPRUNE_PROFILE_DIR={path} is not a folder: ") as e:
+        find_profile("classification", "timm/resnet18")
+    assert "\n" not in str(e.value)
+    capsys.readouterr()
+    assert main(["profiles", "list"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_register_profile_writes_the_index_atomically(tmp_path, monkeypatch):
+    register_profile("classification", "a", "a.json", tmp_path)
+    (tmp_path / "index.json.tmp").mkdir()  # in the way of a fixed temp name
+    synced, fsync = [], os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), fsync(fd))[1])
+    register_profile("classification", "b", "b.json", tmp_path)
+    assert synced, "the index was not flushed to disk before the rename"
+    before = (tmp_path / "index.json").read_text()
+    assert json.loads(before)["profiles"] == {"classification": {"a": "a.json", "b": "b.json"}}
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)  # killed before the rename: old index kept whole
+    with pytest.raises(OSError, match="disk full"):
+        register_profile("classification", "c", "c.json", tmp_path)
+    assert (tmp_path / "index.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.json", "index.json.tmp"]
+
+
 def test_wheel_ships_the_profiles_and_resolves_default(tmp_path):
     if not (ROOT / "pretrained_sensitivities" / "index.json").is_file():
         pytest.skip("no profile bundled yet")

@@ -332,3 +332,145 @@ def test_ratios_removing_the_same_channels_are_evaluated_once(evaluation):
     assert one_by_one == pytest.approx([points[0.3], points[0.5]], abs=1e-6)
     if evaluation == "prune":
         assert ev.calls == 1 + 2  # the baseline, then one evaluation per distinct channel set
+
+
+# ---- resuming: shards, evaluation images, weights, counts, early stop, non-finite metrics --------
+
+@pytest.mark.parametrize("differs", ["nothing", "fingerprint", "criterion", "higher_is_better",
+                                     "weights", "eval_images"])
+def test_shard_left_by_another_analysis_is_refused_before_merging(toy, x, tmp_path, differs):
+    from autoprune.store import SensitivityRecord, read_record, shard_path, write_record
+
+    path = tmp_path / "s.json"
+    extra = {"eval_images": 10}
+    _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.25], sensitivities_file=path,
+         extra=extra)
+    record = read_record(path)
+    shard = SensitivityRecord(model=dict(record.model), metric=dict(record.metric),
+                              criterion=record.criterion, extra=dict(record.extra))
+    if differs == "fingerprint":
+        shard.model["fingerprint"] = "0123456789abcdef"
+    elif differs == "criterion":
+        shard.criterion = "l2_norm"
+    elif differs == "higher_is_better":
+        shard.metric["higher_is_better"] = False
+    elif differs == "weights":
+        shard.model["weights_sha256"] = "0" * 16
+    elif differs == "eval_images":
+        shard.extra["eval_images"] = 20
+    shard.set_point("stem.0", 0.25, 0.125)
+    write_record(shard, shard_path(path, 1))
+    before = path.read_bytes()
+    ev = RefEval(toy, x)
+    if differs == "nothing":  # a shard of this analysis is taken over
+        sens = _run(toy, x, ev, groups=["fuse.0", "stem.0"], ratios=[0.25],
+                    sensitivities_file=path, extra=extra)
+        assert ev.calls == 0 and sens["stem.0"] == {0.25: 0.125}
+        assert not shard_path(path, 1).exists()
+        return
+    with pytest.raises(ap.SensitivityFileError) as info:
+        _run(toy, x, ev, groups=["fuse.0", "stem.0"], ratios=[0.25], sensitivities_file=path,
+             extra=extra)
+    msg = assert_one_line(info)
+    assert str(shard_path(path, 1)) in msg and "delete" in msg
+    assert ev.calls == 0
+    assert path.read_bytes() == before, "nothing may be merged from a refused shard"
+    assert shard_path(path, 1).exists(), "a refused shard must not be deleted"
+
+
+def test_baseline_only_file_of_other_eval_images_is_remeasured(toy, x, tmp_path):
+    """Interrupted before its first point, a file holds only a baseline: a rerun on other
+    evaluation images measures the baseline again instead of computing losses against it."""
+    path = tmp_path / "s.json"
+    with pytest.raises(KeyboardInterrupt):
+        _run(toy, x, RefEval(toy, x, interrupt_on_call=2), groups=["fuse.0"], ratios=[0.5],
+             sensitivities_file=path, extra={"eval_images": 10})
+    assert json.loads(path.read_text())["metric"]["baseline"] == 1.0
+    assert json.loads(path.read_text())["sensitivities"] == {}
+    ev = RefEval(toy, x)
+    other = lambda m: 0.5 * ev(m)  # the other images score half as much
+    sens = _run(toy, x, other, groups=["fuse.0"], ratios=[0.5], sensitivities_file=path,
+                extra={"eval_images": 20})
+    assert ev.calls == 2  # baseline and point
+    data = json.loads(path.read_text())
+    assert data["metric"]["baseline"] == 0.5 and data["extra"]["eval_images"] == 20
+    straight = _run(toy, x, RefEval(toy, x), groups=["fuse.0"], ratios=[0.5])
+    assert sens["fuse.0"][0.5] == pytest.approx(straight["fuse.0"][0.5], abs=1e-12)
+
+
+def test_complete_file_of_other_weights_is_used_with_one_warning(x, tmp_path, capsys):
+    path = tmp_path / "s.json"
+    a = make_model("toy", seed=0)
+    first = _run(a, x, RefEval(a, x), groups=["fuse.0"], ratios=[0.25], sensitivities_file=path)
+    capsys.readouterr()
+    ev = RefEval(a, x)
+    assert _run(a, x, ev, groups=["fuse.0"], ratios=[0.25], sensitivities_file=path) == first
+    assert capsys.readouterr().out == ""  # same weights: nothing to say
+    b = make_model("toy", seed=1)
+    ev = RefEval(b, x)
+    assert _run(b, x, ev, groups=["fuse.0"], ratios=[0.25], sensitivities_file=path) == first
+    assert ev.calls == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"[autoprune] {path} holds a complete table measured on other weights of this model; "
+        f"using it as is (pass a new path to measure these weights)"]
+
+
+def test_resumed_runs_add_their_evaluation_counts(toy, x, tmp_path):
+    path = tmp_path / "s.json"
+    kw = dict(groups=["fuse.0"], sensitivities_file=path, evaluation="prune")
+    _run(toy, x, RefEval(toy, x), ratios=[0.25], **kw)
+    data = json.loads(path.read_text())
+    assert data["extra"]["evaluation"]["points"] == {"masked": 0, "pruned": 1, "reused": 0}
+    data["extra"]["evaluation"]["note"] = "kept"
+    path.write_text(json.dumps(data))
+    _run(toy, x, RefEval(toy, x), ratios=[0.25, 0.5], **kw)
+    evaluation = json.loads(path.read_text())["extra"]["evaluation"]
+    assert evaluation["points"] == {"masked": 0, "pruned": 2, "reused": 0}
+    assert evaluation["note"] == "kept" and evaluation["mode"] == "prune"
+    _run(toy, x, RefEval(toy, x), ratios=[0.25, 0.5], **kw)  # complete: nothing changes
+    assert json.loads(path.read_text())["extra"]["evaluation"] == evaluation
+
+
+def test_rerun_of_an_early_stopped_analysis_evaluates_nothing(toy, x, tmp_path):
+    path = tmp_path / "s.json"
+    kw = dict(ratios=[0.2, 0.4, 0.6, 0.8], sensitivities_file=path, early_stop=1e-9,
+              prefix_cache=True)
+    first = _run(toy, x, RefEval(toy, x), **kw)
+    assert all(list(points) == [0.2] for points in first.values())  # every group stopped
+    counts = json.loads(path.read_text())["extra"]["evaluation"]
+    ev = RefEval(toy, x)
+    assert _run(toy, x, ev, **kw) == first
+    assert ev.calls == 0  # no prefix cache prepared for points that early stop skips
+    assert json.loads(path.read_text())["extra"]["evaluation"] == counts
+
+
+@pytest.mark.parametrize("value,higher_is_better,worst", [
+    (float("nan"), True, 1.0), (float("-inf"), True, 1.0),
+    (float("inf"), False, 1e6), (float("nan"), False, 1e6)])
+def test_non_finite_metric_at_a_pruned_point_is_the_worst_loss(toy, x, tmp_path, capsys, value,
+                                                               higher_is_better, worst):
+    ref = RefEval(toy, x)
+    calls = []
+
+    def ev(m):  # NaN/inf once fuse.0 keeps 12 of its 24 channels or fewer
+        calls.append(1)
+        if m.fuse[0].out_channels <= 12:
+            return value
+        return ref(m) if higher_is_better else 2.0 - ref(m)
+
+    path = tmp_path / "s.json"
+    kw = dict(groups=["fuse.0"], ratios=[0.25, 0.5, 0.75], sensitivities_file=path,
+              higher_is_better=higher_is_better)
+    sens = _run(toy, x, ev, **kw)
+    assert sens["fuse.0"][0.5] == sens["fuse.0"][0.75] == worst
+    assert 0 < sens["fuse.0"][0.25] < 0.95  # a measured loss
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "fuse.0 at ratio 0.50" in lines[0] and "0.75" in lines[1]
+    record = ap.read_record(path)
+    assert record.extra["non_finite_points"] == ["fuse.0@0.50", "fuse.0@0.75"]
+    assert ap.load_sensitivities(path) == sens
+    calls.clear()
+    assert _run(toy, x, ev, **kw) == sens and calls == []  # the analysis is finished
+    assert ap.ratios_by_loss(sens, 0.95)["fuse.0"] < 0.5  # never chosen within a tolerance
+    with pytest.raises(ap.MetricError):  # the unpruned model must still score a number
+        _run(toy, x, lambda m: value, groups=["fuse.0"], ratios=[0.5])

@@ -249,3 +249,45 @@ def test_paddleslim_import_refuses_truncated_and_missing(tmp_path):
     assert_one_line(info)
     with pytest.raises(ap.SensitivityFileError):
         ap.import_paddleslim(tmp_path / "missing.pickle", allow_pickle=True)
+
+
+# ---- shard files of a distributed run ------------------------------------------------------------
+
+def test_shards_and_temp_files_of_a_name_with_brackets_are_found(tmp_path):
+    from autoprune.store import (SensitivityRecord, absorb_shards, remove_stale_temp_files,
+                                 shard_path, write_record)
+
+    path = tmp_path / "sens[1].json"  # glob would read [1] as a character class
+    shard = SensitivityRecord()
+    shard.set_point("g", 0.5, 0.25)
+    write_record(shard, shard_path(path, 1))
+    stale = tmp_path / ".sens[1].json.x1y2.tmp"
+    stale.write_text("{")
+    remove_stale_temp_files(path)
+    assert not stale.exists()
+    record = SensitivityRecord()
+    assert absorb_shards(record, path) == [shard_path(path, 1)]
+    assert record.sensitivities == {"g": {0.5: 0.25}}
+
+
+def test_absorb_shards_checks_every_shard_before_merging_any(tmp_path):
+    from autoprune.store import SensitivityRecord, absorb_shards, shard_path, write_record
+
+    path = tmp_path / "s.json"
+    for rank, group in ((1, "a"), (2, "b")):
+        shard = SensitivityRecord(criterion="l1_norm" if rank == 1 else "fpgm")
+        shard.set_point(group, 0.5, 0.1)
+        write_record(shard, shard_path(path, rank))
+    seen = []
+
+    def check(shard_file, shard):
+        seen.append(shard_file.name)
+        if shard.criterion != "l1_norm":
+            raise ap.SensitivityFileError(f"{shard_file} differs")
+
+    record = SensitivityRecord()
+    with pytest.raises(ap.SensitivityFileError):
+        absorb_shards(record, path, check)
+    assert seen == ["s.json.rank1.json", "s.json.rank2.json"]
+    assert record.sensitivities == {}  # the good shard was not merged either
+    assert shard_path(path, 1).exists() and shard_path(path, 2).exists()
