@@ -55,12 +55,24 @@ def _convert(args: argparse.Namespace) -> None:
     print(f"wrote {args.output} ({len(sens)} groups) from PaddleSlim pickle {args.input}")
 
 
+# YAML 1.1 (PyYAML) reads 1e-3 as a string; a config means the number, as YAML 1.2 does
+_FLOAT = r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"""
+
+
 def _load_config(path: str) -> dict:
+    import re
+
     import yaml
 
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT, re.X),
+                                 list("-+0123456789."))
     try:
         with open(path) as f:
-            cfg = yaml.safe_load(f)
+            cfg = yaml.load(f, Loader=Loader)  # noqa: S506 - a SafeLoader
     except FileNotFoundError:
         raise ConfigError(f"no config file at {path}: check the path") from None
     except yaml.YAMLError as e:
@@ -81,10 +93,11 @@ def _train(args: argparse.Namespace) -> None:
     if unknown:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {args.config}; "
                           f"{task} takes: {', '.join(sorted(allowed))}")
-    for key in ("model", "train_data"):
+    example = "model: yolov8n.yaml, data: data.yaml" if task == "detection" else \
+        "model: resnet18, train_data: fashion-mnist"
+    for key in ("model", "data" if task == "detection" else "train_data"):
         if key not in cfg:
-            raise ConfigError(f"{args.config} lacks '{key}:' (e.g. model: resnet18, "
-                              f"train_data: fashion-mnist)")
+            raise ConfigError(f"{args.config} lacks '{key}:' (e.g. {example})")
     from .distributed import init_from_env
 
     init_from_env()  # under torchrun: DDP training, the sensitivity points shared out
@@ -348,9 +361,13 @@ def _interrupted_message(args: argparse.Namespace) -> str:
                 f"{args.save_dir}; run the same command again to continue")
     if args.command == "train":
         try:
-            save_dir = _load_config(args.config).get("save_dir", "output")
+            cfg = _load_config(args.config)
         except AutopruneError:
-            save_dir = "the save_dir of the config"
+            cfg = {}
+        save_dir = cfg.get("save_dir", "output") if cfg else "the save_dir of the config"
+        if cfg.get("task") == "detection":
+            return (f"interrupted: Ultralytics saved the stage's last.pt under {save_dir}; finish "
+                    f"it with autoprune.detection.resume('<stage>/ultralytics/weights/last.pt')")
         return (f"interrupted: progress is saved in {save_dir}; add `resume: true` to "
                 f"{args.config} and {again}")
     return "interrupted: nothing was saved; run the command again"

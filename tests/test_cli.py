@@ -97,3 +97,23 @@ def test_demo_runs_the_main_job_and_a_rerun_continues_without_training(tmp_path,
     again = capsys.readouterr().out
     assert "epoch 1/1  loss" not in again and again.count("already finished its 1 epochs") == 2, again
     assert "FLOPs" in again and autoprune.load_sensitivities(demo / "sensitivities.json") == sens_before
+
+
+def test_config_reads_exponent_numbers_as_numbers(tmp_path, monkeypatch):
+    """`lr: 1e-3` is a string to YAML 1.1 (PyYAML), which crashed deep in the optimizer."""
+    import functools
+
+    from autoprune import classification
+
+    seen = {}
+
+    @functools.wraps(classification.train)  # the CLI checks config keys against the signature
+    def train(**kwargs):
+        seen.update(kwargs)
+
+    monkeypatch.setattr(classification, "train", train)
+    config = tmp_path / "run.yaml"
+    config.write_text("model: resnet18\ntrain_data: fashion-mnist\nlr: 1e-3\n"
+                      "eval_metric_loss: 5E-2\nsave_dir: '1e-3'\n")
+    assert main(["train", str(config)]) == 0
+    assert seen["lr"] == 0.001 and seen["eval_metric_loss"] == 0.05 and seen["save_dir"] == "1e-3"
