@@ -10,6 +10,25 @@ from .distributed import rank_and_world
 from .errors import ConfigError
 
 
+def check_limits(**limits: int | None) -> None:
+    """Refuse a ``train_limit`` / ``eval_limit`` that is not None or a positive whole number."""
+    for name, value in limits.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"{name}={value!r} must be a positive number of images (or None "
+                              f"for all)")
+
+
+def first_items(dataset: Dataset, limit: int | None) -> Dataset:
+    """The first ``limit`` items of ``dataset`` (all of it for None), its ``classes`` kept."""
+    if limit is None or limit >= len(dataset):
+        return dataset
+    subset = torch.utils.data.Subset(dataset, range(limit))
+    if hasattr(dataset, "classes"):
+        subset.classes = dataset.classes
+    return subset
+
+
 def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers: int = 0,
                 seed: int = 0, drop_last: bool = False, shard: bool = False) -> DataLoader:
     """A DataLoader with a seeded shuffle (reproducible epochs).

@@ -24,7 +24,8 @@ from .plots import plot_sensitivities
 from .profiles import DEFAULT, find_profile
 from .prune import check_round_to, prune
 from .report import to_console, write_reports
-from .sensitivity import DEFAULT_RATIOS, check_ratios, sensitivity, weights_sha256
+from .sensitivity import (DEFAULT_RATIOS, check_analysis_options, check_ratios, sensitivity,
+                          weights_sha256)
 from .store import check_fingerprint, read_record
 from .tasks.base import TaskAdapter, TrainResult
 
@@ -160,6 +161,7 @@ def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, An
     if unknown:
         raise ConfigError(f"unknown sensitivity option(s) {', '.join(map(repr, unknown))}: use "
                           f"{', '.join(SENSITIVITY_OPTIONS)}")
+    check_analysis_options(**options)
     n = options.get("eval_images")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ConfigError(f"eval_images={n!r} must be a positive number of images such as 500")

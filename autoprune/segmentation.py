@@ -84,7 +84,7 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
         train_limit=train_limit, eval_limit=eval_limit, seed=seed, progress=progress,
         sync_bn=sync_bn)
     if isinstance(model, str):
-        model = resolve_arch(model, encoder)
+        model = resolve_arch(model, encoder, default_encoder="resnet18")
     else:
         skip_unused_modules(model, size=adapter.input_size, in_channels=in_channels)
     return pipeline.train(adapter, model, epochs=epochs, save_dir=save_dir,

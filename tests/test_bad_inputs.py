@@ -277,6 +277,7 @@ def test_bad_input_gives_its_one_line_error(case, tmp_path):
     ("- a list\n", "must hold a mapping of settings"),
     ("model: resnet18\ntrain_data: x\nlearning_rate: 0.1\n", "unknown setting(s) learning_rate"),
     ("train_data: x\n", "lacks 'model:'"),
+    ("task: detection\nmodel: yolov8n.yaml\n", "lacks 'data:' (e.g. model: yolov8n.yaml, data:"),
     ("task: ocr\nmodel: x\n", "unknown task 'ocr'"),
 ])
 def test_cli_bad_config_is_one_line_with_exit_code_2(config, message, tmp_path, capsys):
@@ -300,6 +301,9 @@ def test_unknown_sensitivity_option_is_refused_before_training(tmp_path):
     ({"epochs": 0}, "epochs=0 must be a whole number, at least 1"),
     ({"pretrain_epochs": 0}, "pretrain_epochs=0 must be a whole number, at least 1"),
     ({"eval_data": None}, "pruning needs eval_data"),
+    ({"sensitivity_options": {"evaluation": "fast"}}, "evaluation='fast' is not one of"),
+    ({"sensitivity_options": {"batch_variants": 0}}, "batch_variants=0 must be a positive"),
+    ({"sensitivity_options": {"early_stop": -1}}, "early_stop=-1 must be a positive loss"),
 ])
 def test_later_steps_settings_are_refused_before_training(kw, message, tmp_path):
     """A setting of the analysis, pruning or retraining is checked before the base model trains."""
@@ -308,3 +312,41 @@ def test_later_steps_settings_are_refused_before_training(kw, message, tmp_path)
     with pytest.raises(ap.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         cls.train("resnet18", Images(), data, **{**SMALL, "save_dir": tmp_path / "run", **kw})
     assert not (tmp_path / "run" / "baseline").exists()
+
+
+def test_segmentation_encoder_defaults_to_resnet18(tmp_path):
+    """seg.train("unet") takes its documented default encoder (it asked for one before); the
+    run then stops at the next check, epochs=0, having built the model."""
+    from autoprune.tasks.segmentation_models import resolve_arch
+
+    assert resolve_arch("unet", default_encoder="resnet18") == "smp/unet/resnet18"
+    assert resolve_arch("fpn/mobilenet_v2", default_encoder="resnet18") == "smp/fpn/mobilenet_v2"
+    data = Images(mask=(32, 32))
+    with pytest.raises(ap.ConfigError, match="epochs=0 must be"):
+        seg.train(train_data=data, eval_data=data, num_classes=3,
+                  **{**SMALL, "epochs": 0, "save_dir": tmp_path / "run"})
+
+
+def test_limits_apply_to_datasets_and_must_be_positive():
+    """train_limit / eval_limit cut a user's Dataset too (classes in turn when its labels are
+    known); a limit below 1 is refused (a negative one kept all but N images)."""
+    from autoprune.tasks.classification import ClassificationAdapter
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    class Labelled(Images):
+        def __init__(self):
+            super().__init__(n=12)
+            self.targets = [i // 4 for i in range(12)]  # class-sorted, like an ImageFolder
+
+    adapter = ClassificationAdapter(Labelled(), Images(n=16), train_limit=6, eval_limit=5,
+                                    input_size=32, device="cpu")
+    assert len(adapter.train_set) == 6 and len(adapter.eval_set) == 5
+    assert sorted(adapter.train_set.indices) == [0, 1, 4, 5, 8, 9]  # two of each class
+    masks = Images(n=16, mask=(32, 32))
+    seg_adapter = SegmentationAdapter(masks, masks, num_classes=3, train_limit=4, eval_limit=3,
+                                      input_size=32, device="cpu")
+    assert (len(seg_adapter.train_set), len(seg_adapter.eval_set)) == (4, 3)
+    for make in (lambda: ClassificationAdapter("fashion-mnist", eval_limit=-5, device="cpu"),
+                 lambda: SegmentationAdapter(masks, masks, num_classes=3, train_limit=0)):
+        with pytest.raises(ap.ConfigError, match="must be a positive number of images"):
+            make()

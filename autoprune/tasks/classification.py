@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import Dataset
 
-from ..data import CachedBatches, make_loader
+from ..data import CachedBatches, check_limits, first_items, make_loader
 from ..datasets import FashionMNIST
 from ..errors import ConfigError
 from ..training import FitConfig, evaluate_topk, pick_device
@@ -151,7 +151,13 @@ def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | Non
                     root: str | None = None) -> Dataset:
     """``"fashion-mnist"``, an ImageFolder directory, or a torch Dataset of (image, label)."""
     if isinstance(spec, Dataset):
-        return spec
+        targets = _targets(spec) if limit is not None and limit < len(spec) else None
+        if targets is None:
+            return first_items(spec, limit)
+        ds = torch.utils.data.Subset(spec, balanced_indices(targets, limit))
+        if hasattr(spec, "classes"):
+            ds.classes = spec.classes
+        return ds
     if isinstance(spec, str) and spec.lower() == FASHION_MNIST:
         return FashionMNIST("train" if train else "test", root=root, size=input_size, channels=3,
                             limit=limit)
@@ -203,6 +209,7 @@ class ClassificationAdapter(SupervisedFit):
                              progress=progress, sync_bn=sync_bn)
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.train_set = self.eval_set = None
+        check_limits(train_limit=train_limit, eval_limit=eval_limit)
         if train_data is not None:
             self.train_set = resolve_dataset(train_data, train=True, input_size=self.input_size,
                                              limit=train_limit, root=data_root)

@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from ..data import CachedBatches, make_loader
+from ..data import CachedBatches, check_limits, make_loader
 from ..errors import ConfigError
 from ..iou import evaluate_iou
 from ..training import FitConfig, pick_device
@@ -108,6 +108,7 @@ class SegmentationAdapter(SupervisedFit):
         data = dict(input_size=self.input_size, num_classes=num_classes, in_channels=in_channels,
                     ignore_index=ignore_index, seed=seed, root=data_root)
         self.train_set = self.eval_set = None
+        check_limits(train_limit=train_limit, eval_limit=eval_limit)
         if train_data is not None:
             self.train_set = resolve_segmentation_data(train_data, train=True, limit=train_limit,
                                                        **data)

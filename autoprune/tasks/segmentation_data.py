@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from ..data import first_items
 from ..errors import ConfigError
 
 SCENES = "fashion-scenes"
@@ -211,7 +212,7 @@ def resolve_segmentation_data(spec: Any, *, train: bool, input_size: int,
                               root: str | os.PathLike | None = None) -> Dataset:
     """``"fashion-scenes"``, an ``images/`` + ``masks/`` folder, or a torch Dataset."""
     if isinstance(spec, Dataset):
-        checked = CheckedSegmentation(spec, num_classes, ignore_index)
+        checked = CheckedSegmentation(first_items(spec, limit), num_classes, ignore_index)
         if len(checked):
             checked[0]  # a systematic mistake shows before any training
         return checked

@@ -29,9 +29,10 @@ def _architectures() -> dict[str, type]:
     return smp.MODEL_ARCHITECTURES_MAPPING
 
 
-def resolve_arch(name: str, encoder: str | None = None) -> str:
+def resolve_arch(name: str, encoder: str | None = None, default_encoder: str | None = None) -> str:
     """Canonical key ``smp/<arch>/<encoder>`` of ``"unet/resnet18"``, ``"Unet-resnet18"``,
-    ``"smp/unet/resnet18"`` or ``name="unet", encoder="resnet18"``."""
+    ``"smp/unet/resnet18"`` or ``name="unet", encoder="resnet18"`` (``default_encoder`` when
+    neither names one)."""
     import segmentation_models_pytorch as smp
 
     rest = name[4:] if name.lower().startswith("smp/") else name
@@ -40,7 +41,7 @@ def resolve_arch(name: str, encoder: str | None = None) -> str:
     if enc and encoder and enc != encoder:
         raise ConfigError(f"model {name!r} names encoder {enc!r} but encoder={encoder!r}: "
                           f"name it once")
-    enc = enc or encoder
+    enc = enc or encoder or default_encoder
     key = arch.lower().replace("_", "").replace(" ", "")
     key = ARCH_ALIASES.get(key, key)
     if key not in _architectures():
