@@ -26,6 +26,17 @@ def test_every_indexed_profile_is_a_valid_file():
 
 
 BUNDLED = [(task, key) for task, archs in available_profiles().items() for key in archs]
+# what the DEFAULT profiles promise to cover (README, pretrained_sensitivities/build_all.sh)
+PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50",
+                               "torchvision/mobilenet_v2", "timm/mobilenetv3_large_100",
+                               "timm/mobilenetv3_small_100", "timm/efficientnet_b0"],
+            "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s"],
+            "segmentation": [f"smp/{a}/{e}" for a in ("unet", "fpn", "deeplabv3plus")
+                             for e in ("resnet18", "mobilenet_v2")]}
+
+
+def test_every_promised_architecture_has_a_bundled_profile():
+    assert sorted(BUNDLED) == sorted((t, k) for t, keys in PROMISED.items() for k in keys)
 ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10},
                 "segmentation": {"num_classes": 11}}
 
