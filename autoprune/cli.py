@@ -95,7 +95,8 @@ def _train(args: argparse.Namespace) -> None:
                           f"{task} takes: {', '.join(sorted(allowed))}")
     example = "model: yolov8n.yaml, data: data.yaml" if task == "detection" else \
         "model: resnet18, train_data: fashion-mnist"
-    for key in ("model", "data" if task == "detection" else "train_data"):
+    data_key = "data" if task == "detection" and "train_data" not in cfg else "train_data"
+    for key in ("model", data_key):
         if key not in cfg:
             raise ConfigError(f"{args.config} lacks '{key}:' (e.g. {example})")
     from .distributed import init_from_env
@@ -365,9 +366,6 @@ def _interrupted_message(args: argparse.Namespace) -> str:
         except AutopruneError:
             cfg = {}
         save_dir = cfg.get("save_dir", "output") if cfg else "the save_dir of the config"
-        if cfg.get("task") == "detection":
-            return (f"interrupted: Ultralytics saved the stage's last.pt under {save_dir}; finish "
-                    f"it with autoprune.detection.resume('<stage>/ultralytics/weights/last.pt')")
         return (f"interrupted: progress is saved in {save_dir}; add `resume: true` to "
                 f"{args.config} and {again}")
     return "interrupted: nothing was saved; run the command again"

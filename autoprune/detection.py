@@ -114,7 +114,7 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           eval_limit: int | None = None, workers: int = 0,
           train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
-          train_data: str | os.PathLike | None = None) -> TrainResult:
+          train_data: str | os.PathLike | None = None, resume: bool = False) -> TrainResult:
     """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
     model: ``"yolov8n.yaml"``, ``"yolo11s.yaml"`` (any of n/s/m/l/x; built untrained, nothing is
@@ -131,6 +131,10 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     Ultralytics' trainer as they are (``lr0``, ``optimizer``, ``mosaic``, ``nbs``, ``patience``...).
     Outputs in ``save_dir``: ``baseline/``, ``pruned/`` (each with ``best.pt`` and an
     ``ultralytics/`` run), ``report.json|md|csv`` and ``sensitivity.png``.
+
+    resume: after an interruption, call again with the same arguments and ``resume=True``: a
+    stage continues from its Ultralytics ``last.pt`` (the pruned module itself), a finished stage
+    is not trained again, and the sensitivity file keeps its measured points.
     """
     if train_data is not None:
         if data is not None and Path(data) != Path(train_data):
@@ -149,7 +153,7 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
                           eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                           pretrain_epochs=pretrain_epochs, criterion=criterion,
                           round_to=round_to, ratios=ratios, progress=progress,
-                          sensitivity_options=sensitivity_options)
+                          sensitivity_options=sensitivity_options, resume=resume)
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,
@@ -212,24 +216,16 @@ def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
 def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     """Finish an interrupted training run from Ultralytics' ``<save_dir>/ultralytics/weights/last.pt``
     — the pruned module itself resumes (not a rebuild from YAML) — and write autoprune's
-    ``<save_dir>/best.pt`` / ``last.pt``. Returns the model holding the best weights."""
-    from ultralytics import YOLO
-
+    ``<save_dir>/best.pt`` / ``last.pt``. Returns the model holding the best weights. (The task
+    API does the same with ``train(..., resume=True)``.)"""
     last = Path(last)
     if not last.is_file():
         raise CheckpointError(f"no checkpoint at {last}: pass <save_dir>/ultralytics/weights/last.pt")
     if (last.parent.name, last.parent.parent.name) != ("weights", "ultralytics"):
         raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an autoprune "
                               f"run (resume writes <save_dir>/best.pt and last.pt): pass that file")
-    threads = torch.get_num_threads()
-    try:
-        with yolo.quiet(not progress):
-            yolo.load_ultralytics(last)  # refuses a file of unknown classes before unpickling
-            wrapper = YOLO(str(last))
-            imgsz = (wrapper.ckpt or {}).get("train_args", {}).get("imgsz")
-            wrapper.train(resume=True, trainer=yolo.KeepModuleTrainer)
-    finally:
-        torch.set_num_threads(threads)
+    wrapper = yolo.resume_training(last, progress)
+    imgsz = wrapper.trainer.args.imgsz
     model = yolo.patch_model(wrapper.model.float()).eval()
     save_dir = last.parent.parent.parent
     adapter = DetectionAdapter(nc=yolo.model_nc(model), input_size=imgsz)

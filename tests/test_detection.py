@@ -431,3 +431,38 @@ def test_resume_refuses_a_last_pt_outside_an_autoprune_run(tmp_path):
     with pytest.raises(autoprune.CheckpointError, match="is not <save_dir>/ultralytics/weights"):
         det.resume(stray)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["elsewhere", "last.pt"]
+
+
+def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp_path,
+                                                            monkeypatch, capsys):
+    """train(..., resume=True) for detection: the interrupted stage continues from Ultralytics'
+    last.pt with the pruned module; run again, the finished stage is not trained."""
+    result, _ = flow
+    model = det.load_model(result.pruned_path)
+    shapes = _shapes(model)
+    adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
+                               train_args=SMALL["train_args"])
+    meta = {"task": "detection", "arch": "yolov8n", "build": {"nc": 10}, "input_size": 64}
+    save_model = yolo.KeepModuleTrainer.save_model
+
+    def save_then_stop(trainer):
+        save_model(trainer)
+        raise KeyboardInterrupt("simulated interruption")
+
+    monkeypatch.setattr(yolo.KeepModuleTrainer, "save_model", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        adapter.fit(model, 2, tmp_path / "run", meta=meta)
+    monkeypatch.undo()
+    with pytest.raises(autoprune.ConfigError, match="is from a run of 2 epochs, this one has 3"):
+        adapter.fit(model, 3, tmp_path / "run", meta=meta, resume=True)
+    capsys.readouterr()
+    resumed = adapter.fit(model, 2, tmp_path / "run", meta=meta, resume=True)
+    assert "resuming" in capsys.readouterr().out and _shapes(resumed) == shapes
+    results = tmp_path / "run" / "ultralytics" / "results.csv"
+    assert len(results.read_text().strip().splitlines()) == 3  # header + epoch 1 + epoch 2
+    best = autoprune.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
+    again = adapter.fit(det.load_model(result.pruned_path), 2, tmp_path / "run", meta=meta,
+                        resume=True)
+    assert "already finished its 2 epochs" in capsys.readouterr().out
+    assert len(results.read_text().strip().splitlines()) == 3  # nothing trained
+    assert all(torch.equal(again.state_dict()[k].cpu(), v) for k, v in best.items())

@@ -15,9 +15,9 @@ import torch
 import torch.nn as nn
 import yaml
 
-from ..checkpoint import save_pruned
+from ..checkpoint import read_state_dict, save_pruned
 from ..distributed import rank_and_world
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..training import pick_device
 from . import yolo
 
@@ -256,10 +256,12 @@ class DetectionAdapter:
         return arch_of_model(model)
 
     def fit(self, model: nn.Module, epochs: int, save_dir: Path,
-            meta: dict[str, Any] | None = None) -> nn.Module:
+            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
         """Train ``model`` itself with Ultralytics for ``epochs``; returns it holding the best
         (EMA) weights. Ultralytics' run lives in ``save_dir/ultralytics`` (its ``weights/best.pt``
-        loads with ``YOLO(path)``); autoprune checkpoints go to ``save_dir/best.pt|last.pt``."""
+        loads with ``YOLO(path)``); autoprune checkpoints go to ``save_dir/best.pt|last.pt``.
+        ``resume=True`` continues an interrupted run from Ultralytics' ``last.pt`` (a finished
+        one is not trained again)."""
         if self.data is None:
             raise ConfigError("training needs data=<data.yaml> with a train split")
         if not isinstance(epochs, int) or epochs < 1:
@@ -281,13 +283,19 @@ class DetectionAdapter:
                 # Ultralytics' AMP check downloads yolo26n.pt: off unless asked for (on a GPU,
                 # train_args={"amp": "bf16"} gives mixed precision without that check)
                 "amp": False, **self.train_args}
-        threads = torch.get_num_threads()
-        try:
-            with yolo.quiet(not self.progress):
-                trainer = yolo.keep_module_trainer(model)(overrides=args)
-                trainer.train()
-        finally:
-            torch.set_num_threads(threads)
+        last = save_dir / "ultralytics" / "weights" / "last.pt"
+        if resume and last.is_file():
+            trainer = self._resumed(model, last, epochs, save_dir)
+            if trainer is None:  # finished before: its best.pt holds the result
+                return model.to(self.device).eval()
+        else:
+            threads = torch.get_num_threads()
+            try:
+                with yolo.quiet(not self.progress):
+                    trainer = yolo.keep_module_trainer(model)(overrides=args)
+                    trainer.train()
+            finally:
+                torch.set_num_threads(threads)
         model.criterion = None
         best_epoch = getattr(trainer.stopper, "best_epoch", epochs) or epochs
         for src, dst in ((trainer.last, "last.pt"), (trainer.best, "best.pt")):
@@ -298,6 +306,28 @@ class DetectionAdapter:
                             metrics=self._ultralytics_metrics(trainer) if best else {},
                             ultralytics_weights=str(Path(src)))
         return model.to(self.device).eval()
+
+    def _resumed(self, model: nn.Module, last: Path, epochs: int, save_dir: Path):
+        """Ultralytics' trainer after continuing the run of ``last``, or None (``model`` then
+        loaded with ``save_dir/best.pt``) when that run had already finished."""
+        _, ckpt = yolo.read_ultralytics(last)
+        planned = (ckpt.get("train_args") or {}).get("epochs")
+        if planned != epochs:
+            raise ConfigError(f"{last} is from a run of {planned} epochs, this one has {epochs}: "
+                              f"resume with the same settings, or pass resume=False")
+        if ckpt.get("epoch", -1) == -1 and (save_dir / "best.pt").is_file():
+            print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its "
+                  f"best.pt", flush=True)
+            try:
+                model.load_state_dict(read_state_dict(save_dir / "best.pt"))
+            except RuntimeError:
+                raise CheckpointError(f"{save_dir / 'best.pt'} does not fit this model (another "
+                                      f"architecture or pruning?): resume with the same "
+                                      f"settings, or pass resume=False") from None
+            return None
+        print(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/{epochs}",
+              flush=True)
+        return yolo.resume_training(last, self.progress).trainer
 
     def with_eval_limit(self, limit: int) -> "DetectionAdapter":
         """This adapter validating on the first ``limit`` val images (the sensitivity analysis'

@@ -322,6 +322,22 @@ def read_ultralytics(path: str | os.PathLike) -> tuple[nn.Module, dict]:
     return model.eval(), ckpt
 
 
+def resume_training(last: str | os.PathLike, progress: bool = True):
+    """Continue an interrupted Ultralytics run from its ``last.pt`` with :class:`KeepModuleTrainer`
+    (the pruned module itself trains on); returns the ``YOLO`` object, its ``trainer`` done."""
+    from ultralytics import YOLO
+
+    load_ultralytics(last)  # refuses a file of unknown classes before Ultralytics unpickles it
+    threads = torch.get_num_threads()
+    try:
+        with quiet(not progress):
+            wrapper = YOLO(str(last))
+            wrapper.train(resume=True, trainer=KeepModuleTrainer)
+    finally:
+        torch.set_num_threads(threads)
+    return wrapper
+
+
 def load_ultralytics(path: str | os.PathLike) -> nn.Module:
     """The model of an Ultralytics checkpoint (loaded safely, see :func:`read_ultralytics`),
     float, patched."""
@@ -341,4 +357,4 @@ def load_ultralytics(path: str | os.PathLike) -> nn.Module:
 __all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
            "KeepModuleTrainer", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
            "ignored_layers", "is_patched", "keep_module_trainer", "load_ultralytics", "model_nc",
-           "patch_model", "read_ultralytics", "quiet", "setup_offline", "ultralytics", "YOLOModel"]
+           "patch_model", "read_ultralytics", "resume_training", "quiet", "setup_offline", "ultralytics", "YOLOModel"]
