@@ -176,20 +176,22 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
     state, meta = data["state_dict"], data["metadata"]
     base_shapes = meta.get("base_shapes") or {k: list(v.shape) for k, v in state.items()}
     _check_base(base_model, base_shapes, path)
-    _shrink(base_model, state, path)
     modules = dict(base_model.named_modules())
-    for name, attrs in meta.get("layers", {}).items():
+    layers = meta.get("layers", {})
+    for name, attrs in layers.items():  # every check before the model is changed
         if name not in modules:
             raise CheckpointError(f"{path} does not fit this model: it has no layer {name!r} "
                                   f"(another architecture?)")
-        module = modules[name]
-        allowed = {k for kind, keys in _CHANNEL_ATTRS.items() if isinstance(module, kind)
+        allowed = {k for kind, keys in _CHANNEL_ATTRS.items() if isinstance(modules[name], kind)
                    for k in keys}
-        for key, value in attrs.items():
+        for key in attrs:
             if key not in allowed:
                 raise _damaged(path, f"layer {name!r} lists {key!r}, not a channel attribute of "
-                                     f"{type(module).__name__}")
-            setattr(module, key, tuple(value) if isinstance(value, list) else value)
+                                     f"{type(modules[name]).__name__}")
+    _shrink(base_model, state, path)
+    for name, attrs in layers.items():
+        for key, value in attrs.items():
+            setattr(modules[name], key, tuple(value) if isinstance(value, list) else value)
     try:
         base_model.load_state_dict(state, strict=True)
     except RuntimeError as e:

@@ -165,9 +165,13 @@ def test_layers_may_set_only_channel_attributes(resnet_ckpt, tmp_path):
     for attrs in ({"padding": [0, 0]}, {"training": 1}, {"num_features": 8}):
         bad = tmp_path / "bad.pt"
         _tampered(lambda d, m: m["layers"]["conv1"].update(attrs))(bad, good)
+        base = make_model("resnet18")
+        before = {k: v.clone() for k, v in base.state_dict().items()}
         with pytest.raises(ap.CheckpointError, match="is damaged") as info:
-            ap.load_pruned(bad, make_model("resnet18"))
+            ap.load_pruned(bad, base)
         assert next(iter(attrs)) in assert_one_line(info)
+        after = base.state_dict()  # refused before anything was resized
+        assert all(torch.equal(after[k], v) for k, v in before.items())
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])
