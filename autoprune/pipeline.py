@@ -5,7 +5,6 @@ It talks to a task only through the :class:`~autoprune.tasks.base.TaskAdapter` p
 from __future__ import annotations
 
 import copy
-import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -14,6 +13,8 @@ import torch
 import torch.nn as nn
 
 from .allocate import ratios_by_flops, ratios_by_loss
+from .arguments import (check_save_dir, check_sensitivity_options, check_targets,
+                        names_a_missing_file, sens_mode, written_by_run)
 from .checkpoint import (BASE_SHAPES, export_onnx, load_pruned, read_pruned_metadata,
                          save_pruned)
 from .distributed import broadcast, rank_and_world
@@ -21,27 +22,12 @@ from .errors import CheckpointError, ConfigError, SensitivityFileError
 from .groups import PruningGraph, check_criterion
 from .measure import measure
 from .plots import plot_sensitivities
-from .profiles import DEFAULT, find_profile
+from .profiles import find_profile
 from .prune import check_round_to, prune
 from .report import to_console, write_reports
-from .sensitivity import (DEFAULT_RATIOS, check_analysis_options, check_ratios, sensitivity,
-                          weights_sha256)
+from .sensitivity import DEFAULT_RATIOS, check_ratios, sensitivity, weights_sha256
 from .store import check_fingerprint, read_record
 from .tasks.base import TaskAdapter, TrainResult
-
-
-def check_save_dir(save_dir: str | os.PathLike) -> Path:
-    """Create ``save_dir`` and make sure it is writable (a clear error otherwise)."""
-    path = Path(save_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".autoprune-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"save_dir {path} is not writable ({e.strerror}): choose another "
-                          f"folder") from None
-    return path
 
 
 def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
@@ -66,52 +52,10 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     return model
 
 
-def _written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
-    """True when ``path`` is a file that training into ``save_dir`` writes or may replace: a
-    stage's ``best.pt`` / ``last.pt`` / ``train_state.pt`` or anything in its ``ultralytics/``."""
-    stages = [save_dir] if mode == "none" else [save_dir / "baseline", save_dir / "pruned"]
-    src = path.resolve()
-    for stage in (s.resolve() for s in stages):
-        if src.parent == stage and src.name in ("best.pt", "last.pt", "train_state.pt"):
-            return True
-        if src.is_relative_to(stage / "ultralytics"):
-            return True
-    return src == (save_dir / "best.pt").resolve()
-
-
-def _names_a_missing_file(model: Any) -> bool:
-    """A path object, or a string ending in .pt / .pth, that is not a file."""
-    if isinstance(model, os.PathLike) or (isinstance(model, str) and
-                                          model.lower().endswith((".pt", ".pth"))):
-        return not Path(model).is_file()
-    return False
-
-
 def _check_data(adapter: TaskAdapter, model: nn.Module) -> None:
     """Refuse data the model cannot take, for adapters that can tell (the supervised ones)."""
     if hasattr(adapter, "check_data"):
         adapter.check_data(model)
-
-
-def _check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> None:
-    if pruned_flops is not None:
-        if isinstance(pruned_flops, bool) or not isinstance(pruned_flops, (int, float)) \
-                or not 0 < pruned_flops < 1:
-            raise ConfigError(f"pruned_flops={pruned_flops!r} is outside (0, 1): pass the "
-                              f"fraction of FLOPs to remove, e.g. 0.4")
-    elif eval_metric_loss is None or isinstance(eval_metric_loss, bool) \
-            or not isinstance(eval_metric_loss, (int, float)) or not math.isfinite(eval_metric_loss) \
-            or not 0 < eval_metric_loss < 1:
-        raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} is outside (0, 1): pass the "
-                          f"tolerated relative loss, e.g. 0.05 for 5 %")
-
-
-def _sens_mode(sensitivities_file: Any) -> str:
-    if sensitivities_file is None:
-        return "none"
-    if isinstance(sensitivities_file, str) and sensitivities_file.upper() == DEFAULT:
-        return "default"
-    return "existing" if Path(sensitivities_file).exists() else "new"
 
 
 def _checkpoint_meta(adapter: TaskAdapter, arch: str | None, model: nn.Module,
@@ -124,7 +68,7 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
                              arch: str | None, criterion: str = "l1_norm") -> Path:
     """Resolve ``sensitivities_file`` ("DEFAULT" or a path) and refuse a file or profile made for
     another model or with another ``criterion``, before any time is spent training or measuring."""
-    mode = _sens_mode(sensitivities_file)
+    mode = sens_mode(sensitivities_file)
     if mode == "default":
         if arch is None:
             raise ConfigError("sensitivities_file='DEFAULT' needs a model name (e.g. 'resnet18'), "
@@ -148,26 +92,6 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
     return path
 
 
-SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
-                       "eval_images")
-
-
-def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``sensitivity_options`` of a task API, checked (a ConfigError names an unknown one):
-    keyword arguments of :func:`autoprune.sensitivity`, plus ``eval_images`` (measure on that
-    many evaluation images only; training and the report keep the whole evaluation set)."""
-    options = {k: v for k, v in dict(options or {}).items() if v is not None}
-    unknown = sorted(set(options) - set(SENSITIVITY_OPTIONS))
-    if unknown:
-        raise ConfigError(f"unknown sensitivity option(s) {', '.join(map(repr, unknown))}: use "
-                          f"{', '.join(SENSITIVITY_OPTIONS)}")
-    check_analysis_options(**options)
-    n = options.get("eval_images")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ConfigError(f"eval_images={n!r} must be a positive number of images such as 500")
-    return options
-
-
 def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, *,
                       arch: str | None, criterion: str = "l1_norm",
                       ratios: Iterable[float] = DEFAULT_RATIOS, progress: bool = True,
@@ -176,7 +100,7 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
     """The sensitivity table for ``model``: the DEFAULT profile, or a file completed on the
     adapter's evaluation data (only missing points are computed)."""
     path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
-    if _sens_mode(sensitivities_file) == "default":
+    if sens_mode(sensitivities_file) == "default":
         return read_record(path).sensitivities, path
     options = check_sensitivity_options(options)
     subset = options.pop("eval_images", None)
@@ -238,12 +162,12 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
 
     ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
     continues from its ``train_state.pt``; a finished stage is not trained again."""
-    mode = _sens_mode(sensitivities_file)
+    mode = sens_mode(sensitivities_file)
     for name, value in (("epochs", epochs), ("pretrain_epochs", pretrain_epochs)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"{name}={value!r} must be a whole number, at least 1")
     if mode != "none":  # every setting of the later steps, before hours of training
-        _check_targets(eval_metric_loss, pruned_flops)
+        check_targets(eval_metric_loss, pruned_flops)
         check_criterion(criterion)
         check_sensitivity_options(sensitivity_options)
         check_ratios(ratios)
@@ -261,7 +185,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     adapter.check_model(model)
     _check_data(adapter, model)
     if pretrain_weights is not None:
-        if _written_by_run(Path(pretrain_weights), save_dir, mode):
+        if written_by_run(Path(pretrain_weights), save_dir, mode):
             raise ConfigError(f"pretrain_weights {pretrain_weights} lies where this run writes its "
                               f"outputs: pick another save_dir (the input is never overwritten)")
         load_weights(model, pretrain_weights)
@@ -355,7 +279,7 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
     ``pretrain_weights``) or a model object.
     """
     arch = None
-    if _names_a_missing_file(model):
+    if names_a_missing_file(model):
         raise CheckpointError(f"no checkpoint at {model}: check the path")
     if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
         meta = read_pruned_metadata(model)
@@ -421,10 +345,10 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
     if Path(output).resolve() == Path(checkpoint).resolve():
         raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
                           f"input is never overwritten)")
-    _check_targets(eval_metric_loss, pruned_flops)
+    check_targets(eval_metric_loss, pruned_flops)
     adapter, meta = adapter_for_checkpoint(checkpoint)
     model = load_model(checkpoint, adapter)
-    if _sens_mode(sensitivities_file) == "new":
+    if sens_mode(sensitivities_file) == "new":
         raise SensitivityFileError(f"no sensitivity file at {sensitivities_file}: measure one "
                                    f"with `autoprune sensitivity` first, or pass DEFAULT")
     check_criterion(criterion)
