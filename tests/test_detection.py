@@ -466,3 +466,8 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     assert "already finished its 2 epochs" in capsys.readouterr().out
     assert len(results.read_text().strip().splitlines()) == 3  # nothing trained
     assert all(torch.equal(again.state_dict()[k].cpu(), v) for k, v in best.items())
+    (tmp_path / "run" / "best.pt").unlink()  # stopped after Ultralytics, before autoprune wrote
+    adapter.fit(det.load_model(result.pruned_path), 2, tmp_path / "run", meta=meta, resume=True)
+    assert len(results.read_text().strip().splitlines()) == 3  # still nothing trained
+    rewritten = autoprune.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
+    assert all(torch.equal(rewritten[k], v) for k, v in best.items())

@@ -9,6 +9,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -308,14 +309,19 @@ class DetectionAdapter:
         return model.to(self.device).eval()
 
     def _resumed(self, model: nn.Module, last: Path, epochs: int, save_dir: Path):
-        """Ultralytics' trainer after continuing the run of ``last``, or None (``model`` then
-        loaded with ``save_dir/best.pt``) when that run had already finished."""
+        """Ultralytics' trainer after continuing the run of ``last`` (or what stands for it when
+        that run finished before autoprune wrote its checkpoints), or None (``model`` then
+        loaded with ``save_dir/best.pt``) when the stage had already finished."""
         _, ckpt = yolo.read_ultralytics(last)
         planned = (ckpt.get("train_args") or {}).get("epochs")
         if planned != epochs:
             raise ConfigError(f"{last} is from a run of {planned} epochs, this one has {epochs}: "
                               f"resume with the same settings, or pass resume=False")
-        if ckpt.get("epoch", -1) == -1 and (save_dir / "best.pt").is_file():
+        if ckpt.get("epoch", -1) == -1 and not (save_dir / "best.pt").is_file():
+            # Ultralytics finished, autoprune's checkpoints were not written yet: write them
+            return SimpleNamespace(last=last, best=last.parent / "best.pt", stopper=None,
+                                   metrics=None)
+        if ckpt.get("epoch", -1) == -1:
             print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its "
                   f"best.pt", flush=True)
             try:

@@ -357,4 +357,5 @@ def load_ultralytics(path: str | os.PathLike) -> nn.Module:
 __all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
            "KeepModuleTrainer", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
            "ignored_layers", "is_patched", "keep_module_trainer", "load_ultralytics", "model_nc",
-           "patch_model", "read_ultralytics", "resume_training", "quiet", "setup_offline", "ultralytics", "YOLOModel"]
+           "patch_model", "read_ultralytics", "resume_training", "quiet", "setup_offline",
+           "ultralytics", "YOLOModel"]
