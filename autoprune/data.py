@@ -1,7 +1,7 @@
 """Data helpers shared by the task adapters: loaders, and evaluation batches decoded once."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -19,14 +19,19 @@ def check_limits(**limits: int | None) -> None:
                               f"for all)")
 
 
+def subset(dataset: Dataset, indices: Sequence[int]) -> Dataset:
+    """``Subset(dataset, indices)`` that keeps the ``classes`` the dataset declares."""
+    part = torch.utils.data.Subset(dataset, indices)
+    if getattr(dataset, "classes", None) is not None:
+        part.classes = dataset.classes
+    return part
+
+
 def first_items(dataset: Dataset, limit: int | None) -> Dataset:
     """The first ``limit`` items of ``dataset`` (all of it for None), its ``classes`` kept."""
     if limit is None or limit >= len(dataset):
         return dataset
-    subset = torch.utils.data.Subset(dataset, range(limit))
-    if hasattr(dataset, "classes"):
-        subset.classes = dataset.classes
-    return subset
+    return subset(dataset, range(limit))
 
 
 def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers: int = 0,

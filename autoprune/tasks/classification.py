@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import Dataset
 
-from ..data import CachedBatches, check_limits, first_items, make_loader
+from ..data import CachedBatches, check_limits, first_items, make_loader, subset
 from ..datasets import FashionMNIST
 from ..errors import ConfigError
 from ..training import FitConfig, evaluate_topk, pick_device
@@ -154,10 +154,7 @@ def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | Non
         targets = _targets(spec) if limit is not None and limit < len(spec) else None
         if targets is None:
             return first_items(spec, limit)
-        ds = torch.utils.data.Subset(spec, balanced_indices(targets, limit))
-        if hasattr(spec, "classes"):
-            ds.classes = spec.classes
-        return ds
+        return subset(spec, balanced_indices(targets, limit))
     if isinstance(spec, str) and spec.lower() == FASHION_MNIST:
         return FashionMNIST("train" if train else "test", root=root, size=input_size, channels=3,
                             limit=limit)
@@ -169,8 +166,7 @@ def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | Non
                               f"'{FASHION_MNIST}'")
         ds = _image_folder(path, input_size, train)
         if limit is not None:  # an ImageFolder lists class by class: take from every class
-            ds = torch.utils.data.Subset(ds, balanced_indices(ds.targets, limit))
-            ds.classes = ds.dataset.classes
+            ds = subset(ds, balanced_indices(ds.targets, limit))
         return ds
     raise ConfigError(f"data must be a folder path, a torch Dataset or '{FASHION_MNIST}', "
                       f"not {type(spec).__name__}")

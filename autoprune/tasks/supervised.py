@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..data import make_loader
+from ..data import make_loader, subset
 from ..errors import ConfigError
 from ..training import fit_keep_best
 
@@ -36,12 +36,10 @@ class SupervisedFit:
     def with_eval_limit(self, limit: int) -> "SupervisedFit":
         """This adapter evaluating on ``limit`` of its evaluation items (the sensitivity
         analysis' ``eval_images``), those :meth:`_eval_indices` picks."""
-        subset = copy.copy(self)
-        subset.eval_set = torch.utils.data.Subset(self.eval_set, self._eval_indices(limit))
-        if getattr(self.eval_set, "classes", None) is not None:
-            subset.eval_set.classes = self.eval_set.classes
-        subset._eval_batches = None
-        return subset
+        limited = copy.copy(self)
+        limited.eval_set = subset(self.eval_set, self._eval_indices(limit))
+        limited._eval_batches = None
+        return limited
 
     def _eval_indices(self, limit: int) -> list[int]:
         """The evaluation items a subset of ``limit`` keeps: the first ones."""
