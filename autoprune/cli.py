@@ -228,12 +228,51 @@ def _read_index(path: Path) -> dict:
         raise ConfigError(f"{path} is not a profile index (JSON with 'profiles')") from None
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: autoprune's version and the main packages' (a warning when one differs)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .doctor import MAIN_PACKAGES, check_stack, difference_warning, version_text
+
+        print(version_text(__version__))
+        warning = difference_warning(check_stack(MAIN_PACKAGES))
+        if warning:
+            print(f"autoprune: {warning}", file=sys.stderr)
+        parser.exit()
+
+
+def _doctor(args: argparse.Namespace) -> None:
+    from .doctor import difference_warning, doctor_lines
+
+    lines, differing = doctor_lines(show_all=args.all)
+    if not args.quiet:
+        print(f"autoprune {__version__}")
+        print("\n".join(lines))
+    warning = difference_warning(differing)
+    if warning:
+        print(f"autoprune: {warning}", file=sys.stderr)
+        if args.strict:
+            raise SystemExit(1)
+    elif not args.quiet:
+        print("every tested package is at its tested version")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoprune`` command."""
     p = argparse.ArgumentParser(prog="autoprune", description="Sensitivity-driven structured "
                                 "channel pruning for PyTorch CNNs.")
-    p.add_argument("--version", action="version", version=f"autoprune {__version__}")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="print autoprune's version and its main packages', then exit")
     sub = p.add_subparsers(dest="command", required=True)
+
+    dr = sub.add_parser("doctor", help="compare the installed packages with the tested versions "
+                        "(autoprune/constraints.txt)")
+    dr.add_argument("--all", action="store_true", help="list every tested package, not only the "
+                    "main ones")
+    dr.add_argument("--strict", action="store_true", help="exit with code 1 when a tested "
+                    "package differs (what scripts/setup.sh checks)")
+    dr.add_argument("--quiet", action="store_true", help="print only what differs")
+    dr.set_defaults(func=_doctor)
 
     d = sub.add_parser("demo", help="the one-call flow on Fashion-MNIST: train, analyse, prune "
                        "and retrain a model (CPU, a few minutes) and print the before/after table")

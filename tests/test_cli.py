@@ -70,7 +70,8 @@ def test_version(capsys):
 
     with pytest.raises(SystemExit) as e:
         main(["--version"])
-    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"autoprune {autoprune.__version__}"
+    out = capsys.readouterr().out.strip()
+    assert e.value.code == 0 and out.startswith(f"autoprune {autoprune.__version__} (torch ")
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     pyproject = Path(__file__).parents[1] / "pyproject.toml"
