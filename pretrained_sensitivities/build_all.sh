@@ -25,7 +25,7 @@ python=${PYTHON:-python}
 
 classification=(resnet18 resnet34 resnet50 mobilenet_v2 mobilenetv3_large_100
                 mobilenetv3_small_100 efficientnet_b0)
-detection=(yolov8n yolov8s yolo11n yolo11s)
+detection=(yolov8n yolov8s yolo11n yolo11s yolo26n)
 segmentation=()
 for arch in unet fpn deeplabv3plus; do
   for encoder in resnet18 mobilenet_v2; do segmentation+=("smp/$arch/$encoder"); done

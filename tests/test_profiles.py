@@ -30,7 +30,7 @@ BUNDLED = [(task, key) for task, archs in available_profiles().items() for key i
 PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50",
                                "torchvision/mobilenet_v2", "timm/mobilenetv3_large_100",
                                "timm/mobilenetv3_small_100", "timm/efficientnet_b0"],
-            "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s"],
+            "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s", "yolo26n"],
             "segmentation": [f"smp/{a}/{e}" for a in ("unet", "fpn", "deeplabv3plus")
                              for e in ("resnet18", "mobilenet_v2")]}
 
