@@ -16,10 +16,44 @@ import torch
 import torch.nn as nn
 import torch_pruning as tp
 
+from .attributes import sync_attributes
 from .errors import ConfigError, NoPrunableGroupsError
 
 CRITERIA = ("l1_norm", "l2_norm", "fpgm", "bn_scale")
 ROOT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+_tp_update_index_mapping = tp.dependency.index_mapping.update_index_mapping
+
+
+def _update_index_mapping_when_stale(graph: tp.DependencyGraph) -> None:
+    """torch-pruning recomputes every index mapping of the graph (concat offsets, reshape strides)
+    each time it forms a group: quadratic in the groups (densenet121 spent half its pruning
+    there, Swin S minutes). A graph of a :class:`PruningGraph` is marked fresh once mapped and
+    stale when channel counts change (:meth:`PruningGraph.resized`); other graphs keep
+    torch-pruning's behaviour."""
+    if getattr(graph, "_autoprune_mapping_fresh", False):
+        return
+    _tp_update_index_mapping(graph)
+    if hasattr(graph, "_autoprune_mapping_fresh"):
+        graph._autoprune_mapping_fresh = True
+
+
+_tp_update_concat_index_mapping = tp.dependency.index_mapping.update_concat_index_mapping
+
+
+def _update_concat_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> None:
+    """torch-pruning's concat mapping, which raises TypeError where it cannot infer the widths of
+    the inputs (Swin-S/B's PatchMerging: a concat on dim -1 behind 18 blocks); such a concat is
+    marked instead, and a group through it is left out (:func:`_unmapped`)."""
+    try:
+        _tp_update_concat_index_mapping(graph, node)
+    except TypeError:
+        if not hasattr(graph, "_autoprune_mapping_fresh"):  # not a PruningGraph's
+            raise
+        node.autoprune_unmapped = True
+
+
+tp.dependency.index_mapping.update_index_mapping = _update_index_mapping_when_stale
+tp.dependency.index_mapping.update_concat_index_mapping = _update_concat_index_mapping_or_mark
 
 
 @dataclass(frozen=True)
@@ -98,9 +132,10 @@ class PruningGraph:
         try:
             with torch.enable_grad():
                 # ignored layers are traced (their coupling matters) and only skipped as roots
-                self.dg = tp.DependencyGraph().build_dependency(
-                    model, example_inputs=example_inputs,
-                    unwrapped_parameters=unwrapped_parameters, verbose=False)
+                self.dg = tp.DependencyGraph()
+                self.dg._autoprune_mapping_fresh = False  # marks the graph as a PruningGraph's
+                self.dg.build_dependency(model, example_inputs=example_inputs,
+                                         unwrapped_parameters=unwrapped_parameters, verbose=False)
         finally:
             model.train(was_training)
         self.names = {m: n for n, m in model.named_modules()}
@@ -128,7 +163,8 @@ class PruningGraph:
     def _list_groups(self) -> list[PrunableGroup]:
         groups = []
         for group in self.dg.get_all_groups(ignored_layers=self.ignored, root_module_types=ROOT_TYPES):
-            if any(self._cuts_output(dep) for dep, _ in group):
+            if any(self._cuts_output(dep) or _gathers_channels(dep.target) or _unmapped(dep.target)
+                   for dep, _ in group):
                 continue
             members = []
             grouped_conv = False
@@ -191,10 +227,12 @@ class PruningGraph:
         """Indices of the least important channels that pruning ``ratio`` of ``group`` removes.
 
         With a multi-group GroupNorm in the group the same number of channels goes from each of
-        its groups (the least important of each), so its channel count stays divisible."""
+        its groups (the least important of each), so its channel count stays divisible. A
+        multi-head attention whose embedding the group cuts (a ViT's) loses the same number of
+        channels from each head, so every head keeps its own channels."""
         full = self.tp_group(group)
         channels = len(full[0].idxs)
-        blocks = self._norm_groups(full, channels)
+        blocks = self._blocks(full)
         keep = channels_to_keep(channels, ratio, round_to)
         keep = max(blocks, keep // blocks * blocks)
         n_remove = channels - keep
@@ -211,15 +249,19 @@ class PruningGraph:
             removed += (order[:per_block] + b * size).tolist()
         return sorted(_keep_one_per_part(full, set(removed), scores, channels))
 
-    def _norm_groups(self, tp_group, channels: int) -> int:
-        """How many equal blocks the channel choice must respect: the largest ``num_groups`` of a
-        GroupNorm in the group (1 without one)."""
-        blocks = 1
+    @staticmethod
+    def _blocks(tp_group) -> int:
+        """How many equal blocks the channel choice must respect: the least common multiple of
+        the ``num_groups`` of the GroupNorms and the ``num_heads`` of the multi-head attentions
+        in the group (1 without either)."""
+        counts = []
         for dep, _ in tp_group:
             module = dep.target.module
-            if isinstance(module, nn.GroupNorm) and module.num_groups > 1:
-                blocks = max(blocks, module.num_groups)
-        return blocks
+            if isinstance(module, nn.GroupNorm):
+                counts.append(module.num_groups)
+            elif isinstance(module, nn.MultiheadAttention):
+                counts.append(module.num_heads)
+        return math.lcm(1, *counts)
 
     def touched_modules(self, group: PrunableGroup) -> list[nn.Module]:
         """Every module (or unwrapped parameter's owner) that pruning ``group`` modifies."""
@@ -234,9 +276,31 @@ class PruningGraph:
         return touched
 
     def remove(self, group: PrunableGroup, idxs: Sequence[int]) -> None:
-        """Physically remove channels ``idxs`` of ``group`` from the model (in place)."""
+        """Physically remove channels ``idxs`` of ``group`` from the model (in place); model
+        attributes that repeat a channel count follow (:mod:`autoprune.attributes`)."""
         if idxs:
             self.tp_group(group, idxs).prune()
+            self.resized()
+            sync_attributes(self.model)
+
+    def resized(self) -> None:
+        """Tell the graph that channel counts changed (a removal, or one undone): torch-pruning's
+        index mapping is computed again before the next group is formed."""
+        self.dg._autoprune_mapping_fresh = False
+
+
+def _gathers_channels(node) -> bool:
+    """True for a channel gather (``index_select`` on dim 1, e.g. a channel shuffle written as
+    one): torch-pruning maps channels through it one to one, which is wrong for a permutation, so
+    a group that crosses it is left out."""
+    fn = getattr(node, "grad_fn", None)
+    name = fn.name() if fn is not None and hasattr(fn, "name") else ""
+    return name.startswith("IndexSelectBackward") and getattr(fn, "_saved_dim", 1) == 1
+
+
+def _unmapped(node) -> bool:
+    """True for a concat whose channel mapping torch-pruning could not work out."""
+    return getattr(node, "autoprune_unmapped", False)
 
 
 def _keep_one_per_part(tp_group, removed: set[int], scores: torch.Tensor,

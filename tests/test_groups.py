@@ -191,3 +191,42 @@ def test_groupnorm_groups_lose_the_same_channels_per_norm_group(ratio, round_to)
     assert model.norm.num_channels == model.conv.out_channels == 16 - len(idxs)
     assert model.norm.num_channels % model.norm.num_groups == 0
     assert model(x).shape == (2, 5, 8, 8)
+
+
+def test_a_group_through_a_channel_gather_is_left_out():
+    # torch-pruning maps channels one to one through index_select (a channel shuffle written as
+    # one): cutting channel i before it is not cutting channel i after it, so no such group
+    class Gathered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3)
+            self.head = nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            order = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])
+            return self.head(self.b(self.a(x).index_select(1, order)))
+
+    names = [g.name for g in ap.prunable_groups(Gathered(), torch.randn(1, 3, 16, 16))]
+    assert names == ["b"]
+
+
+def test_a_group_through_a_concat_torch_pruning_cannot_map_is_left_out():
+    # Swin-S/B's PatchMerging: a concat on the channels-last dim behind a long chain of ops, whose
+    # input widths torch-pruning cannot infer (it raised TypeError while building the graph)
+    class DeepCat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c0, self.a, self.b = nn.Conv2d(3, 6, 1), nn.Conv2d(6, 8, 1), nn.Linear(32, 4)
+
+        def forward(self, x):
+            x = self.a(self.c0(x)).permute(0, 2, 3, 1)
+            for _ in range(600):
+                x = x * 1.0
+            x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2],
+                           x[:, 1::2, 1::2]], -1)
+            return self.b(x).mean((1, 2))
+
+    model, x = DeepCat(), torch.randn(1, 3, 8, 8)
+    assert [g.name for g in ap.prunable_groups(model, x)] == ["c0"]
+    ap.prune(model, x, {"c0": 0.5})
+    assert model.a.in_channels == 3 and model(x).shape == (1, 4)
