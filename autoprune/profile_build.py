@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from .errors import ConfigError
 from .sensitivity import DEFAULT_RATIOS
+from .tasks.yolo_names import canonical_arch
 
 # settings of a rebuild, per task: sensible on a GPU, still possible on a CPU
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -25,7 +26,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "segmentation": dict(epochs=10, train_images=1000, val_images=200, input_size=64,
                          batch_size=8),
 }
-_YOLO = re.compile(r"^(yolov8|yolo11)[nsmlx](\.ya?ml)?$")
 
 
 def task_of(arch: str) -> str:
@@ -33,7 +33,7 @@ def task_of(arch: str) -> str:
     ``smp/unet/resnet18`` or ``unet/resnet18`` -> segmentation, ``timm/...``, ``torchvision/...``
     or a timm/torchvision name -> classification."""
     low = str(arch).lower()
-    if _YOLO.match(Path(low).name):
+    if canonical_arch(re.sub(r"\.ya?ml$", "", Path(low).name)):
         return "detection"
     if low.startswith("smp/"):
         return "segmentation"
@@ -172,12 +172,12 @@ def build_detection_profile(arch: str, out_dir: str | Path, *, epochs: int | Non
                        "val from the test split)")
         else:
             data_yaml, dataset = Path(data), f"user data {Path(data).name}"
-        base = det.train(f"{key}.yaml", data_yaml, epochs=s["epochs"], imgsz=s["input_size"],
-                         batch=s["batch_size"], save_dir=Path(tmp) / "base", device=device,
+        base = det.train(f"{key}.yaml", data_yaml, epochs=s["epochs"], input_size=s["input_size"],
+                         batch_size=s["batch_size"], save_dir=Path(tmp) / "base", device=device,
                          seed=seed, train_args=train_args, progress=progress)
         measured = Path(tmp) / "sens.json"
         det.analyze_sensitivity(base.baseline_path, data_yaml, measured, ratios=ratios,
-                                batch=s["batch_size"], device=device,
+                                batch_size=s["batch_size"], device=device,
                                 eval_limit=s["val_images"], progress=progress)
         how = _how(key, "detection", dataset, s, ratios, train_args=train_args)
         return finish_profile("detection", key, measured, out_dir, how)
@@ -225,12 +225,8 @@ def arch_key_of(arch: str, task: str) -> str:
     """The canonical key ``arch`` has in ``task`` (what the index lists)."""
     if task == "classification":
         from .tasks.classification import resolve_arch
-    elif task == "detection":  # as tasks.detection.resolve_arch, without importing Ultralytics
-        name = Path(str(arch)).name.lower()
-        if not _YOLO.match(name):
-            raise ConfigError(f"unknown model name {arch!r}: use yolov8n/s/m/l/x or "
-                              f"yolo11n/s/m/l/x (e.g. 'yolov8n.yaml')")
-        return re.sub(r"\.ya?ml$", "", name)
+    elif task == "detection":  # names only: Ultralytics is not imported
+        from .tasks.yolo_names import resolve_arch
     elif task == "segmentation":
         from .tasks.segmentation_models import resolve_arch
     else:

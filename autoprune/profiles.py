@@ -100,8 +100,3 @@ def register_profile(task: str, arch_key: str, file_name: str, out_dir: Path) ->
     index.setdefault("profiles", {}).setdefault(task, {})[arch_key] = file_name
     index["updated"] = _now()
     return write_text_atomic(index_path, json.dumps(index, indent=1, sort_keys=True))
-
-
-# the builders (they train and measure) live in profile_build
-from .profile_build import (build_classification_profile, build_detection_profile,  # noqa: E402
-                            build_profile, build_segmentation_profile)

@@ -30,12 +30,18 @@ FULL = {"detection": dict(train=256, val=64, size=128, epochs=35, extra=30, batc
                           target={"pruned_flops": 0.4}),
         "segmentation": dict(train=2000, val=128, size=64, epochs=4, extra=2, batch=8,
                              target={"eval_metric_loss": 0.05})}
-QUICK = {"detection": dict(train=32, val=8, size=64, epochs=6, extra=1, batch=8,
-                           target={"pruned_flops": 0.4},  # one large garment per scene: a few
-                           scenes=dict(objects=(1, 1), scale=(0.6, 0.9)),  # epochs score > 0
-                           train_args=dict(lr0=0.01, mosaic=0.0)),
+# --quick: the sensitivities need a base model scoring above 0, and the table a pruned one,
+# whatever the seed. Detection: 24 scenes of one large garment, validated on the training images
+# (8 unseen ones scored as little as 0.002), 12 epochs at lr0=0.005 without warmup (Ultralytics
+# warms up over at least 100 steps: with warmup_epochs=1, the whole run), as the `flow` fixture of
+# tests/test_detection.py: mAP50-95 0.037, 0.067, 0.051 with seeds 0, 1, 2. Both tasks prune to
+# a FLOPs target (a tolerated loss may keep every group of such a barely trained model).
+QUICK = {"detection": dict(train=24, val=8, size=64, epochs=12, extra=1, batch=8,
+                           target={"pruned_flops": 0.4}, val_on_train=True,
+                           scenes=dict(objects=(1, 1), scale=(0.8, 1.0)),
+                           train_args=dict(lr0=0.005, warmup_epochs=0, mosaic=0.0)),
          "segmentation": dict(train=24, val=8, size=32, epochs=1, extra=1, batch=8,
-                              target={"eval_metric_loss": 0.05})}
+                              target={"pruned_flops": 0.3})}
 METRICS = {"detection": "map50_95", "segmentation": "miou"}
 
 
@@ -47,7 +53,12 @@ def _detection(s: dict[str, Any], out: Path, base: Path | None, prune: bool) -> 
     if not data.is_file():
         write_yolo_dataset(data.parent, train=s["train"], val=s["val"], size=s["size"], seed=0,
                            **s.get("scenes", {}))
-    common = dict(imgsz=s["size"], batch=s["batch"], device=s["device"], progress=s["progress"],
+        if s.get("val_on_train"):
+            import yaml
+
+            cfg = yaml.safe_load(data.read_text())
+            data.write_text(yaml.safe_dump({**cfg, "val": cfg["train"]}, sort_keys=False))
+    common = dict(input_size=s["size"], batch_size=s["batch"], device=s["device"], progress=s["progress"],
                   train_args={"optimizer": "AdamW", "lr0": 0.003, "warmup_epochs": 1,
                               "nbs": s["batch"], **s.get("train_args", {})})
     if base is None:

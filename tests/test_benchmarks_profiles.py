@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autoprune.profiles import build_classification_profile
+from autoprune.profile_build import build_classification_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 

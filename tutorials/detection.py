@@ -35,7 +35,7 @@ def main() -> None:
     out = Path(args.out)
     # Ultralytics' defaults suit large sets; a small CPU run wants a step per batch and AdamW
     train_args = dict(optimizer="AdamW", lr0=0.003, warmup_epochs=1, nbs=16)
-    common = dict(imgsz=args.imgsz, batch=16, train_args=train_args)
+    common = dict(input_size=args.imgsz, batch_size=16, train_args=train_args)
 
     # Step 0: a YOLO data set (images/, labels/, data.yaml), identical for the same seed
     data = write_yolo_dataset(out / "scenes", train=128, val=32, size=args.imgsz, seed=0)
@@ -48,7 +48,7 @@ def main() -> None:
     # Step 2: sensitivities of the trained model on the val images (a subset would be
     # eval_limit=N; the number of images used is recorded in the file)
     sens = det.analyze_sensitivity(base.baseline_path, data, out / "sensitivities.json",
-                                   ratios=RATIOS, batch=16)
+                                   ratios=RATIOS, batch_size=16)
     print(f"step 2: {len(sens)} groups measured -> {out / 'sensitivities.json'}")
 
     # Step 3: prune (FLOPs target, or a tolerated loss per group), then retrain

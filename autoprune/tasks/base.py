@@ -50,6 +50,10 @@ class TaskAdapter(Protocol):
     def timing_inputs(self, model: nn.Module) -> Any:
         """The batch latency is measured on."""
 
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
+        """Export ``model`` to ONNX at ``path`` in the form the task deploys (batch 1, the
+        adapter's input size; detection: Ultralytics' export head)."""
+
     def with_eval_limit(self, limit: int) -> "TaskAdapter":
         """A copy of this adapter that evaluates on ``limit`` of its evaluation items (the
         analysis' ``sensitivity_options={"eval_images": N}``); training data are shared."""

@@ -33,6 +33,12 @@ class SupervisedFit:
                              evaluate=self.evaluate if self.eval_set is not None else None,
                              metric=self.metric, resume=resume, seed=self.seed)
 
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
+        """``model`` as ONNX at ``path``, on :meth:`example_inputs` (batch 1)."""
+        from ..checkpoint import export_onnx
+
+        return export_onnx(model, self.example_inputs(model), path, opset_version=opset_version)
+
     def with_eval_limit(self, limit: int) -> "SupervisedFit":
         """This adapter evaluating on ``limit`` of its evaluation items (the sensitivity
         analysis' ``eval_images``), those :meth:`_eval_indices` picks."""

@@ -73,7 +73,7 @@ import ultralytics  # noqa: E402  (after the offline environment is set)
 from ultralytics.engine.model import Model as YOLOModel  # noqa: E402  (YOLO objects)
 from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator  # noqa: E402
 from ultralytics.nn.modules import C2PSA, PSA, C2f, Conv, Detect  # noqa: E402
-from ultralytics.nn.modules.block import DFL, Attention  # noqa: E402
+from ultralytics.nn.modules.block import DFL, Attention, RepNCSPELAN4  # noqa: E402
 from ultralytics.nn.tasks import DetectionModel  # noqa: E402
 from ultralytics.utils import LOGGER, USER_CONFIG_DIR  # noqa: E402
 
@@ -168,7 +168,26 @@ class PSASplitFree(nn.Module):
         return self.cv2(torch.cat((self.cv0(x), b), 1))
 
 
-TWINS = ((C2f, C2fSplitFree), (C2PSA, C2PSASplitFree), (PSA, PSASplitFree))  # C3k2 is a C2f
+class ELANSplitFree(nn.Module):
+    """RepNCSPELAN4 / ELAN1 (YOLOv9) without ``chunk``: ``cv0`` and ``cv1`` are the two halves of
+    the original ``cv1``; ``y = [cv0(x), cv1(x)]; y += [cv2(y[-1]), cv3(...)]; cv4(cat(y))``."""
+
+    def __init__(self, block: RepNCSPELAN4):
+        super().__init__()
+        self.c = block.c
+        self.cv0, self.cv1 = _split_conv(block.cv1, block.c)
+        self.cv2, self.cv3, self.cv4 = block.cv2, block.cv3, block.cv4
+        _copy_layer_attrs(block, self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = [self.cv0(x), self.cv1(x)]
+        y.extend(m(y[-1]) for m in (self.cv2, self.cv3))
+        return self.cv4(torch.cat(y, 1))
+
+
+# C3k2 is a C2f, ELAN1 a RepNCSPELAN4
+TWINS = ((C2f, C2fSplitFree), (C2PSA, C2PSASplitFree), (PSA, PSASplitFree),
+         (RepNCSPELAN4, ELANSplitFree))
 SPLIT_FREE = tuple(t for _, t in TWINS)
 
 
@@ -188,7 +207,8 @@ def patch_model(model: nn.Module) -> nn.Module:
 
 def is_patched(model: nn.Module) -> bool:
     """True when no split/chunk block is left."""
-    return not any(isinstance(m, (C2f, C2PSA, PSA)) for m in model.modules())
+    return not any(isinstance(m, tuple(original for original, _ in TWINS))
+                   for m in model.modules())
 
 
 def ignored_layers(model: nn.Module) -> list[nn.Module]:
@@ -354,7 +374,7 @@ def load_ultralytics(path: str | os.PathLike) -> nn.Module:
     return patch_model(model)
 
 
-__all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
+__all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator", "ELANSplitFree",
            "KeepModuleTrainer", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
            "ignored_layers", "is_patched", "keep_module_trainer", "load_ultralytics", "model_nc",
            "patch_model", "read_ultralytics", "resume_training", "quiet", "setup_offline",
