@@ -11,7 +11,8 @@ The core works on any ``nn.Module`` plus an evaluation function (PaddleSlim-styl
 from .allocate import FlopsRatios, ratios_by_flops, ratios_by_loss
 from .checkpoint import export_onnx, load_pruned, read_pruned_metadata, save_pruned
 from .errors import (AutopruneError, CheckpointError, ConfigError, MetricError,
-                     NoPrunableGroupsError, SensitivityFileError, TrainingDivergedError)
+                     NoPrunableGroupsError, NotAutopruneCheckpointError, SensitivityFileError,
+                     TrainingDivergedError, UnreadableCheckpointError, WriteError)
 from .groups import PrunableGroup, prunable_groups
 from .measure import count_flops, count_params, latency_ms, measure, size_mb
 from .prune import PruneResult, prune
@@ -23,8 +24,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutopruneError", "CheckpointError", "ConfigError", "DEFAULT_RATIOS", "FlopsRatios",
-    "MetricError", "NoPrunableGroupsError", "PrunableGroup", "PruneResult", "SensitivityFileError", "TrainingDivergedError",
-    "count_flops", "count_params", "export_onnx", "import_paddleslim", "latency_ms",
+    "MetricError", "NoPrunableGroupsError", "NotAutopruneCheckpointError", "PrunableGroup",
+    "PruneResult", "SensitivityFileError", "TrainingDivergedError", "UnreadableCheckpointError",
+    "WriteError", "count_flops", "count_params", "export_onnx", "import_paddleslim", "latency_ms",
     "load_pruned", "load_sensitivities", "measure", "merge_sensitivities", "prunable_groups",
     "prune", "ratios_by_flops", "ratios_by_loss", "read_pruned_metadata", "read_record",
     "save_pruned", "save_sensitivities", "sensitivity", "size_mb",

@@ -3,6 +3,7 @@ targets, save folder, inputs that the run would overwrite, sensitivity options."
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -47,7 +48,32 @@ def names_a_missing_file(model: Any) -> bool:
     return False
 
 
-def check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> None:
+def check_numbers(*, whole: bool = False, low: float | None = 0, above: bool = False,
+                  **settings: Any) -> None:
+    """Refuse a setting that is not a number (a YAML ``batch_size: big``), not a whole one when
+    ``whole``, or below ``low`` (or at it, when ``above``), naming its key; None passes."""
+    kind = numbers.Integral if whole else numbers.Real
+    for key, value in settings.items():
+        if value is None:
+            continue
+        ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and low is not None:
+            ok = value > low if above else value >= low
+        if not ok:
+            bound = "" if low is None else f", {'above' if above else 'at least'} {low}"
+            raise ConfigError(f"{key}={value!r} must be {'a whole' if whole else 'a'} "
+                              f"number{bound}: fix it in the call or the config")
+
+
+def check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> float | None:
+    """Refuse a target out of range, or both given; returns the eval_metric_loss to prune by
+    (None with pruned_flops, 0.05 when neither is given)."""
+    if eval_metric_loss is not None and pruned_flops is not None:
+        raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} and pruned_flops="
+                          f"{pruned_flops!r} are both given: pass only one (a tolerated loss "
+                          f"per group, or a share of FLOPs to remove)")
+    if pruned_flops is None and eval_metric_loss is None:
+        eval_metric_loss = 0.05
     if pruned_flops is not None:
         if isinstance(pruned_flops, bool) or not isinstance(pruned_flops, (int, float)) \
                 or not 0 < pruned_flops < 1:
@@ -58,6 +84,7 @@ def check_targets(eval_metric_loss: float | None, pruned_flops: float | None) ->
             or not 0 < eval_metric_loss < 1:
         raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} is outside (0, 1): pass the "
                           f"tolerated relative loss, e.g. 0.05 for 5 %")
+    return eval_metric_loss
 
 
 def sens_mode(sensitivities_file: Any) -> str:

@@ -3,7 +3,8 @@
 A pruned checkpoint is one ``torch.save`` file holding only tensors and strings::
 
     {"format": "autoprune-pruned", "version": 1, "state_dict": {...},
-     "metadata": "<JSON: user metadata + the channel attributes of every resized layer>"}
+     "metadata": "<JSON: user metadata, the channel attributes of every resized layer and the
+                  modules' state-dict versions>"}
 
 Loading rebuilds nothing by unpickling: the caller passes a freshly built *unpruned* model of the
 same architecture; every tensor is shrunk to the saved shape, the layers' channel attributes are
@@ -13,15 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from .errors import CheckpointError
-from .store import file_mode
+from .attributes import sync_attributes
+from .errors import CheckpointError, NotAutopruneCheckpointError, UnreadableCheckpointError
+from .store import atomic_write
 
 FORMAT = "autoprune-pruned"
 VERSION = 1
@@ -34,6 +36,7 @@ _CHANNEL_ATTRS = {
     nn.GroupNorm: ("num_groups", "num_channels"),
     nn.LayerNorm: ("normalized_shape",),
     nn.PReLU: ("num_parameters",),
+    nn.MultiheadAttention: ("embed_dim", "kdim", "vdim", "head_dim"),
 }
 
 
@@ -49,16 +52,7 @@ def _channel_attrs(model: nn.Module) -> dict[str, dict[str, Any]]:
 
 def _atomic_save(obj: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, file_mode())  # an ordinary file, not mkstemp's owner-only 0600
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))  # a full disk: a one-line WriteError
 
 
 def save_pruned(model: nn.Module, path: str | os.PathLike, **metadata: Any) -> Path:
@@ -68,14 +62,32 @@ def save_pruned(model: nn.Module, path: str | os.PathLike, **metadata: Any) -> P
     """
     path = Path(path)
     try:
+        state_dict = model.state_dict()
         meta = json.dumps({"user": metadata, "layers": _channel_attrs(model),
-                           "base_shapes": getattr(model, BASE_SHAPES, None)})
+                           "base_shapes": getattr(model, BASE_SHAPES, None),
+                           "module_versions": _module_versions(state_dict)})
     except TypeError as e:
         raise CheckpointError(f"metadata for {path} is not JSON-serialisable ({e}): pass plain "
                               f"numbers, strings, lists and dicts") from None
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
     _atomic_save({"format": FORMAT, "version": VERSION, "metadata": meta, "state_dict": state}, path)
     return path
+
+
+def _module_versions(state_dict: dict[str, torch.Tensor]) -> dict[str, int]:
+    """``{module name: version}`` from a state dict's ``_metadata`` (what each module's
+    ``_load_from_state_dict`` reads, e.g. torchvision MNASNet's); JSON instead of pickle."""
+    meta = getattr(state_dict, "_metadata", None) or {}
+    return {name: local["version"] for name, local in meta.items()
+            if isinstance(local, dict) and _is_int(local.get("version"))}
+
+
+def _with_versions(state: dict[str, torch.Tensor], versions: dict[str, int]
+                   ) -> dict[str, torch.Tensor]:
+    """``state`` as a state dict whose ``_metadata`` holds ``versions`` again."""
+    out = OrderedDict(state)
+    out._metadata = OrderedDict((name, {"version": v}) for name, v in versions.items())
+    return out
 
 
 def _read(path: str | os.PathLike) -> dict[str, Any]:
@@ -88,10 +100,10 @@ def _read(path: str | os.PathLike) -> dict[str, Any]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if first.startswith("Weights only load failed"):  # torch's long advice to unpickle
             first = "it holds pickled Python objects, which are never loaded"
-        raise CheckpointError(f"{path} cannot be read as a weights-only checkpoint (corrupt, "
+        raise UnreadableCheckpointError(f"{path} cannot be read as a weights-only checkpoint (corrupt, "
                               f"truncated or not made by autoprune: {first[:160]})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an autoprune pruned checkpoint (no "
+        raise NotAutopruneCheckpointError(f"{path} is not an autoprune pruned checkpoint (no "
                               f"'format': '{FORMAT}'); for a plain state_dict use "
                               f"model.load_state_dict(torch.load(path, weights_only=True))")
     version = data.get("version", 0)
@@ -106,6 +118,9 @@ def _read(path: str | os.PathLike) -> dict[str, Any]:
             raise TypeError
     except (KeyError, TypeError, ValueError):
         raise _damaged(path) from None
+    bad = _bad_user_field(meta.get("user", {}))
+    if bad:
+        raise _damaged(path, bad)
     return {**data, "metadata": meta}
 
 
@@ -123,13 +138,38 @@ def _well_formed(meta: dict[str, Any], state: Any) -> bool:
         return isinstance(v, list) and all(_is_int(s) for s in v)
 
     layers, base = meta.get("layers", {}), meta.get("base_shapes")
+    versions = meta.get("module_versions", {})
     return (isinstance(state, dict)
             and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
             and isinstance(meta.get("user", {}), dict)
             and isinstance(layers, dict)
             and all(isinstance(attrs, dict) and all(_is_int(v) or shape(v) for v in attrs.values())
                     for attrs in layers.values())
-            and (base is None or isinstance(base, dict) and all(shape(s) for s in base.values())))
+            and (base is None or isinstance(base, dict) and all(shape(s) for s in base.values()))
+            and isinstance(versions, dict) and all(_is_int(v) for v in versions.values()))
+
+
+# Counts in the metadata the task layer builds models from: each a positive whole number (or None).
+_BUILD_COUNTS = ("num_classes", "nc", "in_channels")
+
+
+def _bad_user_field(user: dict[str, Any]) -> str | None:
+    """Why the fields a model is rebuilt from (``task``, ``arch``, ``build``, ``input_size``) are
+    invalid, naming the field; None when they are fine (or absent)."""
+    for key in ("task", "arch"):
+        if user.get(key) is not None and not isinstance(user[key], str):
+            return f"metadata field {key!r} is {user[key]!r:.40}, not a name"
+    build = user.get("build", {})
+    if not isinstance(build, dict):
+        return f"metadata field 'build' is {build!r:.40}, not a map of build arguments"
+    fields = [(f"build.{k}", build.get(k)) for k in _BUILD_COUNTS]
+    size = user.get("input_size")
+    fields += [(f"input_size[{i}]", v) for i, v in enumerate(size)] \
+        if isinstance(size, list) else [("input_size", size)]
+    for name, value in fields:
+        if value is not None and not (_is_int(value) and value > 0):
+            return f"metadata field {name!r} is {value!r:.40}, not a positive whole number"
+    return None
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -138,8 +178,10 @@ def read_pruned_metadata(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The weights of a checkpoint written by :func:`save_pruned`, for a model of its shapes."""
-    return _read(path)["state_dict"]
+    """The weights of a checkpoint written by :func:`save_pruned`, for a model of its shapes
+    (with the modules' state-dict versions, as ``model.state_dict()`` gives them)."""
+    data = _read(path)
+    return _with_versions(data["state_dict"], data["metadata"].get("module_versions", {}))
 
 
 def _shrink(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
@@ -192,8 +234,10 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
     for name, attrs in layers.items():
         for key, value in attrs.items():
             setattr(modules[name], key, tuple(value) if isinstance(value, list) else value)
-    try:
-        base_model.load_state_dict(state, strict=True)
+    sync_attributes(base_model)
+    versions = meta.get("module_versions") or _module_versions(base_model.state_dict())
+    try:  # a checkpoint from before versions were saved: the fresh model's own versions
+        base_model.load_state_dict(_with_versions(state, versions), strict=True)
     except RuntimeError as e:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise CheckpointError(f"{path} does not fit this model: {' '.join(lines[1:3])[:300]} "

@@ -33,8 +33,9 @@ from .tasks.classification import ClassificationAdapter
 def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
           num_classes: int | None = None, epochs: int = 10, batch_size: int = 64,
           lr: float = 0.05, pretrain_weights: str | os.PathLike | None = None,
-          sensitivities_file: str | os.PathLike | None = None, eval_metric_loss: float = 0.05,
-          pruned_flops: float | None = None, save_dir: str | os.PathLike = "output",
+          sensitivities_file: str | os.PathLike | None = None,
+          eval_metric_loss: float | None = None, pruned_flops: float | None = None,
+          save_dir: str | os.PathLike = "output",
           device: str = "auto", input_size: int | None = None, optimizer: str = "sgd",
           weight_decay: float = 5e-4, warmup_epochs: float = 0.5,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
@@ -52,7 +53,8 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
     sensitivities_file: None -> plain training; an existing path -> use it (missing points are
     measured on eval_data); a new path -> measure and save there (resumable); "DEFAULT" -> the
     bundled profile for this architecture. Ratios come from ``eval_metric_loss`` (tolerated
-    relative loss per group) or, when given, from ``pruned_flops`` (fraction of FLOPs to remove).
+    relative loss per group, 0.05 by default) or from ``pruned_flops`` (fraction of FLOPs to
+    remove); giving both is an error.
     Without ``pretrain_weights`` the base model is trained first (``pretrain_epochs``, default
     ``epochs``), then pruned and retrained for ``epochs``. Outputs go to ``save_dir``:
     ``baseline/best.pt``, ``pruned/best.pt``, ``report.json|md|csv`` and ``sensitivity.png``.

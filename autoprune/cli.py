@@ -37,8 +37,9 @@ def _show(args: argparse.Namespace) -> None:
 
 
 def _merge(args: argparse.Namespace) -> None:
-    from .store import merge_sensitivities, read_record, save_sensitivities
+    from .store import check_output, merge_sensitivities, read_record, save_sensitivities
 
+    check_output(args.output, args.inputs, "a sensitivity file", args.overwrite)
     first = read_record(args.inputs[0])
     merged = merge_sensitivities(args.inputs)
     save_sensitivities(merged, args.output, **first.model, criterion=first.criterion,
@@ -48,8 +49,9 @@ def _merge(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    from .store import import_paddleslim, save_sensitivities
+    from .store import check_output, import_paddleslim, save_sensitivities
 
+    check_output(args.output, [args.input], "a sensitivity file", args.overwrite)
     sens = import_paddleslim(args.input, allow_pickle=args.allow_pickle)
     save_sensitivities(sens, args.output, arch=args.arch, source="paddleslim")
     print(f"wrote {args.output} ({len(sens)} groups) from PaddleSlim pickle {args.input}")
@@ -129,7 +131,9 @@ def _ratios(text: str | None):
 
 def _sensitivity(args: argparse.Namespace) -> None:
     from .distributed import init_from_env, rank_and_world
+    from .store import check_output
 
+    check_output(args.output, [args.checkpoint, args.data], "a sensitivity file", None)
     init_from_env()  # under torchrun: the points are shared out over the ranks
     task = args.task
     if args.task is None and Path(args.checkpoint).is_file():
@@ -149,10 +153,16 @@ def _sensitivity(args: argparse.Namespace) -> None:
 
 def _prune(args: argparse.Namespace) -> None:
     from .pipeline import prune_checkpoint
+    from .profiles import DEFAULT
+    from .store import check_output
 
+    inputs = [args.checkpoint] + ([] if args.sensitivities.upper() == DEFAULT else
+                                  [args.sensitivities])
+    check_output(args.output, inputs, "a checkpoint", args.overwrite)
     out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
                            eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
-                           criterion=args.criterion, round_to=args.round_to)
+                           criterion=args.criterion, round_to=args.round_to,
+                           overwrite=args.overwrite)
     print(f"wrote {args.output}: FLOPs -{out.flops_reduction:.1%}, params "
           f"-{out.params_reduction:.1%} (not retrained: run `autoprune train` with "
           f"pretrain_weights to fine-tune)")
@@ -160,9 +170,11 @@ def _prune(args: argparse.Namespace) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     from .pipeline import export_checkpoint
+    from .store import check_output
 
+    check_output(args.output, [args.checkpoint], "an ONNX model", args.overwrite)
     out = export_checkpoint(args.checkpoint, args.output, input_size=args.size,
-                            opset_version=args.opset)
+                            opset_version=args.opset, overwrite=args.overwrite)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
 
 
@@ -224,7 +236,7 @@ def _read_index(path: Path) -> dict:
         return {}
     try:
         return json.loads(path.read_text()).get("profiles", {})
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         raise ConfigError(f"{path} is not a profile index (JSON with 'profiles')") from None
 
 
@@ -323,11 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("sensitivities", help="a sensitivity file, or DEFAULT")
     pr.add_argument("output", help="where to write the pruned checkpoint")
     target = pr.add_mutually_exclusive_group()
-    target.add_argument("--eval-metric-loss", type=float, default=0.05,
+    target.add_argument("--eval-metric-loss", type=float,
                         help="tolerated relative loss per group (default 0.05)")
     target.add_argument("--pruned-flops", type=float, help="fraction of FLOPs to remove instead")
     pr.add_argument("--criterion", default="l1_norm")
     pr.add_argument("--round-to", type=int, help="keep multiples of this many channels")
+    _overwrite_option(pr)
     pr.set_defaults(func=_prune)
 
     ex = sub.add_parser("export", help="export a checkpoint (pruned or not) to ONNX")
@@ -335,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("output", help="the .onnx file to write")
     ex.add_argument("--size", type=int, help="input size in px (default: the checkpoint's)")
     ex.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    _overwrite_option(ex)
     ex.set_defaults(func=_export)
 
     rp = sub.add_parser("report", help="compare a baseline and a pruned checkpoint: size, FLOPs, "
@@ -351,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "on public data (Fashion-MNIST; its scenes for detection/segmentation)")
     pf.add_argument("action", choices=("list", "build"))
     pf.add_argument("--arch", help="architecture to build: a timm/torchvision name (resnet18), "
-                    "a YOLO name (yolov8n, yolo11s) or smp/<arch>/<encoder> (smp/unet/resnet18)")
+                    "a YOLO name (yolo26n, yolov8s) or smp/<arch>/<encoder> (smp/unet/resnet18)")
     pf.add_argument("--task", choices=("classification", "detection", "segmentation"),
                     help="force the task (default: told from --arch)")
     pf.add_argument("--out", help="profile folder to write (build) or read (list) (default: the "
@@ -376,8 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_show)
 
     m = sub.add_parser("merge", help="merge sensitivity files (union; later files win)")
-    m.add_argument("output")
-    m.add_argument("inputs", nargs="+")
+    m.add_argument("inputs", nargs="+", help="sensitivity files to merge")
+    m.add_argument("-o", "--output", required=True, help="the merged file to write")
+    _overwrite_option(m)
     m.set_defaults(func=_merge)
 
     c = sub.add_parser("convert-paddleslim", help="convert a PaddleSlim sensitivities pickle to "
@@ -387,8 +402,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--allow-pickle", action="store_true",
                    help="confirm that you trust the file: pickle files can run code when read")
     c.add_argument("--arch", default=None, help="architecture to record in the file")
+    _overwrite_option(c)
     c.set_defaults(func=_convert)
     return p
+
+
+def _overwrite_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--overwrite", action="store_true", help="let the output replace an "
+                        "input or an existing file of another kind (refused without it)")
 
 
 def _interrupted_message(args: argparse.Namespace) -> str:

@@ -1,13 +1,14 @@
 """Data helpers shared by the task adapters: loaders, and evaluation batches decoded once."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from .distributed import rank_and_world
-from .errors import ConfigError
+from .errors import AutopruneError, ConfigError
 
 
 def check_limits(**limits: int | None) -> None:
@@ -17,6 +18,29 @@ def check_limits(**limits: int | None) -> None:
                                   or value < 1):
             raise ConfigError(f"{name}={value!r} must be a positive number of images (or None "
                               f"for all)")
+
+
+@contextmanager
+def image_file(path: Any) -> Iterator[None]:
+    """Reading one image file inside this block: a file PIL cannot decode (truncated, corrupt, not
+    an image) becomes a one-line ConfigError that names it, even in the middle of training."""
+    try:
+        yield
+    except AutopruneError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError...
+        reason = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"image {path} cannot be read ({reason}): remove or replace the "
+                          f"file") from None
+
+
+def load_image(path: Any, mode: str = "RGB") -> Any:
+    """The PIL image at ``path`` converted to ``mode`` (the ImageFolder loader), or a
+    ConfigError naming a damaged file."""
+    from PIL import Image
+
+    with image_file(path), Image.open(path) as im:
+        return im.convert(mode)
 
 
 def subset(dataset: Dataset, indices: Sequence[int]) -> Dataset:

@@ -5,11 +5,11 @@ Nothing is downloaded (build from YAML: ``"yolov8n.yaml"``)::
 
     from autoprune import detection as det
     # 1. train
-    base = det.train("yolov8n.yaml", "scenes/data.yaml", epochs=30, imgsz=128, save_dir="out/base")
+    base = det.train("yolov8n.yaml", "scenes/data.yaml", epochs=30, input_size=128, save_dir="out/base")
     # 2. sensitivities of the trained model on (the first 50 images of) the val split
     det.analyze_sensitivity(base.baseline_path, "scenes/data.yaml", "out/sens.json", eval_limit=50)
     # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain
-    r = det.train(base.baseline_path, "scenes/data.yaml", epochs=30, imgsz=128,
+    r = det.train(base.baseline_path, "scenes/data.yaml", epochs=30, input_size=128,
                   sensitivities_file="out/sens.json", eval_metric_loss=0.05, save_dir="out/pruned")
     model = det.load_model(r.pruned_path)   # weights-only; or YOLO(<run>/ultralytics/weights/best.pt)
 
@@ -28,9 +28,8 @@ import torch
 import torch.nn as nn
 
 from . import pipeline
-from .checkpoint import export_onnx as _export_onnx
 from .checkpoint import BASE_SHAPES, read_pruned_metadata, save_pruned
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
 from .sensitivity import DEFAULT_RATIOS
 from .tasks import yolo
 from .tasks.base import TrainResult
@@ -45,10 +44,8 @@ def _autoprune_meta(path: str | os.PathLike) -> dict[str, Any] | None:
     """The metadata of an autoprune checkpoint, or None for another kind of .pt file."""
     try:
         return read_pruned_metadata(path)
-    except CheckpointError as e:
-        if "not an autoprune pruned checkpoint" in str(e) or "weights-only" in str(e):
-            return None
-        raise
+    except NotAutopruneCheckpointError:
+        return None
 
 
 def _as_module(model: Any) -> tuple[nn.Module | None, bool]:
@@ -103,18 +100,44 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
     return arch, start
 
 
+# Ultralytics' names of three settings, accepted for one release beside autoprune's own
+_ULTRALYTICS_NAMES = {"imgsz": "input_size", "batch": "batch_size", "workers": "num_workers"}
+
+
+def _settings(given: dict[str, Any], old: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """autoprune's names for input size, batch size and loader workers, from ``given`` (its own
+    names) or ``old`` (Ultralytics' ``imgsz``, ``batch``, ``workers``: a DeprecationWarning)."""
+    import warnings
+
+    out = dict(given)
+    for old_name, value in old.items():
+        if value is None:
+            continue
+        new_name = _ULTRALYTICS_NAMES[old_name]
+        if given.get(new_name) is not None and given[new_name] != value:
+            raise ConfigError(f"{old_name}={value} and {new_name}={given[new_name]} name the same "
+                              f"setting: pass {new_name}= only")
+        warnings.warn(f"{old_name}= is deprecated: use {new_name}= (autoprune's name in every task)",
+                      DeprecationWarning, stacklevel=3)
+        out[new_name] = value
+    return {k: defaults[k] if out.get(k) is None else out[k] for k in defaults}
+
+
 def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *,
-          epochs: int = 100, imgsz: int = 640, batch: int = 16,
+          epochs: int = 100, input_size: int | None = None, batch_size: int | None = None,
           pretrain_weights: str | os.PathLike | None = None,
-          sensitivities_file: str | os.PathLike | None = None, eval_metric_loss: float = 0.05,
-          pruned_flops: float | None = None, save_dir: str | os.PathLike = "output",
+          sensitivities_file: str | os.PathLike | None = None,
+          eval_metric_loss: float | None = None, pruned_flops: float | None = None,
+          save_dir: str | os.PathLike = "output",
           device: str = "auto", eval_data: str | os.PathLike | None = None,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
-          eval_limit: int | None = None, workers: int = 0,
+          eval_limit: int | None = None, num_workers: int | None = None,
           train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
-          train_data: str | os.PathLike | None = None, resume: bool = False) -> TrainResult:
+          train_data: str | os.PathLike | None = None, resume: bool = False,
+          imgsz: int | None = None, batch: int | None = None,
+          workers: int | None = None) -> TrainResult:
     """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
     model: ``"yolov8n.yaml"``, ``"yolo11s.yaml"`` (any of n/s/m/l/x; built untrained, nothing is
@@ -124,8 +147,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
 
     sensitivities_file: None -> plain training; an existing path -> use it (missing points are
     measured); a new path -> measure and save there (resumable); "DEFAULT" -> the bundled profile.
-    Ratios come from ``eval_metric_loss`` or, when given, ``pruned_flops``. A model that is not
-    trained yet (a YAML name, a module) is trained first for ``pretrain_epochs`` (default
+    Ratios come from ``eval_metric_loss`` (0.05 by default) or ``pruned_flops``, not both. A
+    model that is not trained yet (a YAML name, a module) is trained first for ``pretrain_epochs`` (default
     ``epochs``), then pruned and retrained for ``epochs``. ``eval_limit`` measures the
     sensitivities (and every evaluation) on the first that many val images. ``train_args`` go to
     Ultralytics' trainer as they are (``lr0``, ``optimizer``, ``mosaic``, ``nbs``, ``patience``...).
@@ -135,7 +158,13 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     resume: after an interruption, call again with the same arguments and ``resume=True``: a
     stage continues from its Ultralytics ``last.pt`` (the pruned module itself), a finished stage
     is not trained again, and the sensitivity file keeps its measured points.
+
+    input_size (default 640), batch_size (16), num_workers (0): the same names as the other
+    tasks; Ultralytics' ``imgsz``, ``batch`` and ``workers`` still work, with a DeprecationWarning.
     """
+    s = _settings(dict(input_size=input_size, batch_size=batch_size, num_workers=num_workers),
+                  dict(imgsz=imgsz, batch=batch, workers=workers),
+                  dict(input_size=640, batch_size=16, num_workers=0))
     if train_data is not None:
         if data is not None and Path(data) != Path(train_data):
             raise ConfigError("pass the data.yaml once: data= or train_data=, not both")
@@ -143,9 +172,10 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     if data is None:
         raise ConfigError("data=<path to a YOLO data.yaml> is required")
     torch.manual_seed(seed)
-    adapter = DetectionAdapter(data, eval_data, input_size=imgsz, batch_size=batch,
-                               eval_limit=eval_limit, device=device, workers=workers,
-                               train_args=train_args, seed=seed, progress=progress)
+    adapter = DetectionAdapter(data, eval_data, input_size=s["input_size"],
+                               batch_size=s["batch_size"], eval_limit=eval_limit, device=device,
+                               workers=s["num_workers"], train_args=train_args, seed=seed,
+                               progress=progress)
     save_dir = pipeline.check_save_dir(save_dir)
     model, pretrain_weights = _prepare(adapter, model, pretrain_weights, save_dir)
     return pipeline.train(adapter, model, epochs=epochs, save_dir=save_dir,
@@ -159,24 +189,30 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,
                         data: str | os.PathLike, save_file: str | os.PathLike, *,
                         pretrain_weights: str | os.PathLike | None = None,
-                        imgsz: int | None = None, batch: int = 16, device: str = "auto",
-                        criterion: str = "l1_norm", ratios: Iterable[float] = DEFAULT_RATIOS,
-                        eval_limit: int | None = None, workers: int = 0,
+                        input_size: int | None = None, batch_size: int | None = None,
+                        device: str = "auto", criterion: str = "l1_norm",
+                        ratios: Iterable[float] = DEFAULT_RATIOS,
+                        eval_limit: int | None = None, num_workers: int | None = None,
                         progress: bool = True,
-                        sensitivity_options: Mapping[str, Any] | None = None
-                        ) -> dict[str, dict[float, float]]:
+                        sensitivity_options: Mapping[str, Any] | None = None,
+                        imgsz: int | None = None, batch: int | None = None,
+                        workers: int | None = None) -> dict[str, dict[float, float]]:
     """Measure a trained detector's sensitivities (relative mAP50-95 loss per group and ratio) on
     the val split of ``data`` into ``save_file`` (resumable; ``eval_limit``: first N val images,
     the number used is recorded in the file).
 
     ``model_or_checkpoint``: a checkpoint written by ``train`` (architecture, classes and imgsz
     come from it), an Ultralytics .pt, a YOLO object, or a YAML name plus ``pretrain_weights``.
+    ``imgsz``, ``batch``, ``workers``: Ultralytics' names, deprecated (as in :func:`train`).
     """
+    s = _settings(dict(input_size=input_size, batch_size=batch_size, num_workers=num_workers),
+                  dict(imgsz=imgsz, batch=batch, workers=workers),
+                  dict(input_size=None, batch_size=16, num_workers=0))
     meta = _autoprune_meta(model_or_checkpoint) if _is_file(model_or_checkpoint) else None
     if meta is not None:
-        imgsz = imgsz or meta.get("input_size")
-    adapter = DetectionAdapter(None, data, input_size=imgsz, batch_size=batch,
-                               eval_limit=eval_limit, device=device, workers=workers,
+        s["input_size"] = s["input_size"] or meta.get("input_size")
+    adapter = DetectionAdapter(None, data, input_size=s["input_size"], batch_size=s["batch_size"],
+                               eval_limit=eval_limit, device=device, workers=s["num_workers"],
                                progress=progress)
     model = model_or_checkpoint
     if meta is None:
@@ -199,18 +235,16 @@ def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> 
 
 
 def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
-                imgsz: int | None = None, opset_version: int = 17) -> Path:
+                input_size: int | None = None, opset_version: int = 17, *,
+                imgsz: int | None = None) -> Path:
     """Export a (pruned) detector or an autoprune checkpoint to ONNX: one output ``(1, 4 + nc,
     anchors)`` as Ultralytics exports it (boxes xywh, class scores; NMS is left to the caller)."""
+    size = _settings(dict(input_size=input_size), dict(imgsz=imgsz),
+                     dict(input_size=None))["input_size"]
     if isinstance(model, (str, os.PathLike)):
-        imgsz = imgsz or read_pruned_metadata(model).get("input_size")
+        size = size or read_pruned_metadata(model).get("input_size")
         model = load_model(model)
-    net = copy.deepcopy(model).float().cpu().eval()
-    for m in net.modules():
-        if isinstance(m, yolo.Detect):
-            m.export, m.format = True, "onnx"
-    size = imgsz or 640
-    return _export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version)
+    return DetectionAdapter(input_size=size or 640).export_onnx(model, Path(path), opset_version)
 
 
 def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:

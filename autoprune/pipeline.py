@@ -15,10 +15,11 @@ import torch.nn as nn
 from .allocate import ratios_by_flops, ratios_by_loss
 from .arguments import (check_save_dir, check_sensitivity_options, check_targets,
                         names_a_missing_file, sens_mode, written_by_run)
-from .checkpoint import (BASE_SHAPES, export_onnx, load_pruned, read_pruned_metadata,
+from .checkpoint import (BASE_SHAPES, load_pruned, read_pruned_metadata,
                          save_pruned)
 from .distributed import broadcast, rank_and_world
-from .errors import CheckpointError, ConfigError, SensitivityFileError
+from .errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
+                     SensitivityFileError, UnreadableCheckpointError)
 from .groups import PruningGraph, check_criterion
 from .measure import measure
 from .plots import plot_sensitivities
@@ -26,7 +27,7 @@ from .profiles import find_profile
 from .prune import check_round_to, prune
 from .report import to_console, write_reports
 from .sensitivity import DEFAULT_RATIOS, check_ratios, sensitivity, weights_sha256
-from .store import check_fingerprint, read_record
+from .store import check_fingerprint, read_record, same_file
 from .tasks.base import TaskAdapter, TrainResult
 
 
@@ -37,9 +38,10 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
         raise CheckpointError(f"no checkpoint at {path}: check pretrain_weights")
     try:
         return load_pruned(path, model)
-    except CheckpointError as e:
-        if "not an autoprune pruned checkpoint" not in str(e):
-            raise
+    except UnreadableCheckpointError:
+        raise
+    except NotAutopruneCheckpointError:  # a plain state_dict
+        pass
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
@@ -152,7 +154,7 @@ def _rebuilds(adapter: TaskAdapter, arch: str, model: nn.Module) -> bool:
 
 def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir: str | os.PathLike,
           pretrain_weights: str | os.PathLike | None = None, sensitivities_file: Any = None,
-          eval_metric_loss: float | None = 0.05, pruned_flops: float | None = None,
+          eval_metric_loss: float | None = None, pruned_flops: float | None = None,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
           progress: bool = True,
@@ -167,7 +169,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"{name}={value!r} must be a whole number, at least 1")
     if mode != "none":  # every setting of the later steps, before hours of training
-        check_targets(eval_metric_loss, pruned_flops)
+        eval_metric_loss = check_targets(eval_metric_loss, pruned_flops)  # 0.05 by default
         check_criterion(criterion)
         check_sensitivity_options(sensitivity_options)
         check_ratios(ratios)
@@ -296,6 +298,7 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
     _check_data(adapter, model)
     model.to(getattr(adapter, "device", "cpu"))
     if Path(save_file).is_file():  # measuring this model: a table of other weights is no answer
+        check_sensitivities_file(adapter, model, save_file, arch, criterion)  # the model first
         stored = read_record(save_file).model.get("weights_sha256")
         if stored and stored != weights_sha256(model):
             raise SensitivityFileError(f"{save_file} was measured on other weights of this model: "
@@ -338,14 +341,16 @@ def adapter_for_checkpoint(path: str | os.PathLike, **kwargs: Any) -> tuple[Task
 
 
 def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
-                     output: str | os.PathLike, *, eval_metric_loss: float | None = 0.05,
+                     output: str | os.PathLike, *, eval_metric_loss: float | None = None,
                      pruned_flops: float | None = None, criterion: str = "l1_norm",
-                     round_to: int | None = None):
-    """Prune a saved model with a sensitivity file (or "DEFAULT") and save it, without retraining."""
-    if Path(output).resolve() == Path(checkpoint).resolve():
+                     round_to: int | None = None, overwrite: bool = False):
+    """Prune a saved model with a sensitivity file (or "DEFAULT") and save it, without retraining.
+    The target is ``eval_metric_loss`` (0.05 when neither is given) or ``pruned_flops``;
+    ``output`` may replace ``checkpoint`` only with ``overwrite=True``."""
+    if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
                           f"input is never overwritten)")
-    check_targets(eval_metric_loss, pruned_flops)
+    eval_metric_loss = check_targets(eval_metric_loss, pruned_flops)
     adapter, meta = adapter_for_checkpoint(checkpoint)
     model = load_model(checkpoint, adapter)
     if sens_mode(sensitivities_file) == "new":
@@ -366,28 +371,30 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
 
 
 def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, *,
-                      input_size: int | None = None, opset_version: int = 17) -> Path:
+                      input_size: int | None = None, opset_version: int = 17,
+                      overwrite: bool = False) -> Path:
     """Export a checkpoint written by autoprune (pruned or not) to ONNX at ``output``, with the
-    task's input (batch 1, the checkpoint's input size unless ``input_size`` is given)."""
-    if Path(output).resolve() == Path(checkpoint).resolve():
+    task's input (batch 1, the checkpoint's input size unless ``input_size`` is given);
+    ``output`` may replace ``checkpoint`` only with ``overwrite=True``."""
+    if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path, e.g. "
                           f"{Path(checkpoint).with_suffix('.onnx')}")
     if input_size is not None and input_size < 1:
         raise ConfigError(f"--size {input_size} must be a positive number of pixels")
     size = {"input_size": input_size} if input_size else {}
     adapter, _ = adapter_for_checkpoint(checkpoint, **size)
-    if adapter.task == "detection":  # Ultralytics' export head: one (1, 4 + nc, anchors) output
-        from .detection import export_onnx as export_detector
-
-        return export_detector(checkpoint, output, imgsz=input_size, opset_version=opset_version)
     model = load_model(checkpoint, adapter)
-    return export_onnx(model, adapter.example_inputs(model), output, opset_version=opset_version)
+    return adapter.export_onnx(model, Path(output), opset_version=opset_version)
 
 
 def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, data: Any, *,
                         save_dir: str | os.PathLike = ".", eval_limit: int | None = None,
                         device: str = "auto") -> dict[str, Any]:
     """Evaluate and measure two checkpoints of one architecture; write and print the report."""
+    what = [_model_of(read_pruned_metadata(p)) for p in (baseline, pruned)]
+    if what[0] != what[1]:
+        raise ConfigError(f"{pruned} holds a {what[1]} but {baseline} a {what[0]}: compare a "
+                          f"pruned checkpoint with the checkpoint it was pruned from")
     adapter, meta = adapter_for_checkpoint(baseline, eval_data=data, eval_limit=eval_limit,
                                            device=device, progress=False)
     models = [load_model(p, adapter).to(adapter.device) for p in (baseline, pruned)]
@@ -397,3 +404,10 @@ def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, 
     write_reports(report, check_save_dir(save_dir))
     print(to_console(report))
     return report
+
+
+def _model_of(meta: Mapping[str, Any]) -> str:
+    """The model a checkpoint holds, in words: "classification timm/resnet18 (num_classes=10)"."""
+    build = ", ".join(f"{k}={v}" for k, v in (meta.get("build") or {}).items())
+    return f"{meta.get('task')} {meta.get('arch') or 'custom model'}" + (f" ({build})" if build
+                                                                          else "")

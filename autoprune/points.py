@@ -54,6 +54,9 @@ def relative_loss(baseline: float, metric: float, higher_is_better: bool = True)
 def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence[int]) -> Iterator[None]:
     """Remove channels ``idxs`` of ``group`` for the duration of the block, then restore exactly."""
     modules = graph.touched_modules(group)
+    # a layer that resizes its own sub-layers (MultiheadAttention's out_proj) is restored with them
+    modules += [sub for m in modules if m is not graph.model for sub in m.modules()
+                if sub is not m and sub not in modules]
     saved = [(m, dict(m._parameters), dict(m._buffers),
               {k: v for k, v in m.__dict__.items() if not k.startswith("_")}) for m in modules]
     dg = graph.dg
@@ -84,6 +87,7 @@ def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence
         for node, param in param_nodes.items():
             node.module = param
         del dg._pruning_history[history:]
+        graph.resized()  # a mapping computed while pruned no longer holds
 
 
 def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str, finite: bool = True) -> float:
@@ -183,7 +187,6 @@ class PointRunner:
                     metrics.append(_evaluate(self.model, self.eval_fn,
                                              f"for group {group.name} at ratio {ratio:.2f}",
                                              finite=False))
-                self.counts["masked"] += len(chunk)
                 return metrics
             finally:
                 if self.cache:
@@ -291,7 +294,8 @@ class PointRunner:
                 return None
             self.checked = True
             metrics[ratio] = real
-        return metrics
+        self.counts["masked"] += len(chunk)  # counted once kept: a chunk the check threw away
+        return metrics                       # was evaluated for real, and is counted there
 
     def close(self) -> None:
         self.bar.close()

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import errno
 import glob
 import json
 import math
 import os
 import pickle
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from .errors import SensitivityFileError
+from .errors import ConfigError, SensitivityFileError, WriteError
 
 FORMAT = "autoprune-sensitivity"
 VERSION = 1
@@ -55,22 +57,109 @@ def file_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_text_atomic(path: PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (unique temp file in the same folder, fsync, rename)."""
+def atomic_write(path: PathLike, write: Callable[[str], None]) -> Path:
+    """Write ``path`` atomically: ``write(tmp)`` fills a temp file next to it (named after this
+    process's id), which then replaces ``path``. On any failure the temp file is removed and
+    ``path`` is left as it was; a failed write (full disk, no permission) is a one-line
+    :class:`WriteError` naming ``path``."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, file_mode())
+    tmp = None
     try:
-        with os.fdopen(fd, "w") as f:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                   dir=path.parent)
+        os.close(fd)
+        os.chmod(tmp, file_mode())  # an ordinary file, not mkstemp's owner-only 0600
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        error = _write_error(path, e)  # before the temp file goes: a full disk is still full
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        if error is None:
+            raise
+        raise error from None
+    return path
+
+
+def _write_error(path: Path, e: BaseException) -> WriteError | None:
+    """The one-line error of a failed write of ``path``; None for an error that is not one
+    (torch.save's stream writer reports a full disk as a RuntimeError, without errno)."""
+    torch_write = isinstance(e, RuntimeError) and ("inline_container" in str(e)
+                                                   or "PytorchStreamWriter" in str(e))
+    if not isinstance(e, OSError) and not torch_write:
+        return None
+    try:
+        nearly_full = shutil.disk_usage(path.parent).free < 64 * 2 ** 20
+    except OSError:
+        nearly_full = False
+    full = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))  # EDQUOT: over a disk quota
+    if getattr(e, "errno", None) in full or (torch_write and nearly_full):
+        why, fix = "no space left on the device", "free some disk space, or write elsewhere"
+    else:
+        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [""])[0][:200]
+        fix = "check that the folder exists and is writable, or write elsewhere"
+    return WriteError(f"could not write {path} ({why}): {fix}, then run again; an earlier "
+                      f"{path.name} is left as it was")
+
+
+def write_text_atomic(path: PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`), fsynced."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+
+    return atomic_write(path, write)
+
+
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """True when ``a`` and ``b`` name one file: the same path, a symlink or a hard link."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def file_kind(path: PathLike) -> str:
+    """What an existing file holds, as a phrase: "a checkpoint", "a sensitivity file", "an ONNX
+    model" (told by its name), or "another kind of file"."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        head = b""
+    if head.startswith(b"PK\x03\x04") and b"data.pkl" in head:  # torch.save's zip archive
+        return "a checkpoint"
+    if f'"{FORMAT}"'.encode() in head:
+        return "a sensitivity file"
+    return "an ONNX model" if path.suffix.lower() == ".onnx" else "another kind of file"
+
+
+def check_output(output: PathLike, inputs: Iterable[PathLike], writes: str,
+                 overwrite: bool | None = False) -> Path:
+    """Refuse to let a command write ``output`` (it writes ``writes``, a phrase of
+    :func:`file_kind`) over one of its ``inputs`` (compared as files: hard links too) or over an
+    existing file of another kind, unless ``overwrite``; ``overwrite=None``: the command has no
+    ``--overwrite``. A file of the same kind (an earlier output) may be replaced."""
+    output = Path(output)
+    if overwrite or not output.exists():
+        return output
+    fix = "choose another path" + ("" if overwrite is None else ", or pass --overwrite to "
+                                                                 "replace it")
+    for item in inputs:
+        if same_file(output, item):
+            raise ConfigError(f"output {output} is also the input {item}: {fix}")
+    found = file_kind(output)
+    if found != writes:
+        raise ConfigError(f"output {output} already holds {found} and this command writes "
+                          f"{writes}: {fix}")
+    return output
 
 
 @dataclass
@@ -110,10 +199,27 @@ def write_record(record: SensitivityRecord, path: PathLike) -> Path:
 
 
 def remove_stale_temp_files(path: PathLike) -> None:
-    """Delete temp files that a killed writer of ``path`` left behind (never the file itself)."""
+    """Delete temp files that a killed writer of ``path`` left behind: those whose process (the
+    id in their name) is gone. A live writer's temp file (another analysis of the same file) and
+    the file itself are never touched."""
     path = Path(path)
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        tmp.unlink(missing_ok=True)
+        parts = tmp.name[len(path.name) + 2:].split(".")  # pid, random, tmp (older: random, tmp)
+        if len(parts) == 2 or len(parts) == 3 and not (parts[0].isdigit()
+                                                       and _process_alive(int(parts[0]))):
+            tmp.unlink(missing_ok=True)  # (more parts: another file's, e.g. a shard's)
+
+
+def _process_alive(pid: int) -> bool:
+    if os.name == "nt" or pid <= 0:  # os.kill(pid, 0) would end it on Windows: keep the file
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: alive, another user's
+        return True
+    return True
 
 
 def _parse_points(path: Path, raw: Any) -> Sensitivities:
@@ -155,6 +261,9 @@ def read_record(path: PathLike) -> SensitivityRecord:
     except json.JSONDecodeError as e:
         raise SensitivityFileError(f"{path} is corrupt or truncated ({e.msg} at line {e.lineno}): "
                                    f"delete it to start over, or restore a copy") from None
+    except RecursionError:  # e.g. [[[[...]]]] 100,000 deep
+        raise SensitivityFileError(f"{path} is not a sensitivity file (JSON nested too deeply "
+                                   f"to read): pass a file written by autoprune") from None
     return record_from_json(data, path)
 
 

@@ -23,13 +23,25 @@ from .errors import CheckpointError, ConfigError, TrainingDivergedError
 from .measure import flush_denormals
 
 
-def pick_device(device: str = "auto") -> torch.device:
-    """``"auto"`` means CUDA when there is one, else CPU."""
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` means CUDA when there is one, else CPU. Every task resolves its ``device`` here:
+    a name torch does not know, or a GPU this machine lacks, is a one-line ConfigError."""
     if device == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
-        return torch.device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}")  # one GPU per torchrun rank
-    return torch.device(device)
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"  # one GPU per torchrun rank
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device={device!r} is not a device: use 'auto', 'cpu', 'cuda' or "
+                          f"'cuda:N'") from None
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if resolved.type == "cuda" and (resolved.index or 0) >= gpus:
+        have = "no CUDA GPU" if not gpus else "1 GPU: cuda:0" if gpus == 1 else \
+            f"{gpus} GPUs: cuda:0 .. cuda:{gpus - 1}"
+        raise ConfigError(f"device {device} is not available (this machine has {have}): use "
+                          f"device='cpu' or 'auto'")
+    return resolved
 
 
 @dataclass

@@ -18,6 +18,7 @@ from autoprune import segmentation as seg
 from autoprune.cli import main
 from autoprune.errors import TrainingDivergedError
 from autoprune.pipeline import prune_checkpoint
+from autoprune.tasks import torchvision_models
 from autoprune.training import STATE_FILE
 from conftest import RefEval, make_input, make_model
 
@@ -63,6 +64,24 @@ def _ckpt(tmp_path):
     path = tmp_path / "toy.pt"
     ap.save_pruned(make_model("toy"), path, arch=None)
     return path
+
+
+def _damaged_build(tmp_path):
+    """A classification checkpoint whose metadata was edited to ``num_classes: -5``."""
+    path = ap.save_pruned(make_model("toy"), tmp_path / "c.pt", task="classification",
+                          arch="timm/resnet18", build={"num_classes": 10})
+    data = torch.load(path, weights_only=True)
+    meta = json.loads(data["metadata"])
+    meta["user"]["build"]["num_classes"] = -5
+    torch.save({**data, "metadata": json.dumps(meta)}, path)
+    return path
+
+
+def _refused_torchvision_model(tmp_path):
+    """A torchvision classifier listed as refused (none is today: the mechanism, by name)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(torchvision_models.REFUSED, "alexnet", "<why>")
+        _cls(tmp_path, model="torchvision/alexnet")
 
 
 def _write(tmp_path, name, content):
@@ -142,6 +161,14 @@ CASES = {
         ap.CheckpointError, "was written by a newer autoprune"),
     "checkpoint of another architecture": (lambda t: ap.load_pruned(_ckpt(t), make_model(
         "resnet18")), ap.CheckpointError, "does not fit this model"),
+    "checkpoint with a damaged build argument": (lambda t: cls.load_model(_damaged_build(t)),
+        ap.CheckpointError, "is damaged (metadata field 'build.num_classes' is -5, not a positive "
+        "whole number): restore a copy or save the model again"),
+    "torchvision model refused by name": (_refused_torchvision_model, ap.ConfigError,
+        "torchvision model 'alexnet' cannot be pruned by autoprune: <why>; pick another"),
+    "torchvision model that is not a classifier": (lambda t: _cls(
+        t, model="fasterrcnn_resnet50_fpn"), ap.ConfigError,
+        "torchvision model 'fasterrcnn_resnet50_fpn' is not an image classifier"),
     "checkpoint of another task": (lambda t: cls.load_model(ap.save_pruned(
         make_model("toy"), t / "s.pt", task="segmentation", arch="unet/resnet18")),
         ap.CheckpointError, "is a segmentation checkpoint, not classification"),

@@ -144,6 +144,9 @@ BAD_CHECKPOINTS = {
         lambda d, m: m["layers"]["conv1"].update(out_channels="64")),
     "a non-tensor weight": _tampered(lambda d, m: d["state_dict"].update({"fc.bias": 3})),
     "user metadata a list": _tampered(lambda d, m: m.update(user=[1, 2])),
+    "module versions a list": _tampered(lambda d, m: m.update(module_versions=[1])),
+    "a module version not a number": _tampered(
+        lambda d, m: m["module_versions"].update({"bn1": "2"})),
 }
 
 
@@ -242,3 +245,76 @@ def test_export_onnx(tmp_path):
     pruned_shape = list(model.layer1[0].conv1.weight.shape)
     assert pruned_shape[0] < 64
     assert any(list(init.dims) == pruned_shape for init in proto.graph.initializer)
+
+
+def _mnasnet_checkpoint(path):
+    """A pruned torchvision mnasnet0_5 (its layers read a ``version`` from the state dict's
+    ``_metadata`` when they load), saved with ``save_pruned``; returns the model and its input."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.mnasnet0_5(num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
+    groups = ap.prunable_groups(model, x)
+    ap.prune(model, x, {g.name: 0.3 for g in groups})
+    ap.save_pruned(model, path, task="classification", arch="torchvision/mnasnet0_5",
+                   build={"num_classes": 10}, input_size=32)
+    return model, x
+
+
+def test_module_versions_survive_the_round_trip(tmp_path):
+    # torchvision MNASNet raises "version should be set to 1 or 2 instead of None" without them
+    import torchvision
+    from autoprune import classification as cls
+    from autoprune.checkpoint import read_state_dict
+
+    model, x = _mnasnet_checkpoint(tmp_path / "m.pt")
+    meta = json.loads(torch.load(tmp_path / "m.pt", weights_only=True)["metadata"])
+    assert meta["module_versions"][""] == 2  # MNASNet itself, as its _load_from_state_dict reads
+    assert all(isinstance(v, int) for v in meta["module_versions"].values())  # JSON, no pickle
+    fresh = torchvision.models.mnasnet0_5(num_classes=10)
+    for loaded in (cls.load_model(tmp_path / "m.pt"), ap.load_pruned(tmp_path / "m.pt", fresh)):
+        assert torch.equal(loaded.eval()(x), model(x))
+    same_shapes = ap.load_pruned(tmp_path / "m.pt", torchvision.models.mnasnet0_5(num_classes=10))
+    same_shapes.load_state_dict(read_state_dict(tmp_path / "m.pt"))  # what training reloads
+
+
+def test_checkpoint_without_module_versions_still_loads(tmp_path):
+    # files written before the versions were saved: the fresh model's own versions are used
+    from autoprune import classification as cls
+
+    model, x = _mnasnet_checkpoint(tmp_path / "m.pt")
+    _tampered(lambda d, m: m.pop("module_versions"))(tmp_path / "old.pt",
+                                                      (tmp_path / "m.pt").read_bytes())
+    assert torch.equal(cls.load_model(tmp_path / "old.pt")(x), model(x))
+    toy, _ = _pruned("toy")
+    ap.save_pruned(toy, tmp_path / "toy.pt")
+    _tampered(lambda d, m: m.pop("module_versions"))(tmp_path / "toy_old.pt",
+                                                      (tmp_path / "toy.pt").read_bytes())
+    assert torch.equal(ap.load_pruned(tmp_path / "toy_old.pt", make_model("toy")).eval()(
+        make_input()), toy(make_input()))
+
+
+@pytest.mark.parametrize("field, change", [
+    ("build.num_classes", lambda u: u["build"].update(num_classes=-5)),
+    ("build.num_classes", lambda u: u["build"].update(num_classes="ten")),
+    ("build.nc", lambda u: u["build"].update(nc=0)),
+    ("build.in_channels", lambda u: u["build"].update(in_channels=2.5)),
+    ("input_size", lambda u: u.update(input_size=-32)),
+    ("build", lambda u: u.update(build=[10])),
+    ("arch", lambda u: u.update(arch=7)),
+])
+def test_tampered_build_metadata_is_named_not_another_architecture(field, change, tmp_path):
+    from autoprune import classification as cls
+
+    model, _ = _pruned("resnet18")
+    ap.save_pruned(model, tmp_path / "m.pt", task="classification", arch="timm/resnet18",
+                   build={"num_classes": 10}, input_size=32)
+    _tampered(lambda d, m: change(m["user"]))(tmp_path / "bad.pt", (tmp_path / "m.pt").read_bytes())
+    for call in (lambda: cls.load_model(tmp_path / "bad.pt"),
+                 lambda: ap.read_pruned_metadata(tmp_path / "bad.pt")):
+        with pytest.raises(ap.CheckpointError) as info:
+            call()
+        msg = assert_one_line(info)
+        assert f"metadata field {field!r}" in msg and "is damaged" in msg, msg
+        assert "restore a copy or save the model again" in msg and "another" not in msg, msg

@@ -27,7 +27,7 @@ def test_merge_later_wins(sens_file, tmp_path, capsys):
     other = tmp_path / "b.json"
     autoprune.save_sensitivities({"conv1": {0.5: 0.3}, "fc1": {0.2: 0.05}}, other, fingerprint="abc")
     out = tmp_path / "merged.json"
-    assert main(["merge", str(out), str(sens_file), str(other)]) == 0
+    assert main(["merge", str(sens_file), str(other), "-o", str(out)]) == 0
     assert autoprune.load_sensitivities(out) == {"conv1": {0.1: 0.01, 0.5: 0.3}, "fc1": {0.2: 0.05}}
     assert autoprune.read_record(out).metric["baseline"] == 0.9
 
@@ -35,7 +35,7 @@ def test_merge_later_wins(sens_file, tmp_path, capsys):
 def test_merge_refuses_other_model(sens_file, tmp_path, capsys):
     other = tmp_path / "b.json"
     autoprune.save_sensitivities({"conv1": {0.5: 0.3}}, other, fingerprint="zzz")
-    assert main(["merge", str(tmp_path / "m.json"), str(sens_file), str(other)]) == 2
+    assert main(["merge", str(sens_file), str(other), "-o", str(tmp_path / "m.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("autoprune: error:") and "another model" in err and "\n" not in err
 
@@ -74,8 +74,12 @@ def test_version(capsys):
     assert e.value.code == 0 and out.startswith(f"autoprune {autoprune.__version__} (torch ")
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-    pyproject = Path(__file__).parents[1] / "pyproject.toml"
-    assert tomllib.loads(pyproject.read_text())["project"]["version"] == autoprune.__version__
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    # one version source: pyproject reads autoprune.__version__, and the installed metadata agrees
+    assert pyproject["project"]["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "autoprune.__version__"}
+    from importlib.metadata import version
+    assert version("autoprune") == autoprune.__version__
 
 
 @pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),

@@ -9,6 +9,7 @@ from autoprune.groups import PruningGraph
 from autoprune.masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
 from autoprune.sensitivity import pruned_temporarily
 from autoprune.store import read_record
+from autoprune.tasks import yolo
 
 
 class Net(nn.Module):
@@ -122,6 +123,27 @@ def test_eval_fn_with_changing_batches_switches_masking_off(tmp_path):
     assert extra["points"]["masked"] <= 2 and extra["points"]["pruned"] >= len(sens) * 2 - 1
 
 
+def test_masked_points_thrown_away_by_the_metric_check_are_not_counted(tmp_path):
+    """An eval_fn whose metric drifts from call to call: masked and real outputs agree, the
+    metrics of the checked point do not, so masking is switched off and every point is measured
+    by a real prune; the file must not claim masked points (it said 2 here, for a chunk whose
+    numbers were thrown away)."""
+    model = _randomised(Net())
+    base = _eval_fn(_data())
+    calls = [0]
+
+    def drifting(m):
+        calls[0] += 1
+        return base(m) + 1e-3 * calls[0]
+
+    sens = autoprune.sensitivity(model, EXAMPLE, drifting, ratios=(0.25, 0.5),
+                                 sensitivities_file=tmp_path / "s.json", evaluation="masked",
+                                 prefix_cache=False, progress=False)
+    extra = read_record(tmp_path / "s.json").extra["evaluation"]
+    assert extra["points"]["masked"] == 0 and extra["unmaskable_groups"] == []
+    assert extra["points"]["pruned"] == sum(len(p) for p in sens.values()) + 1  # + the check
+
+
 def test_masked_with_prefix_cache_and_early_stop(tmp_path):
     model = _randomised(Net())
     fn = _eval_fn(_data())
@@ -190,3 +212,154 @@ def test_bad_evaluation_settings_are_refused():
         autoprune.sensitivity(model, EXAMPLE, _eval_fn(_data(1)), evaluation="fast")
     with pytest.raises(ConfigError, match="batch_variants"):
         autoprune.sensitivity(model, EXAMPLE, _eval_fn(_data(1)), batch_variants=0)
+
+
+# -- YOLO: masked variants against real pruning where the quantity is well-conditioned -----------
+# Detection's metric (mAP50-95 after NMS) is a step function of the raw outputs: on a barely
+# trained detector it turns float noise into a visible difference (tests/test_detection.py says
+# by how much). Masking is therefore checked here on what it changes directly: the detection
+# head's raw outputs before NMS, and a sensitivity analysis whose metric is a smooth function of
+# them. The model has random weights with its BatchNorm statistics measured on random inputs, so
+# every layer's activations are of order 1 (with Ultralytics' initial statistics deep layers fade
+# to float noise and a wrong mask would hide there), and large BN shifts, so a mask that zeroes
+# the convolution instead of the post-BN output shows. It runs in float64: masking is exact
+# arithmetic (a zeroed channel adds exact zeros), and in float32 the other summation order of a
+# convolution with fewer channels, amplified through 20+ random layers, already reaches 1e-4 of
+# the output (yolo11n, first layer pruned); in float64 that noise is below 1e-12, while a wrong
+# mask (BN shift leaking, wrong channels, swapped variants) moves the outputs by 1e-5 or more.
+# tests/test_detection.py checks the trained detector in float32 on real images.
+YOLO_TOL = 1e-9   # max |masked - pruned| per output tensor, relative to that tensor's largest value
+
+
+def _yolo(arch: str) -> nn.Module:
+    from autoprune.tasks.detection import DetectionAdapter
+
+    torch.manual_seed(0)
+    model = DetectionAdapter(nc=10, input_size=64).build(arch).double()
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None  # a plain average over the calibration batches
+        model.train()
+        for _ in range(4):
+            model(torch.rand(8, 3, 64, 64, generator=g, dtype=torch.float64))
+        for m in bns:
+            m.weight.copy_(0.5 + torch.rand(m.num_features, generator=g))
+            m.bias.copy_(torch.randn(m.num_features, generator=g))
+        # the Detect branches' last convs: logits of order 1 (of order 1000 otherwise, where the
+        # box-distribution softmax is an argmax and float noise moves a decoded box)
+        head = yolo.detect_head(model)
+        last = [branch[-1] for branch in (*head.cv2, *head.cv3)]
+        spread: dict[nn.Module, float] = {}
+        handles = [c.register_forward_hook(lambda mod, args, out: spread.__setitem__(
+            mod, out.std().item())) for c in last]
+        model.eval()(torch.rand(8, 3, 64, 64, generator=g, dtype=torch.float64))
+        for h in handles:
+            h.remove()
+        for c in last:
+            c.weight.div_(spread[c] / 2)
+    return model.eval()
+
+
+def _head(out) -> dict[str, torch.Tensor]:
+    """The raw outputs of Ultralytics' Detect head in eval mode: decoded boxes + class scores,
+    box-distribution logits and class logits (before NMS)."""
+    y, raw = out
+    return {"decoded": y, "box_logits": raw["boxes"], "class_logits": raw["scores"]}
+
+
+def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item() / max(1.0, b.abs().max().item())
+
+
+def _yolo_setup(arch):
+    from autoprune.tasks.detection import DetectionAdapter
+
+    model = _yolo(arch)
+    adapter = DetectionAdapter(nc=10, input_size=64)
+    example = adapter.example_inputs(model).double()
+    return model, example, PruningGraph(model, example, adapter.ignored_layers(model))
+
+
+@pytest.mark.parametrize("arch", ["yolov8n", "yolo11n"])
+def test_yolo_masked_head_outputs_equal_real_pruning(arch):
+    """Two ratios of a group and the unmasked model in one batched pass: each masked slice gives
+    the head outputs of really pruning those channels, the unmasked slice the unpruned outputs;
+    for a spread of groups (stem, split-free C2f/C3k2 halves and bottlenecks, SPPF, neck, the
+    Detect branches; C2PSA on yolo11n)."""
+    model, _, graph = _yolo_setup(arch)
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    groups = graph.groups[::4]
+    worst, weakest = {}, 1.0
+    with torch.no_grad():
+        ref = _head(model(x))
+        for group in groups:
+            plans = [graph.channels_to_remove(group, r) for r in (0.3, 0.6)]
+            masks = [mask_points(graph, group, idxs) for idxs in plans]
+            assert all(m is not None for m in masks), group.name
+            with BatchedVariants(model, masks + [[]]) as variants:
+                got = []
+                for k in range(3):
+                    variants.select(k)
+                    got.append(_head(model(x)))
+            for key in ref:
+                assert _rel_diff(got[2][key], ref[key]) <= YOLO_TOL, (group.name, key)
+            for idxs, masked in zip(plans, got):
+                with pruned_temporarily(graph, group, idxs):
+                    pruned = _head(model(x))
+                for key in ref:
+                    d = _rel_diff(masked[key], pruned[key])
+                    if d >= worst.get(key, (0.0, ""))[0]:
+                        worst[key] = d, group.name
+                # pruning itself moves the outputs far more than the tolerance: not vacuous
+                weakest = min(weakest, max(_rel_diff(pruned[k], ref[k]) for k in ref))
+    assert all(d <= YOLO_TOL for d, _ in worst.values()), worst
+    assert weakest >= 100 * YOLO_TOL, weakest
+    assert all(not m._forward_hooks for m in model.modules())
+
+
+def _smooth_head_metric(model, batches):
+    """A higher-is-better metric that is a smooth function of the raw head outputs:
+    1 / (1 + |out - ref| / |ref - mean(ref)|) over the box and class logits, averaged over the
+    batches, where ref is ``model``'s output now (so the unpruned model scores 1 exactly)."""
+    def flat(m, x):
+        head = _head(m(x))
+        return torch.cat([head["box_logits"], head["class_logits"]], 1)
+
+    with torch.no_grad():
+        refs = [flat(model.eval(), x) for x in batches]
+    scales = [float((r - r.mean(0)).norm()) for r in refs]
+
+    def fn(m):
+        return sum(1.0 / (1.0 + float((flat(m, x) - r).norm()) / s)
+                   for x, r, s in zip(batches, refs, scales)) / len(batches)
+    return fn
+
+
+def test_yolo_sensitivity_masked_equals_prune_with_a_smooth_metric(tmp_path):
+    """autoprune.sensitivity(evaluation="masked") through its batched-variant path (chunks of 3
+    ratios, prefix cache on) gives the losses of evaluation="prune" on yolov8n, for a metric that
+    is smooth in the raw outputs; every point but the one checked against a real prune is masked."""
+    from autoprune.tasks.yolo import ignored_layers
+
+    model, example, graph = _yolo_setup("yolov8n")
+    names = [g.name for g in graph.groups[::10]]
+    g = torch.Generator().manual_seed(4)
+    batches = [torch.rand(2, 3, 64, 64, generator=g, dtype=torch.float64) for _ in range(2)]
+    ratios = (0.2, 0.4, 0.6, 0.8)
+    out = {}
+    for mode in ("prune", "masked"):
+        path = tmp_path / f"{mode}.json"
+        out[mode] = autoprune.sensitivity(
+            model, example, _smooth_head_metric(model, batches), groups=names,
+            ratios=ratios, ignored_layers=ignored_layers(model), evaluation=mode,
+            batch_variants=3, sensitivities_file=path, progress=False)
+        out[mode + "_extra"] = read_record(path).extra["evaluation"]
+    points = len(names) * len(ratios)
+    assert out["masked_extra"]["points"] == {"masked": points, "pruned": 1, "reused": 0}
+    assert out["masked_extra"]["unmaskable_groups"] == []
+    assert out["prune_extra"]["points"]["masked"] == 0
+    assert _max_diff(out["prune"], out["masked"]) <= 1e-9
+    assert max(loss for pts in out["prune"].values() for loss in pts.values()) > 0.05

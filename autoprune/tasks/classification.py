@@ -10,10 +10,12 @@ import torch
 import torch.nn as nn
 from torch.utils.data import Dataset
 
-from ..data import CachedBatches, check_limits, first_items, make_loader, subset
+from ..arguments import check_numbers
+from ..data import CachedBatches, check_limits, first_items, load_image, make_loader, subset
 from ..datasets import FashionMNIST
 from ..errors import ConfigError
 from ..training import FitConfig, evaluate_topk, pick_device
+from . import torchvision_models
 from .supervised import SupervisedFit
 
 FASHION_MNIST = "fashion-mnist"
@@ -35,8 +37,15 @@ def resolve_arch(name: str) -> str:
                           f"'torchvision/<name>' or a bare name")
     if source in ("", "timm") and timm.is_model(bare):
         return f"timm/{bare}"
-    if source in ("", "torchvision") and bare in torchvision.models.list_models():
+    if source in ("", "torchvision") and bare in torchvision.models.list_models(
+            module=torchvision.models):
+        torchvision_models.check_supported(bare)  # refused by name, before any work
         return f"torchvision/{bare}"
+    if source in ("", "torchvision") and bare in torchvision.models.list_models():
+        raise ConfigError(f"torchvision model {bare!r} is not an image classifier (a detection, "
+                          f"segmentation, video or quantized model): the classification task "
+                          f"takes the names of torchvision.models.list_models(module="
+                          f"torchvision.models)")
     raise ConfigError(f"unknown model name {name!r}: not a timm or torchvision model (e.g. "
                       f"resnet18, mobilenetv3_small_100, efficientnet_b0, mobilenet_v2)")
 
@@ -98,7 +107,8 @@ def build_classifier(arch: str, num_classes: int) -> nn.Module:
         return timm.create_model(name, pretrained=False, num_classes=num_classes)
     import torchvision
 
-    return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    return torchvision_models.make_traceable(model)
 
 
 def _image_folder(path: Path, size: int, train: bool) -> Dataset:
@@ -113,7 +123,7 @@ def _image_folder(path: Path, size: int, train: bool) -> Dataset:
             transforms.Resize(int(round(size / 0.875))), transforms.CenterCrop(size),
             transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
     try:
-        return datasets.ImageFolder(str(path), transform=tf)
+        return datasets.ImageFolder(str(path), transform=tf, loader=load_image)  # names a bad file
     except FileNotFoundError as e:
         raise ConfigError(f"{path} holds no images in class sub-folders ({e}): expected "
                           f"<root>/<class>/<image>.jpg") from None
@@ -194,6 +204,12 @@ class ClassificationAdapter(SupervisedFit):
                  train_limit: int | None = None, eval_limit: int | None = None,
                  data_root: str | None = None, seed: int = 0, progress: bool = True,
                  sync_bn: bool = False):
+        check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size)
+        check_numbers(whole=True, num_workers=num_workers)
+        check_numbers(whole=True, low=2, num_classes=num_classes)
+        check_numbers(lr=lr, above=True)
+        check_numbers(weight_decay=weight_decay, warmup_epochs=warmup_epochs,
+                      label_smoothing=label_smoothing)
         is_fashion = lambda d: isinstance(d, str) and d.lower() == FASHION_MNIST
         fashion = is_fashion(train_data)
         self.input_size = input_size or (32 if fashion or is_fashion(eval_data) else 224)
@@ -228,9 +244,23 @@ class ClassificationAdapter(SupervisedFit):
             raise ConfigError(f"num_classes={num_classes} but the data has {len(found[0])} classes "
                               f"({', '.join(map(str, found[0][:5]))}...): pass "
                               f"num_classes={len(found[0])} or omit it")
-        if num_classes is not None and num_classes < 2:
-            raise ConfigError(f"num_classes={num_classes} must be at least 2")
+        if found and len(found[0]) < 2:
+            raise ConfigError(f"the data has a single class ({found[0][0]!r}): a classifier needs "
+                              f"at least two classes; add a folder of images for each other class")
         return num_classes if num_classes is not None else (len(found[0]) if found else None)
+
+    def check_data(self, model: nn.Module) -> None:
+        """Also refuse labels that are not class indices (a Dataset returning 'cat')."""
+        super().check_data(model)
+        for name, dataset in (("train_data", self.train_set), ("eval_data", self.eval_set)):
+            if dataset is not None and len(dataset):
+                with torch.random.fork_rng(devices=[]):
+                    label = dataset[0][1]
+                if not _is_class_index(label):
+                    raise ConfigError(f"{name} gives labels like {label!r:.30} "
+                                      f"({type(label).__name__}): labels must be integer class "
+                                      f"indices 0 .. num_classes - 1; map each class name to "
+                                      f"its index")
 
     # -- the TaskAdapter protocol ----------------------------------------------------------------
     def build(self, arch: str, num_classes: int | None = None, **_: Any) -> nn.Module:
@@ -246,7 +276,12 @@ class ClassificationAdapter(SupervisedFit):
     def arch_key(self, model: str | nn.Module) -> str | None:
         """``timm/<name>`` or ``torchvision/<name>`` of a model name (ConfigError if unknown) or
         of a timm/torchvision model object (None if unknown)."""
-        return resolve_arch(model) if isinstance(model, str) else arch_of_model(model)
+        if isinstance(model, str):
+            return resolve_arch(model)
+        arch = arch_of_model(model)
+        if arch and arch.startswith("torchvision/"):
+            torchvision_models.check_supported(arch.split("/", 1)[1])
+        return arch
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model whose output size does not match the data's classes."""
@@ -263,7 +298,10 @@ class ClassificationAdapter(SupervisedFit):
         return self.example_inputs(model)
 
     def ignored_layers(self, model: nn.Module) -> list[Any]:
-        return []  # the classifier produces the output, which the core never prunes
+        """Nothing for most models (the classifier produces the output, which the core never
+        prunes); a torchvision ShuffleNetV2 is made traceable and its shuffled convs are kept
+        (:mod:`autoprune.tasks.torchvision_models`)."""
+        return torchvision_models.ignored_layers(torchvision_models.make_traceable(model))
 
     def _eval_indices(self, limit: int) -> list[int]:
         """A subset takes from every class in turn when the labels are known."""
@@ -281,6 +319,16 @@ class ClassificationAdapter(SupervisedFit):
         k = min(5, self.num_classes or 5)
         return evaluate_topk(model, self._eval_batches, device=self.device,
                              topk=(1, k) if k > 1 else (1,))
+
+
+def _is_class_index(label: Any) -> bool:
+    """An int, a numpy integer or a 0-d integer tensor (what cross-entropy takes as a target)."""
+    try:
+        t = torch.as_tensor(label)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    return t.dim() == 0 and not t.is_floating_point() and not t.is_complex() and \
+        t.dtype != torch.bool
 
 
 def _output_classes(model: nn.Module) -> int | None:

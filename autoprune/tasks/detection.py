@@ -16,29 +16,20 @@ import torch
 import torch.nn as nn
 import yaml
 
+from ..arguments import check_numbers
 from ..checkpoint import read_state_dict, save_pruned
+from ..data import check_limits
 from ..distributed import rank_and_world
 from ..errors import CheckpointError, ConfigError
 from ..training import pick_device
 from . import yolo
+from .yolo_names import FAMILIES, canonical_arch, resolve_arch
 
 IMAGE_SUFFIXES = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm",
                   ".heic"}
-_ARCH = re.compile(r"^(yolov8|yolo11)([nsmlx])$")
-FAMILIES = "yolov8n/s/m/l/x, yolo11n/s/m/l/x"
 LABELS_CHECKED = 5000  # label files per split whose class ids are checked up front
 RESERVED = {"model", "data", "epochs", "imgsz", "batch", "device", "workers", "seed", "project",
             "name", "exist_ok", "resume", "pretrained"}  # Ultralytics settings autoprune owns
-
-
-def resolve_arch(name: str) -> str:
-    """Canonical key (``yolov8n``, ``yolo11s``...) of a model name such as ``"yolov8n.yaml"``."""
-    stem = Path(str(name)).name.lower()
-    stem = re.sub(r"\.(ya?ml|pt)$", "", stem)
-    if _ARCH.match(stem):
-        return stem
-    raise ConfigError(f"unknown model name {name!r}: use one of {FAMILIES} (e.g. 'yolov8n.yaml'), "
-                      f"a .pt checkpoint or a YOLO object")
 
 
 def arch_of_model(model: Any) -> str | None:
@@ -52,8 +43,9 @@ def arch_of_model(model: Any) -> str | None:
     stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
     scale = str(cfg.get("scale") or "")
     for candidate in (stem, stem + scale):
-        if _ARCH.match(candidate):
-            return candidate
+        key = canonical_arch(candidate)
+        if key:
+            return key
     return None
 
 
@@ -95,11 +87,66 @@ def label_path(image: Path) -> Path:
     return Path(f"{os.sep}labels{os.sep}".join(parts)).with_suffix(".txt")
 
 
+def check_label_file(path: Path, nc: int) -> None:
+    """Refuse a YOLO label file Ultralytics would misread or drop as corrupt, naming its line:
+    rows are numbers, 'class cx cy w h' or a polygon 'class x1 y1 x2 y2 x3 y3 ...' (not both in
+    one file), class ids 0..nc-1, coordinates fractions of the image in [0, 1] (Ultralytics'
+    tolerance of 0.01 kept)."""
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file: YOLO labels are lines 'class cx cy w h'") \
+            from None
+    kinds = set()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {n} ({line.strip()[:40]!r})"
+        values = line.split()
+        try:
+            c, *coords = [float(v) for v in values]
+        except ValueError:
+            raise ConfigError(f"{where} is not all numbers: each line is 'class cx cy w h', a "
+                              f"class id then coordinates in [0, 1]") from None
+        if len(values) != 5 and (len(values) < 7 or len(values) % 2 == 0):
+            raise ConfigError(f"{where} has {len(values)} values: each line is 'class cx cy w h' "
+                              f"(5 values) or a polygon 'class x1 y1 x2 y2 x3 y3 ...'")
+        kinds.add(len(values) == 5)
+        if len(kinds) > 1:
+            raise ConfigError(f"{where} mixes boxes and polygons in one file: write all the "
+                              f"objects of an image the same way")
+        if not 0 <= c < nc or c != int(c):  # NaN and inf fail the first test
+            raise ConfigError(f"{where} has class id {values[0]} but {nc} classes are named (ids "
+                              f"0..{nc - 1}): fix the label or 'names:' in the data.yaml")
+        if not all(-0.01 <= v <= 1.01 for v in coords):  # NaN fails too
+            raise ConfigError(f"{where} has coordinates outside [0, 1]: YOLO labels give "
+                              f"positions and sizes as fractions of the image width and height")
+
+
+def _class_names(cfg: dict[str, Any], data_yaml: Path) -> dict[int, str]:
+    """``names:`` (a list, or a map of ids 0..N-1) as {id: name}, checked against ``nc:``."""
+    names = cfg["names"]
+    try:
+        names = dict(enumerate(names)) if isinstance(names, (list, tuple)) else \
+            {int(k): str(v) for k, v in names.items()}
+    except (AttributeError, TypeError, ValueError):
+        names = None
+    if not names or sorted(names) != list(range(len(names))):
+        raise ConfigError(f"{data_yaml}: 'names:' must list the class names ([cat, dog]) or map "
+                          f"ids 0..N-1 to them ({{0: cat, 1: dog}})")
+    nc = cfg.get("nc", len(names))
+    if isinstance(nc, bool) or not isinstance(nc, (int, float)) or nc != len(names):
+        raise ConfigError(f"{data_yaml} says nc: {nc!r} but lists {len(names)} names: write "
+                          f"nc: {len(names)} or drop nc")
+    return names
+
+
 def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str, Any]:
     """Load and check a YOLO data.yaml: its class names and the images/labels of train and val.
 
-    Raises a one-line ConfigError for a missing file, missing keys, missing images, an empty label
-    folder or a label whose class id is outside ``names``.
+    Raises a one-line ConfigError for a missing file, missing keys, ``names`` / ``nc`` that are
+    not a class list and its length, missing images, an empty label folder or a malformed label
+    line (checked in the first ``LABELS_CHECKED`` label files of each split).
     """
     data_yaml = Path(path)
     if not data_yaml.is_file():
@@ -112,12 +159,7 @@ def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str
     if not isinstance(cfg, dict) or "names" not in cfg:
         raise ConfigError(f"{data_yaml} has no 'names:' (the class names): add names: {{0: cat, "
                           f"1: dog, ...}}")
-    names = cfg["names"]
-    names = dict(enumerate(names)) if isinstance(names, (list, tuple)) else \
-        {int(k): str(v) for k, v in names.items()}
-    if "nc" in cfg and int(cfg["nc"]) != len(names):
-        raise ConfigError(f"{data_yaml} says nc: {cfg['nc']} but lists {len(names)} names: make "
-                          f"them agree")
+    names = _class_names(cfg, data_yaml)
     root = Path(str(cfg.get("path") or data_yaml.parent)).expanduser()
     if not root.is_absolute() and not root.exists():
         root = data_yaml.parent / root
@@ -136,12 +178,7 @@ def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str
                               f"{labels[0].parent}): each image needs a .txt with one "
                               f"'class cx cy w h' line per object")
         for p in present[:LABELS_CHECKED]:
-            for line in p.read_text().splitlines():
-                if line.strip():
-                    c = int(float(line.split()[0]))
-                    if not 0 <= c < len(names):
-                        raise ConfigError(f"{p} has class id {c} but {data_yaml} names only "
-                                          f"{len(names)} classes: fix the label or 'names:'")
+            check_label_file(p, len(names))
         out[split] = images
     return out
 
@@ -166,19 +203,21 @@ class DetectionAdapter:
                  eval_limit: int | None = None, device: str = "auto", workers: int = 0,
                  train_args: dict[str, Any] | None = None, seed: int = 0,
                  progress: bool = True):
+        check_numbers(whole=True, low=1, input_size=input_size)
+        check_numbers(whole=True, num_workers=workers)
+        check_numbers(low=None, batch_size=batch_size)  # -1 and fractions: Ultralytics' AutoBatch
+        check_limits(eval_limit=eval_limit)
         self.input_size = int(input_size or 640)
         if self.input_size < 32 or self.input_size % 32:
-            raise ConfigError(f"imgsz={self.input_size} must be a multiple of 32 (YOLO's largest "
+            raise ConfigError(f"input_size={self.input_size} must be a multiple of 32 (YOLO's largest "
                               f"stride), at least 32: e.g. 64, 320 or 640")
-        if eval_limit is not None and eval_limit < 1:
-            raise ConfigError(f"eval_limit={eval_limit} must be at least 1 (or None for all)")
         self.device = pick_device(device)
         self.batch_size, self.workers, self.seed, self.progress = batch_size, workers, seed, progress
         self.train_args = dict(train_args or {})
         taken = sorted(set(self.train_args) & RESERVED)
         if taken:
             raise ConfigError(f"train_args may not set {', '.join(taken)}: autoprune sets them "
-                              f"(use epochs=, imgsz=, batch=, device=, workers=, seed=, save_dir=)")
+                              f"(use epochs=, input_size=, batch_size=, device=, num_workers=, seed=, save_dir=)")
         self.eval_limit = eval_limit
         self.data = read_data_yaml(data) if data is not None else None
         self.eval_data = self.data if eval_data is None or (
@@ -207,7 +246,7 @@ class DetectionAdapter:
         if not isinstance(model, (str, os.PathLike)):
             return arch_of_model(model)
         path = Path(model)
-        if path.suffix.lower() == ".pt" and path.is_file() and not _ARCH.match(path.stem.lower()):
+        if path.suffix.lower() == ".pt" and path.is_file() and not canonical_arch(path.stem.lower()):
             from ..checkpoint import read_pruned_metadata
             from ..errors import CheckpointError
 
@@ -334,6 +373,18 @@ class DetectionAdapter:
         print(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/{epochs}",
               flush=True)
         return yolo.resume_training(last, self.progress).trainer
+
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
+        """``model`` as ONNX at ``path`` with Ultralytics' export head: one ``(1, 4 + nc,
+        anchors)`` output (boxes xywh, class scores; NMS is left to the caller)."""
+        from ..checkpoint import export_onnx
+
+        net = copy.deepcopy(model).float().cpu().eval()
+        for m in net.modules():
+            if isinstance(m, yolo.Detect):
+                m.export, m.format = True, "onnx"
+        size = self.input_size
+        return export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version)
 
     def with_eval_limit(self, limit: int) -> "DetectionAdapter":
         """This adapter validating on the first ``limit`` val images (the sensitivity analysis'

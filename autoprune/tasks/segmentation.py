@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from ..arguments import check_numbers
 from ..data import CachedBatches, check_limits, make_loader
 from ..errors import ConfigError
 from ..iou import evaluate_iou
@@ -82,6 +83,13 @@ class SegmentationAdapter(SupervisedFit):
                  num_workers: int = 0, train_limit: int | None = None,
                  eval_limit: int | None = None, data_root: str | None = None, seed: int = 0,
                  progress: bool = True, sync_bn: bool = False):
+        check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size,
+                      in_channels=in_channels)
+        check_numbers(whole=True, num_workers=num_workers)
+        check_numbers(whole=True, low=None, num_classes=num_classes, ignore_index=ignore_index)
+        check_numbers(lr=lr, above=True)
+        check_numbers(weight_decay=weight_decay, warmup_epochs=warmup_epochs,
+                      dice_weight=dice_weight)
         scenes = is_scenes(train_data) or is_scenes(eval_data)
         given = train_data if train_data is not None else eval_data
         if input_size is None and isinstance(given, Dataset):

@@ -4,7 +4,9 @@ Fashion-MNIST scenes. Every item is ``(image float (C, S, S) normalised, mask lo
 Masks hold class indices (PNG, mode L/P/I); ``ignore_index`` (default 255) marks pixels that count
 neither in the loss nor in the IoU. Folder data is checked once, up front, so a bad pair fails with
 one clear line before any training: missing folder, no images, image/mask count mismatch,
-unmatched names, a mask of another size than its image, a class index >= num_classes.
+unmatched names, a mask of another size than its image, a class index >= num_classes, masks
+holding background only, a mask or image header PIL cannot read. An image whose pixels turn out
+damaged (truncated) is named when it is read.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from ..data import first_items
+from ..data import first_items, image_file, load_image
 from ..errors import ConfigError
 
 SCENES = "fashion-scenes"
@@ -85,7 +87,7 @@ class SceneSegmentation(Dataset):
 def _read_mask(path: Path) -> np.ndarray:
     from PIL import Image
 
-    with Image.open(path) as im:
+    with image_file(path), Image.open(path) as im:
         if im.mode not in ("L", "P", "I", "I;16", "1"):
             raise ConfigError(f"mask {path} is a {im.mode} image: masks must be single-channel "
                               f"PNGs of class indices (mode L or P), not colour pictures")
@@ -127,7 +129,7 @@ class ImageMaskFolder(Dataset):
         self.pairs = [(images[s], masks[s]) for s in stems]
         top = -1
         for img_path, mask_path in self.pairs:  # checked once, before any training
-            with Image.open(img_path) as im:
+            with image_file(img_path), Image.open(img_path) as im:
                 img_size = im.size
             mask = _read_mask(mask_path)
             if (mask.shape[1], mask.shape[0]) != img_size:
@@ -143,17 +145,18 @@ class ImageMaskFolder(Dataset):
                     raise ConfigError(f"mask {mask_path} holds class {top} but num_classes="
                                       f"{num_classes}: pass num_classes={top + 1} or mark such "
                                       f"pixels with ignore_index={ignore_index}")
+        if top < 1:  # nothing to learn: often 0/255 masks whose 255 is the ignore_index
+            raise ConfigError(f"the masks in {mask_dir} hold no class but 0 (background; "
+                              f"ignore_index={ignore_index} pixels aside): masks are class "
+                              f"indices 0..N-1, so save a 0/255 mask's foreground as 1")
         self.max_class = top
 
     def __len__(self) -> int:
         return len(self.pairs)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        from PIL import Image
-
         img_path, mask_path = self.pairs[i]
-        with Image.open(img_path) as im:
-            image = torch.from_numpy(np.array(im.convert(self.mode), dtype=np.uint8).copy())
+        image = torch.from_numpy(np.array(load_image(img_path, self.mode), dtype=np.uint8))
         image = image[None] if image.dim() == 2 else image.permute(2, 0, 1)
         mask = torch.from_numpy(_read_mask(mask_path))
         image = F.interpolate(_normalize(image)[None], size=(self.size, self.size),
