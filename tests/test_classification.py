@@ -34,9 +34,13 @@ def _sha(path) -> str:
 
 @pytest.fixture(scope="module")
 def base_ckpt(tmp_path_factory):
-    """A resnet18 trained for one epoch on a Fashion-MNIST subset (plain training, step 1)."""
+    """A resnet18 trained for two epochs on 320 Fashion-MNIST images (plain training, step 1).
+
+    The sensitivities refuse a baseline of 0: one epoch on 160 images (5 steps, warming up) left
+    it at chance (top-1 0.1 on 20 images with some seeds); this way 0.38-0.5 over seeds 0-2."""
     out = tmp_path_factory.mktemp("base")
-    result = cls.train("resnet18", "fashion-mnist", save_dir=out, **SMALL)
+    result = cls.train("resnet18", "fashion-mnist", save_dir=out, warmup_epochs=0,
+                       **{**SMALL, "epochs": 2, "train_limit": 320})
     assert result.report is None and result.baseline_path == out / "best.pt"
     return result.baseline_path
 
@@ -70,9 +74,12 @@ def test_plain_training_writes_loadable_checkpoint(base_ckpt):
 def test_one_call_flow_new_file(tmp_path):
     sens_file = tmp_path / "sens.json"
     r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", ratios=RATIOS,
-                  sensitivities_file=sens_file, eval_metric_loss=0.05, **SMALL)
+                  sensitivities_file=sens_file, pruned_flops=0.3, **SMALL)
+    # a FLOPs target always prunes; a tolerated loss on the top-1 of this one-epoch model (60
+    # images) may keep every group (test_bundled_default_profile_prunes_resnet18 prunes by loss)
     rep = json.loads((tmp_path / "run" / "report.json").read_text())
     assert rep["task"] == "classification" and set(rep) >= {"baseline", "pruned", "flops_reduction"}
+    assert rep["pruned_flops_target"] == 0.3 and rep["eval_metric_loss"] is None
     for key in ("baseline", "pruned"):
         m = rep[key]
         assert set(m) >= {"params", "flops", "size_mb", "metrics", "latency_cpu_ms",
@@ -101,8 +108,11 @@ def test_three_step_flow_existing_file_and_input_untouched(base_ckpt, tmp_path, 
     original = ClassificationAdapter.evaluate
     monkeypatch.setattr(ClassificationAdapter, "evaluate",
                         lambda self, m: calls.append(1) or original(self, m))
+    # a FLOPs target always prunes: whether a group of this one-epoch model stays within a
+    # tolerated top-1 loss on 60 images is luck
     r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", ratios=RATIOS,
-                  pretrain_weights=base_ckpt, sensitivities_file=sens_file, **SMALL)
+                  pretrain_weights=base_ckpt, sensitivities_file=sens_file, pruned_flops=0.3,
+                  **SMALL)
     # existing file: only the 12 missing 0.6 points are measured (+ the baseline, the prefix
     # cache's record and check passes, and the evaluations of retraining and the report)
     sens = autoprune.load_sensitivities(sens_file)
@@ -176,7 +186,10 @@ def test_cli_train_prune_report(base_ckpt, tmp_path, capsys):
     extra = autoprune.read_record(sens).extra
     assert extra["early_stop"] == 0.9 and extra["evaluation"]["mode"] == "prune"
     pruned = tmp_path / "pruned.pt"
-    assert main(["prune", str(base_ckpt), str(sens), str(pruned), "--eval-metric-loss", "0.5"]) == 0
+    # a tolerated loss of 0.99: some group of this one-epoch model is within it (a loss above
+    # 0.99 needs a top-1 of 0 on the 40 images for every group); with 0.5 pruning was luck
+    assert main(["prune", str(base_ckpt), str(sens), str(pruned),
+                 "--eval-metric-loss", "0.99"]) == 0
     assert main(["report", str(base_ckpt), str(pruned), "fashion-mnist", "--limit", "40",
                  "--save-dir", str(tmp_path / "rep")]) == 0
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
@@ -218,7 +231,7 @@ def test_cli_export_onnx_of_a_pruned_checkpoint_matches_torch(base_ckpt, tmp_pat
     got = ReferenceEvaluator(graph).run(None, {"input": x.numpy()})[0]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     assert main(["export", str(pruned), str(pruned)]) == 2  # never over the checkpoint
-    assert "is the input checkpoint" in capsys.readouterr().err
+    assert "is also the input" in capsys.readouterr().err
 
 
 @needs_fmnist
@@ -254,7 +267,8 @@ def test_reload_pruned_in_fresh_process(base_ckpt, tmp_path):
                             progress=False)
     pruned = tmp_path / "pruned.pt"
     from autoprune.pipeline import prune_checkpoint
-    prune_checkpoint(base_ckpt, sens, pruned, eval_metric_loss=0.9)
+    prune_checkpoint(base_ckpt, sens, pruned, pruned_flops=0.3)  # surely pruned (a loss: luck)
+    assert autoprune.read_pruned_metadata(pruned)["plan"]
     x = torch.randn(2, 3, 32, 32)
     torch.save(x, tmp_path / "x.pt")
     expected = cls.load_model(pruned)(x)

@@ -22,7 +22,7 @@ from autoprune.tasks import yolo
 from autoprune.tasks.detection import DetectionAdapter
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = dict(imgsz=64, batch=8, workers=0, progress=False,
+SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
              train_args=dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=1, mosaic=0.0))
 ARCHS = ["yolov8n", "yolov8s", "yolo11n", "yolo11s"]
 
@@ -39,13 +39,18 @@ def _shapes(model: nn.Module) -> dict:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
+def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| relative to b's largest value (at least 1)."""
+    return (a - b).abs().max().item() / max(1.0, b.abs().max().item())
+
+
 @pytest.fixture(scope="module")
 def data_yaml(tmp_path_factory):
     """24 scenes of one large garment; validation runs on the training images, so a model trained
     for a few seconds already scores above 0 (the sensitivities need a non-zero baseline)."""
     root = tmp_path_factory.mktemp("scenes")
     path = write_yolo_dataset(root, train=24, val=4, size=64, seed=0, objects=(1, 1),
-                              scale=(0.6, 0.9))
+                              scale=(0.8, 1.0))
     cfg = yaml.safe_load(path.read_text())
     cfg["val"] = "images/train"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -54,11 +59,18 @@ def data_yaml(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def flow(data_yaml, tmp_path_factory):
-    """The one-call flow with a new sensitivity file: train, measure, prune, retrain, report."""
+    """The one-call flow with a new sensitivity file: train, measure, prune, retrain, report.
+
+    A baseline mAP50-95 of 0 would fail every test using this (a relative loss needs a non-zero
+    baseline), so the pretraining is set for a clear margin: 12 epochs (3 steps each) at lr0=0.005
+    with no warmup (Ultralytics warms up over at least 100 steps, which with warmup_epochs=1 was
+    the whole run, at a fraction of lr0). Baselines measured with seeds 0, 1, 2: 0.050, 0.090,
+    0.063 (the former 6 epochs with warmup, objects at 0.6-0.9: 0.007, 0.010, 0.021)."""
     out = tmp_path_factory.mktemp("flow")
-    result = det.train("yolov8n.yaml", data_yaml, epochs=1, pretrain_epochs=6, save_dir=out / "run",
-                       sensitivities_file=out / "sens.json", ratios=(0.3,), pruned_flops=0.25,
-                       eval_limit=16, **SMALL)
+    train_args = {**SMALL["train_args"], "lr0": 0.005, "warmup_epochs": 0}
+    result = det.train("yolov8n.yaml", data_yaml, epochs=1, pretrain_epochs=12,
+                       save_dir=out / "run", sensitivities_file=out / "sens.json", ratios=(0.3,),
+                       pruned_flops=0.25, eval_limit=16, **{**SMALL, "train_args": train_args})
     return result, out
 
 
@@ -89,9 +101,12 @@ def test_split_free_twins_give_identical_outputs(arch):
     with torch.no_grad():
         y0, raw0 = original(x)
         y1, raw1 = patched(x)
-    assert (y1 - y0).abs().max().item() == 0.0
+    # identical here (max diff 0.0), but two convolutions of the weight halves need not round
+    # like one of the whole on every CPU kernel: float noise is allowed, a wrong split (swapped
+    # halves, BN statistics of the other half) moves the outputs by O(1)
+    assert _rel_diff(y1, y0) <= 1e-5
     for key in ("boxes", "scores"):
-        assert torch.equal(raw0[key], raw1[key])
+        assert _rel_diff(raw1[key], raw0[key]) <= 1e-5
     # the adapter builds patched models, with layer attributes Ultralytics reads
     model = DetectionAdapter(nc=10, input_size=64).build(arch)
     assert yolo.is_patched(model) and all(hasattr(m, "f") and hasattr(m, "i") for m in model.model)
@@ -153,8 +168,9 @@ def test_existing_file_is_reused(flow, data_yaml, tmp_path, monkeypatch):
     monkeypatch.setattr(DetectionAdapter, "evaluate",
                         lambda self, m: calls.append(1) or original(self, m))
     r = det.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path / "run",
-                  sensitivities_file=out / "sens.json", ratios=(0.3,), eval_metric_loss=0.5,
-                  eval_limit=16, **SMALL)
+                  sensitivities_file=out / "sens.json", ratios=(0.3,), pruned_flops=0.2,
+                  eval_limit=16, **SMALL)  # a FLOPs target: a tolerated loss on this barely
+    # trained detector's mAP (baseline ~0.05) would depend on luck
     assert len(calls) <= 3  # baseline + report: no sensitivity point measured again
     assert json.loads((out / "sens.json").read_text())["sensitivities"] == \
         json.loads(before)["sensitivities"]
@@ -360,27 +376,155 @@ def test_load_model_missing_checkpoint_is_clear(tmp_path):
         det.load_model(tmp_path / "nope.pt")
 
 
-def test_masked_variants_through_the_ultralytics_validator_equal_real_pruning(flow, data_yaml,
-                                                                             tmp_path):
-    # what evaluation="auto" does on a GPU, run on the CPU: mAP of masked, batched variants
-    # equals mAP of really pruned models (float noise aside)
+# -- masked sensitivity points on the trained detector ----------------------------------------
+# Masking is compared with real pruning where the quantity is well-conditioned: the Detect head's
+# raw outputs before NMS, and a metric that is smooth in them. mAP50-95 is not: it is a step
+# function of the detections, and on a barely trained detector float noise can move it (see the
+# last test). Measured on the 16 scene images (float32), with the 6-epoch detector these tests
+# trained before: masked vs pruned head outputs differ by <= 3e-7 of their largest value; a mask
+# that zeroes the conv instead of the post-BN output, or the wrong channels, differs by >= 4e-4
+# in every group tried.
+HEAD_TOL = 1e-4     # max |masked - pruned| per head output, relative to that output's largest value
+MAP_NOISE = 1e-3    # max |mAP50-95 masked - mAP50-95 pruned|, absolute (see the last test)
+
+
+def _eval_images(adapter: DetectionAdapter) -> torch.Tensor:
+    """The images the adapter validates on, as the validator feeds them (RGB, 0..1; these scenes
+    are 64 x 64 already, so the letterbox changes nothing)."""
+    import cv2
+    import numpy as np
+
+    images = [cv2.imread(str(p))[..., ::-1] for p in adapter.eval_set]
+    assert all(im.shape == (64, 64, 3) for im in images)
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float().div(255).contiguous()
+
+
+def _head(out) -> dict[str, torch.Tensor]:
+    """Detect's eval outputs before NMS: decoded boxes + class scores, box-distribution logits,
+    class logits."""
+    y, raw = out
+    return {"decoded": y, "box_logits": raw["boxes"], "class_logits": raw["scores"]}
+
+
+@pytest.fixture(scope="module")
+def trained(flow, data_yaml):
+    """The flow's trained baseline, its groups' graph, the adapter and its 16 evaluation images."""
+    from autoprune.groups import PruningGraph
+
     result, _ = flow
-    model = det.load_model(result.baseline_path)
+    model = det.load_model(result.baseline_path).eval()
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, device="cpu",
                                eval_limit=16, progress=False)
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
-    names = [g.name for g in autoprune.prunable_groups(model, example, ignored)][:3]
-    score = lambda m: adapter.evaluate(m)[adapter.metric]
+    return model, adapter, PruningGraph(model, example, ignored), _eval_images(adapter)
+
+
+def test_masked_head_outputs_of_the_trained_detector_equal_real_pruning(trained):
+    """Two ratios of a group and the unmasked model in one batched pass over the real evaluation
+    images: each masked slice gives the head outputs (before NMS) of really pruning those
+    channels, the unmasked slice those of the unpruned model; for every fourth group."""
+    from autoprune.masking import BatchedVariants, mask_points
+    from autoprune.points import pruned_temporarily
+
+    model, _, graph, x = trained
+    worst, moved = (0.0, ""), 0.0
+    with torch.no_grad():
+        ref = _head(model(x))
+        for group in graph.groups[::4]:
+            plans = [graph.channels_to_remove(group, r) for r in (0.3, 0.6)]
+            masks = [mask_points(graph, group, idxs) for idxs in plans]
+            with BatchedVariants(model, masks + [[]]) as variants:
+                got = []
+                for k in range(3):
+                    variants.select(k)
+                    got.append(_head(model(x)))
+            assert max(_rel_diff(got[2][k], ref[k]) for k in ref) <= HEAD_TOL, group.name
+            for idxs, masked in zip(plans, got):
+                with pruned_temporarily(graph, group, idxs):
+                    pruned = _head(model(x))
+                d = max(_rel_diff(masked[k], pruned[k]) for k in ref)
+                worst = max(worst, (d, group.name))
+                moved = max(moved, max(_rel_diff(pruned[k], ref[k]) for k in ref))
+    assert worst[0] <= HEAD_TOL, worst
+    assert moved >= 100 * HEAD_TOL  # pruning moves the outputs far more than the tolerance
+
+
+def test_masked_sensitivity_of_the_trained_detector_equals_real_pruning(trained, tmp_path):
+    """autoprune.sensitivity(evaluation="masked") on the trained detector, with a metric that is
+    smooth in the head's raw outputs on the real images, gives the losses of evaluation="prune";
+    every point but the one checked against a real prune went through the batched variants."""
+    model, adapter, graph, x = trained
+    names = [g.name for g in graph.groups[::12]]
+    batches = list(x.split(8))
+    with torch.no_grad():
+        refs = [_head(model(b)) for b in batches]
+
+    def flat(head):
+        return torch.cat([head["box_logits"], head["class_logits"]], 1)
+
+    def smooth(m):  # 1 / (1 + |out - ref| / |ref - mean(ref)|): the unpruned model scores 1
+        return sum(1.0 / (1.0 + float((flat(_head(m(b))) - flat(r)).norm()) /
+                          float((flat(r) - flat(r).mean(0)).norm()))
+                   for b, r in zip(batches, refs)) / len(batches)
+
+    ratios = (0.3, 0.6)
     out = {}
     for mode in ("prune", "masked"):
         path = tmp_path / f"{mode}.json"
-        out[mode] = autoprune.sensitivity(model, example, score, groups=names, ratios=(0.3, 0.6),
-                                          ignored_layers=ignored, evaluation=mode,
-                                          sensitivities_file=path, progress=False)
-        out[mode + "_points"] = autoprune.read_record(path).extra["evaluation"]["points"]
-    assert out["masked_points"]["masked"] >= 4 and out["prune_points"]["masked"] == 0
-    assert max(abs(out["prune"][n][r] - out["masked"][n][r]) for n in names
-               for r in (0.3, 0.6)) <= 1e-4
+        out[mode] = autoprune.sensitivity(
+            model, adapter.example_inputs(model), smooth, groups=names, ratios=ratios,
+            ignored_layers=adapter.ignored_layers(model), evaluation=mode,
+            sensitivities_file=path, progress=False)
+        out[mode + "_extra"] = autoprune.read_record(path).extra["evaluation"]
+    n = len(names) * len(ratios)
+    assert out["masked_extra"]["points"] == {"masked": n, "pruned": 1, "reused": 0}
+    assert out["masked_extra"]["unmaskable_groups"] == []
+    assert out["prune_extra"]["points"]["masked"] == 0
+    assert max(abs(out["prune"][g][r] - out["masked"][g][r]) for g in names
+               for r in ratios) <= 1e-4
+    assert max(out["prune"][g][r] for g in names for r in ratios) > 0.01  # not vacuous
+
+
+def test_masked_map_through_the_ultralytics_validator_within_nms_noise(trained):
+    """What evaluation="masked" does with this adapter's eval_fn (as on a GPU), run on the CPU:
+    two ratios of a group as batched variants (the second replayed) through Ultralytics'
+    validator, against really pruned models. The tolerance is absolute and stated honestly:
+
+    The two paths do not run the same float operations. The validator works on a deep copy of
+    the model with conv+BN fused; a really pruned model is evaluated that way, but a masked
+    variant is the original, unfused model (the copy keeps the wrapper that routes its forward
+    to the original and its masks). Head outputs agree to ~1e-7 relative either way; mAP50-95
+    does not have to: NMS and AP ranking are step functions, and a barely trained detector has
+    thousands of low-confidence boxes near each other. Measured over all 59 groups x (0.3, 0.6),
+    fused vs unfused mAP: on the 6-epoch detector these tests trained before (baseline ~0.007)
+    116 of 118 points equal, two differ by 1.8e-4 and 3.1e-4 (relative to that baseline: 2.5 %
+    and 4.3 % - why a relative check failed); on this one (baseline 0.050, one CPU thread) all
+    118 equal. MAP_NOISE = 1e-3 absolute (0.1 mAP point) is three times the largest difference
+    seen. It is 2 % of this baseline, while really pruning these groups gives mAPs from 0.030 to
+    0.058; still, this test proves the plumbing (masked variants reach the validator, are replayed
+    per variant and score like real pruning within NMS noise), not masking's precision: the two
+    tests above do."""
+    from autoprune.masking import BatchedVariants, mask_points
+    from autoprune.points import pruned_temporarily
+
+    model, adapter, graph, _ = trained
+    score = lambda m: adapter.evaluate(m)[adapter.metric]
+    baseline = score(model)
+    assert 0 < baseline < 1
+    diffs = []
+    with torch.no_grad():
+        for group in graph.groups[:3]:
+            plans = [graph.channels_to_remove(group, r) for r in (0.3, 0.6)]
+            with BatchedVariants(model, [mask_points(graph, group, i) for i in plans]) as v:
+                masked = []
+                for k in range(2):
+                    v.select(k)
+                    masked.append(score(model))
+            for idxs, m in zip(plans, masked):
+                with pruned_temporarily(graph, group, idxs):
+                    diffs.append(abs(score(model) - m))
+    assert max(diffs) <= MAP_NOISE, diffs
+    assert score(model) == baseline  # the model came back unmasked and unpruned
 
 
 class _RunsCode:

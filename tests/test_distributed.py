@@ -122,8 +122,11 @@ needs_fmnist = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").
 def test_torchrun_cli_two_processes(tmp_path):
     from autoprune import classification as cls
 
-    base = cls.train("resnet18", "fashion-mnist", epochs=1, batch_size=32, train_limit=320,
-                     eval_limit=40, save_dir=tmp_path / "base", progress=False).baseline_path
+    # 2 epochs without warmup: top-1 0.40-0.53 over seeds 0-2, 6-10 of the 12 losses non-zero; 1
+    # epoch left a model at chance (top-1 0.1) with as few as 2 non-zero, close to a vacuous check
+    base = cls.train("resnet18", "fashion-mnist", epochs=2, warmup_epochs=0, batch_size=32,
+                     train_limit=320, eval_limit=40, save_dir=tmp_path / "base",
+                     progress=False).baseline_path
     out = tmp_path / "sens.json"
     _torchrun(["sensitivity", str(base), "fashion-mnist", str(out), "--ratios", "0.5",
                "--limit", "40", "--device", "cpu"])
@@ -201,11 +204,13 @@ def test_torchrun_train_prunes_with_ddp_and_rank0_writes(tmp_path):
 
     from autoprune import classification as cls
 
+    # a FLOPs target always prunes (whether a group of this one-epoch model stays within a
+    # tolerated top-1 loss on 40 images is luck)
     cfg = {"task": "classification", "model": "resnet18", "train_data": "fashion-mnist",
            "epochs": 1, "batch_size": 32, "train_limit": 256, "eval_limit": 40,
            "input_size": 32, "save_dir": str(tmp_path / "run"), "device": "cpu",
            "sensitivities_file": str(tmp_path / "run" / "sens.json"), "ratios": [0.5],
-           "eval_metric_loss": 0.2, "progress": False}
+           "pruned_flops": 0.3, "progress": False}
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     out = _torchrun(["train", str(tmp_path / "cfg.yaml")])
     assert out.count("[autoprune] baseline top1") == 1  # printed by rank 0 only
@@ -213,7 +218,7 @@ def test_torchrun_train_prunes_with_ddp_and_rank0_writes(tmp_path):
     assert out.count("DistributedDataParallel over 2 processes, 16 images per process") == 2
     run = tmp_path / "run"
     report = __import__("json").loads((run / "report.json").read_text())
-    assert report["flops_reduction"] > 0
+    assert report["flops_reduction"] == pytest.approx(0.3, abs=0.02)
     assert report["pruned"]["latency_cpu_ms"] > 0
     pruned = cls.load_model(run / "pruned" / "best.pt")
     assert sum(p.numel() for p in pruned.parameters()) < \
