@@ -100,12 +100,14 @@ def _read(path: str | os.PathLike) -> dict[str, Any]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if first.startswith("Weights only load failed"):  # torch's long advice to unpickle
             first = "it holds pickled Python objects, which are never loaded"
-        raise UnreadableCheckpointError(f"{path} cannot be read as a weights-only checkpoint (corrupt, "
-                              f"truncated or not made by autoprune: {first[:160]})") from None
+        raise UnreadableCheckpointError(f"{path} cannot be read as a weights-only checkpoint "
+                                        f"(corrupt, truncated or not made by autoprune: "
+                                        f"{first[:160]})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise NotAutopruneCheckpointError(f"{path} is not an autoprune pruned checkpoint (no "
-                              f"'format': '{FORMAT}'); for a plain state_dict use "
-                              f"model.load_state_dict(torch.load(path, weights_only=True))")
+                                          f"'format': '{FORMAT}'); for a plain state_dict use "
+                                          f"model.load_state_dict(torch.load(path, "
+                                          f"weights_only=True))")
     version = data.get("version", 0)
     if not _is_int(version):
         raise _damaged(path)

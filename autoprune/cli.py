@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
+from .config_file import load_config
 from .errors import AutopruneError, ConfigError
 
 
@@ -57,37 +58,10 @@ def _convert(args: argparse.Namespace) -> None:
     print(f"wrote {args.output} ({len(sens)} groups) from PaddleSlim pickle {args.input}")
 
 
-# YAML 1.1 (PyYAML) reads 1e-3 as a string; a config means the number, as YAML 1.2 does
-_FLOAT = r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+
-    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"""
-
-
-def _load_config(path: str) -> dict:
-    import re
-
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT, re.X),
-                                 list("-+0123456789."))
-    try:
-        with open(path) as f:
-            cfg = yaml.load(f, Loader=Loader)  # noqa: S506 - a SafeLoader
-    except FileNotFoundError:
-        raise ConfigError(f"no config file at {path}: check the path") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{path} must hold a mapping of settings (task: ..., model: ..., ...)")
-    return cfg
-
-
 def _train(args: argparse.Namespace) -> None:
     import inspect
 
-    cfg = _load_config(args.config)
+    cfg = load_config(args.config)
     task = cfg.pop("task", "classification")
     api = _task_api(task)
     allowed = set(inspect.signature(api.train).parameters)
@@ -188,14 +162,13 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _profiles(args: argparse.Namespace) -> None:
-    from .profiles import available_profiles, profile_dir
+    from .profiles import available_profiles, profile_dir, profiles_in
 
     if args.action == "list":
         from .store import read_record
 
         folder = Path(args.out) if args.out else profile_dir()
-        profiles = available_profiles() if not args.out else \
-            _read_index(folder / "index.json")
+        profiles = profiles_in(folder) if args.out else available_profiles()
         print(f"DEFAULT profiles in {folder}:")
         print(f"  {'task':15s} {'arch key':32s} {'baseline':>16s}  file")
         for task, archs in sorted(profiles.items()):
@@ -218,7 +191,7 @@ def _profiles(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else profile_dir()
     if args.skip_existing:
         key = arch_key_of(args.arch, task)
-        name = _read_index(out / "index.json").get(task, {}).get(key)
+        name = profiles_in(out).get(task, {}).get(key)
         if name and (out / name).is_file():
             print(f"skip {task} {key}: {out / name} exists (drop --skip-existing to rebuild)")
             return
@@ -229,25 +202,15 @@ def _profiles(args: argparse.Namespace) -> None:
     print(f"wrote {path}")
 
 
-def _read_index(path: Path) -> dict:
-    import json
-
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text()).get("profiles", {})
-    except (ValueError, AttributeError, RecursionError):
-        raise ConfigError(f"{path} is not a profile index (JSON with 'profiles')") from None
-
-
 class _VersionAction(argparse.Action):
     """``--version``: autoprune's version and the main packages' (a warning when one differs)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         from .doctor import MAIN_PACKAGES, check_stack, difference_warning, version_text
 
-        print(version_text(__version__))
-        warning = difference_warning(check_stack(MAIN_PACKAGES))
+        checks = check_stack(MAIN_PACKAGES)
+        print(version_text(__version__, checks))
+        warning = difference_warning(checks)
         if warning:
             print(f"autoprune: {warning}", file=sys.stderr)
         parser.exit()
@@ -422,7 +385,7 @@ def _interrupted_message(args: argparse.Namespace) -> str:
                 f"{args.save_dir}; run the same command again to continue")
     if args.command == "train":
         try:
-            cfg = _load_config(args.config)
+            cfg = load_config(args.config)
         except AutopruneError:
             cfg = {}
         save_dir = cfg.get("save_dir", "output") if cfg else "the save_dir of the config"

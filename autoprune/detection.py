@@ -5,7 +5,8 @@ Nothing is downloaded (build from YAML: ``"yolov8n.yaml"``)::
 
     from autoprune import detection as det
     # 1. train
-    base = det.train("yolov8n.yaml", "scenes/data.yaml", epochs=30, input_size=128, save_dir="out/base")
+    base = det.train("yolov8n.yaml", "scenes/data.yaml", epochs=30, input_size=128,
+                     save_dir="out/base")
     # 2. sensitivities of the trained model on (the first 50 images of) the val split
     det.analyze_sensitivity(base.baseline_path, "scenes/data.yaml", "out/sens.json", eval_limit=50)
     # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain
@@ -19,8 +20,8 @@ interrupted run with :func:`resume`); autoprune's weights-only checkpoints are `
 """
 from __future__ import annotations
 
-import copy
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -104,11 +105,10 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
 _ULTRALYTICS_NAMES = {"imgsz": "input_size", "batch": "batch_size", "workers": "num_workers"}
 
 
-def _settings(given: dict[str, Any], old: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+def _settings(given: dict[str, Any], old: dict[str, Any],
+              defaults: dict[str, Any]) -> dict[str, Any]:
     """autoprune's names for input size, batch size and loader workers, from ``given`` (its own
     names) or ``old`` (Ultralytics' ``imgsz``, ``batch``, ``workers``: a DeprecationWarning)."""
-    import warnings
-
     out = dict(given)
     for old_name, value in old.items():
         if value is None:
@@ -117,8 +117,8 @@ def _settings(given: dict[str, Any], old: dict[str, Any], defaults: dict[str, An
         if given.get(new_name) is not None and given[new_name] != value:
             raise ConfigError(f"{old_name}={value} and {new_name}={given[new_name]} name the same "
                               f"setting: pass {new_name}= only")
-        warnings.warn(f"{old_name}= is deprecated: use {new_name}= (autoprune's name in every task)",
-                      DeprecationWarning, stacklevel=3)
+        warnings.warn(f"{old_name}= is deprecated: use {new_name}= (autoprune's name in every "
+                      f"task)", DeprecationWarning, stacklevel=3)
         out[new_name] = value
     return {k: defaults[k] if out.get(k) is None else out[k] for k in defaults}
 
@@ -148,8 +148,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     sensitivities_file: None -> plain training; an existing path -> use it (missing points are
     measured); a new path -> measure and save there (resumable); "DEFAULT" -> the bundled profile.
     Ratios come from ``eval_metric_loss`` (0.05 by default) or ``pruned_flops``, not both. A
-    model that is not trained yet (a YAML name, a module) is trained first for ``pretrain_epochs`` (default
-    ``epochs``), then pruned and retrained for ``epochs``. ``eval_limit`` measures the
+    model that is not trained yet (a YAML name, a module) is trained first for ``pretrain_epochs``
+    (default ``epochs``), then pruned and retrained for ``epochs``. ``eval_limit`` measures the
     sensitivities (and every evaluation) on the first that many val images. ``train_args`` go to
     Ultralytics' trainer as they are (``lr0``, ``optimizer``, ``mosaic``, ``nbs``, ``patience``...).
     Outputs in ``save_dir``: ``baseline/``, ``pruned/`` (each with ``best.pt`` and an

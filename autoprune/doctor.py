@@ -73,17 +73,20 @@ def difference_warning(checks: list[VersionCheck]) -> str | None:
             f"run scripts/setup.sh, or pip install -c <autoprune>/constraints.txt autoprune")
 
 
-def version_text(autoprune_version: str) -> str:
-    """What ``autoprune --version`` prints: autoprune's version and the main packages'."""
-    checks = check_stack(MAIN_PACKAGES[:6])
-    stack = ", ".join(f"{c.name} {c.installed or 'missing'}" for c in checks)
+def version_text(autoprune_version: str, checks: list[VersionCheck]) -> str:
+    """What ``autoprune --version`` prints: autoprune's version and the first six of ``checks``
+    (those of :data:`MAIN_PACKAGES`)."""
+    stack = ", ".join(f"{c.name} {c.installed or 'missing'}" for c in checks[:6])
     return f"autoprune {autoprune_version} ({stack}; Python {platform.python_version()})"
 
 
 def doctor_lines(show_all: bool = False) -> tuple[list[str], list[VersionCheck]]:
     """The table ``autoprune doctor`` prints, and the checks that differ from the tested set."""
     everything = check_stack()
-    shown = everything if show_all else check_stack(MAIN_PACKAGES)
+    by_name = {c.name: c for c in everything}
+    shown = everything if show_all else [by_name.get(n) or VersionCheck(n, None,
+                                                                        installed_version(n))
+                                         for n in MAIN_PACKAGES]
     width = max(len(c.name) for c in shown) + 2
     lines = [f"Python {platform.python_version()} on {platform.machine()} ({platform.system()})",
              "package".ljust(width) + "installed".ljust(16) + "tested"]

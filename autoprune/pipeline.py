@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from .allocate import ratios_by_flops, ratios_by_loss
-from .arguments import (check_save_dir, check_sensitivity_options, check_targets,
+from .arguments import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
                         names_a_missing_file, sens_mode, written_by_run)
 from .checkpoint import (BASE_SHAPES, load_pruned, read_pruned_metadata,
                          save_pruned)
@@ -165,9 +165,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
     continues from its ``train_state.pt``; a finished stage is not trained again."""
     mode = sens_mode(sensitivities_file)
-    for name, value in (("epochs", epochs), ("pretrain_epochs", pretrain_epochs)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{name}={value!r} must be a whole number, at least 1")
+    check_numbers(whole=True, low=1, epochs=epochs, pretrain_epochs=pretrain_epochs)
     if mode != "none":  # every setting of the later steps, before hours of training
         eval_metric_loss = check_targets(eval_metric_loss, pruned_flops)  # 0.05 by default
         check_criterion(criterion)

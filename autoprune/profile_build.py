@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from .arguments import check_numbers
 from .errors import ConfigError
 from .sensitivity import DEFAULT_RATIOS
 from .tasks.yolo_names import canonical_arch
@@ -103,9 +104,8 @@ def _how(key: str, task: str, dataset: str, s: dict[str, Any], ratios: tuple[flo
 def _settings(task: str, given: dict[str, Any]) -> dict[str, Any]:
     s = dict(DEFAULTS[task])
     s.update({k: v for k, v in given.items() if v is not None})
-    for k in ("epochs", "train_images", "val_images", "input_size", "batch_size"):
-        if not isinstance(s[k], int) or s[k] < 1:
-            raise ConfigError(f"{k}={s[k]!r} must be a whole number, at least 1")
+    check_numbers(whole=True, low=1, **{k: s[k] for k in ("epochs", "train_images", "val_images",
+                                                          "input_size", "batch_size")})
     return s
 
 

@@ -40,21 +40,27 @@ def available_profiles() -> dict[str, dict[str, str]]:
     if own and not folder.is_dir():
         raise ConfigError(f"{PROFILE_DIR_ENV}={own} is not a folder: point it at the --out folder "
                           f"of autoprune profiles build, or unset it to use the bundled profiles")
-    index = folder / "index.json"
-    if not index.is_file():
-        return {}
     fix = (f"delete it and build the profiles again with autoprune profiles build --out "
            f"{folder}, or unset {PROFILE_DIR_ENV}") if own else "reinstall autoprune"
-    return _read_index(index, fix).get("profiles", {})
+    return profiles_in(folder, fix)
+
+
+def profiles_in(folder: Path, fix: str = "restore a copy, or delete it and build the profiles "
+                "again") -> dict[str, dict[str, str]]:
+    """``{task: {arch_key: file name}}`` listed in ``folder/index.json`` ({} without an index);
+    a damaged index is a one-line SensitivityFileError ending in ``fix``."""
+    index = Path(folder) / "index.json"
+    return _read_index(index, fix).get("profiles", {}) if index.is_file() else {}
 
 
 def _read_index(path: Path, fix: str) -> dict:
     """The content of a profile index, or a one-line SensitivityFileError ending in ``fix``."""
     try:
         index = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         why = f"{e.msg}: line {e.lineno} column {e.colno}" \
-            if isinstance(e, json.JSONDecodeError) else "binary content"
+            if isinstance(e, json.JSONDecodeError) else "binary content" \
+            if isinstance(e, UnicodeDecodeError) else "nested too deeply"
         raise SensitivityFileError(f"{path} is not a valid profile index (corrupt or truncated: "
                                    f"{why}): {fix}") from None
     profiles = index.get("profiles", {}) if isinstance(index, dict) else None

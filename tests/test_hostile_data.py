@@ -212,7 +212,7 @@ def test_malformed_yolo_labels_are_refused_with_file_and_line(labels, message, t
 
 def test_yolo_polygon_labels_pass(tmp_path):
     """Segment-style rows (class + x y pairs) are what Ultralytics takes: not refused."""
-    from autoprune.tasks.detection import check_label_file
+    from autoprune.tasks.detection_data import check_label_file
 
     path = tmp_path / "0.txt"
     path.write_text("0 0.1 0.1 0.9 0.1 0.5 0.9\n1 0.2 0.2 0.3 0.2 0.3 0.3 0.2 0.3\n\n")

@@ -249,18 +249,14 @@ class ClassificationAdapter(SupervisedFit):
                               f"at least two classes; add a folder of images for each other class")
         return num_classes if num_classes is not None else (len(found[0]) if found else None)
 
-    def check_data(self, model: nn.Module) -> None:
+    def check_item(self, name: str, item: Any, channels: int) -> None:
         """Also refuse labels that are not class indices (a Dataset returning 'cat')."""
-        super().check_data(model)
-        for name, dataset in (("train_data", self.train_set), ("eval_data", self.eval_set)):
-            if dataset is not None and len(dataset):
-                with torch.random.fork_rng(devices=[]):
-                    label = dataset[0][1]
-                if not _is_class_index(label):
-                    raise ConfigError(f"{name} gives labels like {label!r:.30} "
-                                      f"({type(label).__name__}): labels must be integer class "
-                                      f"indices 0 .. num_classes - 1; map each class name to "
-                                      f"its index")
+        super().check_item(name, item, channels)
+        label = item[1]
+        if not _is_class_index(label):
+            raise ConfigError(f"{name} gives labels like {label!r:.30} ({type(label).__name__}): "
+                              f"labels must be integer class indices 0 .. num_classes - 1; map "
+                              f"each class name to its index")
 
     # -- the TaskAdapter protocol ----------------------------------------------------------------
     def build(self, arch: str, num_classes: int | None = None, **_: Any) -> nn.Module:

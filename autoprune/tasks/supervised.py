@@ -8,6 +8,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..arguments import check_numbers
+from ..checkpoint import export_onnx
 from ..data import make_loader, subset
 from ..errors import ConfigError
 from ..training import fit_keep_best
@@ -23,8 +25,7 @@ class SupervisedFit:
         and ``train_state.pt``; ``resume=True`` continues from ``train_state.pt``."""
         if self.train_set is None:
             raise ConfigError("training needs train_data")
-        if epochs < 1:
-            raise ConfigError(f"epochs={epochs} must be at least 1")
+        check_numbers(whole=True, low=1, epochs=epochs)
         loader = make_loader(self.train_set, self.batch_size, shuffle=True,
                              num_workers=self.num_workers, seed=self.seed, drop_last=True,
                              shard=True)  # each torchrun rank reads its share
@@ -35,8 +36,6 @@ class SupervisedFit:
 
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
         """``model`` as ONNX at ``path``, on :meth:`example_inputs` (batch 1)."""
-        from ..checkpoint import export_onnx
-
         return export_onnx(model, self.example_inputs(model), path, opset_version=opset_version)
 
     def with_eval_limit(self, limit: int) -> "SupervisedFit":
@@ -52,16 +51,22 @@ class SupervisedFit:
         return list(range(min(limit, len(self.eval_set))))
 
     def check_data(self, model: nn.Module) -> None:
-        """Refuse images the model cannot take (another channel count, no channel axis) before
-        any time is spent, from the first item of each dataset."""
+        """Refuse data the model cannot take before any time is spent, from the first item of
+        each dataset (:meth:`check_item`)."""
         want = self.example_inputs(model).shape[1]
         for name, dataset in (("train_data", self.train_set), ("eval_data", self.eval_set)):
             if dataset is None or len(dataset) == 0:
                 continue
             with torch.random.fork_rng(devices=[]):  # a random augmentation must not shift training
-                image = dataset[0][0]
-            shape = tuple(image.shape) if hasattr(image, "shape") else None  # tensor or array
-            if shape is None or len(shape) != 3 or shape[0] != want:
-                raise ConfigError(f"{name} gives images of shape {shape or type(image).__name__} "
-                                  f"but the model takes {want}-channel tensors (C, H, W): convert "
-                                  f"the images, or build the model for their channel count")
+                item = dataset[0]
+            self.check_item(name, item, want)
+
+    def check_item(self, name: str, item: Any, channels: int) -> None:
+        """Refuse an ``(image, target)`` item whose image is not a ``channels``-channel (C, H, W)
+        tensor or array; a task adds its own checks of the target."""
+        image = item[0]
+        shape = tuple(image.shape) if hasattr(image, "shape") else None  # tensor or array
+        if shape is None or len(shape) != 3 or shape[0] != channels:
+            raise ConfigError(f"{name} gives images of shape {shape or type(image).__name__} "
+                              f"but the model takes {channels}-channel tensors (C, H, W): convert "
+                              f"the images, or build the model for their channel count")

@@ -121,13 +121,16 @@ def _copy_layer_attrs(src: nn.Module, dst: nn.Module) -> nn.Module:
 
 
 class _SplitCv1(nn.Module):
-    """A block whose ``cv1`` output was split in two halves, now the layers ``cv0`` and ``cv1``."""
+    """A block whose ``cv1`` output was split in two halves, now the layers ``cv0`` and ``cv1``;
+    its other layers (``cv2``, ``m``, ``attn``...) are taken over as they are, in their order."""
 
     def __init__(self, block: nn.Module):
         super().__init__()
         self.c = block.c
         self.cv0, self.cv1 = _split_conv(block.cv1, block.c)
-        self.cv2, self.m = block.cv2, block.m
+        for name, child in block.named_children():
+            if name != "cv1":
+                setattr(self, name, child)
         _copy_layer_attrs(block, self)
 
 
@@ -151,15 +154,8 @@ class C2PSASplitFree(_SplitCv1):
         return self.cv2(torch.cat((self.cv0(x), self.m(self.cv1(x))), 1))
 
 
-class PSASplitFree(nn.Module):
+class PSASplitFree(_SplitCv1):
     """PSA without ``split``: ``cv0`` (passed through) and ``cv1`` (attention + feed-forward)."""
-
-    def __init__(self, block: PSA):
-        super().__init__()
-        self.c = block.c
-        self.cv0, self.cv1 = _split_conv(block.cv1, block.c)
-        self.cv2, self.attn, self.ffn = block.cv2, block.attn, block.ffn
-        _copy_layer_attrs(block, self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b = self.cv1(x)
@@ -168,16 +164,9 @@ class PSASplitFree(nn.Module):
         return self.cv2(torch.cat((self.cv0(x), b), 1))
 
 
-class ELANSplitFree(nn.Module):
+class ELANSplitFree(_SplitCv1):
     """RepNCSPELAN4 / ELAN1 (YOLOv9) without ``chunk``: ``cv0`` and ``cv1`` are the two halves of
     the original ``cv1``; ``y = [cv0(x), cv1(x)]; y += [cv2(y[-1]), cv3(...)]; cv4(cat(y))``."""
-
-    def __init__(self, block: RepNCSPELAN4):
-        super().__init__()
-        self.c = block.c
-        self.cv0, self.cv1 = _split_conv(block.cv1, block.c)
-        self.cv2, self.cv3, self.cv4 = block.cv2, block.cv3, block.cv4
-        _copy_layer_attrs(block, self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = [self.cv0(x), self.cv1(x)]
@@ -374,7 +363,8 @@ def load_ultralytics(path: str | os.PathLike) -> nn.Module:
     return patch_model(model)
 
 
-__all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator", "ELANSplitFree",
+__all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
+           "ELANSplitFree",
            "KeepModuleTrainer", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
            "ignored_layers", "is_patched", "keep_module_trainer", "load_ultralytics", "model_nc",
            "patch_model", "read_ultralytics", "resume_training", "quiet", "setup_offline",

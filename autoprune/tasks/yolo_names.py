@@ -19,8 +19,8 @@ _REFUSED_FAMILIES = {
               "many minutes without finishing; prune yolo11 or yolo26 instead",
     "yolov9c": "its ADown blocks split a layer's input in two, which the pruning graph cannot "
                "follow yet; prune yolov9t/s/m instead",
-    "yolov9e": "its ADown and CBLinear blocks split layers' outputs, which the pruning graph cannot "
-               "follow yet; prune yolov9t/s/m instead",
+    "yolov9e": "its ADown and CBLinear blocks split layers' outputs, which the pruning graph "
+               "cannot follow yet; prune yolov9t/s/m instead",
 }
 _OTHER_TASKS = {"-seg": "instance segmentation", "-pose": "pose estimation",
                 "-obb": "oriented boxes", "-cls": "classification", "-world": "open vocabulary",
