@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from autoprune.profiles import PROFILE_DIR_ENV, find_profile  # noqa: E402
-from autoprune.sensitivity import DEFAULT_RATIOS  # noqa: E402
+from autoprune.flow.defaults import PROFILE_DIR_ENV, find_profile  # noqa: E402
+from autoprune.engine.sensitivity import DEFAULT_RATIOS  # noqa: E402
 
 MODELS = {"classification": "timm/resnet18", "detection": "yolov8n",
           "segmentation": "smp/unet/resnet18"}

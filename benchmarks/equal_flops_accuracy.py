@@ -26,9 +26,9 @@ import torch
 import torch_pruning as tp
 
 from autoprune import classification as cls
-from autoprune.allocate import ratios_by_flops
-from autoprune.measure import count_flops, count_params
-from autoprune.prune import prune
+from autoprune.engine.allocate import ratios_by_flops
+from autoprune.engine.measure import count_flops, count_params
+from autoprune.engine.prune import prune
 
 
 def uniform_ratios(model, example, sens, target, ignored):

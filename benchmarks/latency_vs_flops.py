@@ -24,11 +24,11 @@ import time
 
 import torch
 
-from autoprune.allocate import ratios_by_flops
+from autoprune.engine.allocate import ratios_by_flops
 from autoprune.errors import ConfigError
-from autoprune.groups import prunable_groups
-from autoprune.measure import count_flops, count_params, latency_ms
-from autoprune.prune import prune
+from autoprune.engine.groups import prunable_groups
+from autoprune.engine.measure import count_flops, count_params, latency_ms
+from autoprune.engine.prune import prune
 from autoprune.tasks import get_adapter
 
 # task -> [(model name for the adapter, full-size input, quick input)]

@@ -26,11 +26,11 @@ from torch.utils.data import DataLoader
 
 import autoprune
 from autoprune import classification as cls
-from autoprune.data import CachedBatches
+from autoprune.engine.data import CachedBatches
 from autoprune.datasets.fashion_mnist import _FILES, _load, find_root
-from autoprune.groups import PruningGraph
-from autoprune.sensitivity import relative_loss
-from autoprune.training import evaluate_topk
+from autoprune.engine.groups import PruningGraph
+from autoprune.engine.sensitivity import relative_loss
+from autoprune.flow.training import evaluate_topk
 
 
 def write_image_folder(root: Path, count: int) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from autoprune.sensitivity import DEFAULT_RATIOS  # noqa: E402
+from autoprune.engine.sensitivity import DEFAULT_RATIOS  # noqa: E402
 
 FULL = {"detection": dict(train=256, val=64, size=128, epochs=35, extra=30, batch=16,
                           target={"pruned_flops": 0.4}),

@@ -30,7 +30,7 @@ def sweep_one(name: str, size: int) -> dict:
     import torch
 
     from autoprune import prunable_groups, prune, save_pruned
-    from autoprune.pipeline import load_model
+    from autoprune.flow.checkpoints import load_model
     from autoprune.tasks.classification import ClassificationAdapter
 
     torch.set_num_threads(1)

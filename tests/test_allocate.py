@@ -181,7 +181,7 @@ def test_ratios_by_flops_unknown_group(x1):
 def test_ratios_by_flops_reachability_is_measured_not_predicted(x1):
     # mobilenet_v2 at 32 px: the layer-cost model predicts at most 0.959 with every group at 0.9,
     # a real prune of every group at 0.9 removes 0.976; 0.97 must not be refused as unreachable
-    from autoprune.groups import PruningGraph
+    from autoprune.engine.groups import PruningGraph
 
     model = make_model("mobilenet_v2")
     names = [g.name for g in PruningGraph(model, x1).groups]

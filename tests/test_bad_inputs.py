@@ -17,9 +17,9 @@ from autoprune import classification as cls
 from autoprune import segmentation as seg
 from autoprune.cli import main
 from autoprune.errors import TrainingDivergedError
-from autoprune.pipeline import prune_checkpoint
-from autoprune.tasks import torchvision_models
-from autoprune.training import STATE_FILE
+from autoprune.flow.checkpoints import prune_checkpoint
+from autoprune.tasks.classification import models as torchvision_models
+from autoprune.flow.training import STATE_FILE
 from conftest import RefEval, make_input, make_model
 
 
@@ -121,7 +121,7 @@ def _bad_train_state(tmp_path):
 def _default_for_another_model(tmp_path):
     """The bundled resnet18 profile, as if its groups were measured on another variant."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("autoprune.pipeline.find_profile", lambda task, arch: _sens_file(tmp_path))
+        mp.setattr("autoprune.flow.sensitivities.find_profile", lambda task, arch: _sens_file(tmp_path))
         _cls(tmp_path, sensitivities_file="DEFAULT")
 
 
@@ -344,7 +344,7 @@ def test_later_steps_settings_are_refused_before_training(kw, message, tmp_path)
 def test_segmentation_encoder_defaults_to_resnet18(tmp_path):
     """seg.train("unet") takes its documented default encoder (it asked for one before); the
     run then stops at the next check, epochs=0, having built the model."""
-    from autoprune.tasks.segmentation_models import resolve_arch
+    from autoprune.tasks.segmentation.models import resolve_arch
 
     assert resolve_arch("unet", default_encoder="resnet18") == "smp/unet/resnet18"
     assert resolve_arch("fpn/mobilenet_v2", default_encoder="resnet18") == "smp/fpn/mobilenet_v2"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from autoprune.checkpoint import read_pruned_metadata, read_state_dict
+from autoprune.engine.checkpoint import read_pruned_metadata, read_state_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autoprune.profile_build import build_classification_profile
+from autoprune.profiles.build import build_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(
 
 def test_default_vs_own_classification(tmp_path, monkeypatch, capsys):
     profiles = tmp_path / "profiles"
-    build_classification_profile("resnet18", profiles, epochs=1, train_images=128, val_images=64,
-                                 input_size=32, ratios=(0.5,), progress=False)
+    build_profile("resnet18", profiles, epochs=1, train_images=128, val_images=64,
+                  input_size=32, ratios=(0.5,), progress=False)
     spec = importlib.util.spec_from_file_location("default_vs_own",
                                                   ROOT / "benchmarks" / "default_vs_own.py")
     bench = importlib.util.module_from_spec(spec)

@@ -180,7 +180,7 @@ def test_layers_may_set_only_channel_attributes(resnet_ckpt, tmp_path):
 @pytest.mark.parametrize("umask", [0o022, 0o027])
 def test_checkpoints_are_ordinary_files(umask, tmp_path):
     # mkstemp makes owner-only 0600 files; a checkpoint gets the mode of any new file
-    from autoprune.checkpoint import _atomic_save
+    from autoprune.engine.checkpoint import _atomic_save
 
     model, _ = _pruned("toy")
     old = os.umask(umask)
@@ -266,7 +266,7 @@ def test_module_versions_survive_the_round_trip(tmp_path):
     # torchvision MNASNet raises "version should be set to 1 or 2 instead of None" without them
     import torchvision
     from autoprune import classification as cls
-    from autoprune.checkpoint import read_state_dict
+    from autoprune.engine.checkpoint import read_state_dict
 
     model, x = _mnasnet_checkpoint(tmp_path / "m.pt")
     meta = json.loads(torch.load(tmp_path / "m.pt", weights_only=True)["metadata"])
@@ -311,8 +311,10 @@ def test_tampered_build_metadata_is_named_not_another_architecture(field, change
     ap.save_pruned(model, tmp_path / "m.pt", task="classification", arch="timm/resnet18",
                    build={"num_classes": 10}, input_size=32)
     _tampered(lambda d, m: change(m["user"]))(tmp_path / "bad.pt", (tmp_path / "m.pt").read_bytes())
-    for call in (lambda: cls.load_model(tmp_path / "bad.pt"),
-                 lambda: ap.read_pruned_metadata(tmp_path / "bad.pt")):
+    calls = [lambda: cls.load_model(tmp_path / "bad.pt")]
+    if not field.startswith("build."):  # what a build map holds is its task's to check
+        calls.append(lambda: ap.read_pruned_metadata(tmp_path / "bad.pt"))
+    for call in calls:
         with pytest.raises(ap.CheckpointError) as info:
             call()
         msg = assert_one_line(info)

@@ -158,7 +158,7 @@ def test_default_profile_used_and_mismatch_refused(base_ckpt, tmp_path, monkeypa
                             ratios=(0.5,), eval_limit=40, progress=False)
     (profile_dir / "index.json").write_text(json.dumps(
         {"profiles": {"classification": {"timm/resnet18": "resnet18.json"}}}))
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: profile_dir)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: profile_dir)
     r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", ratios=(0.5,),
                   pretrain_weights=base_ckpt, sensitivities_file="DEFAULT", **SMALL)
     assert r.sensitivities_path == profile_dir / "resnet18.json"
@@ -266,7 +266,7 @@ def test_reload_pruned_in_fresh_process(base_ckpt, tmp_path):
     cls.analyze_sensitivity(base_ckpt, "fashion-mnist", sens, ratios=(0.5,), eval_limit=40,
                             progress=False)
     pruned = tmp_path / "pruned.pt"
-    from autoprune.pipeline import prune_checkpoint
+    from autoprune.flow.checkpoints import prune_checkpoint
     prune_checkpoint(base_ckpt, sens, pruned, pruned_flops=0.3)  # surely pruned (a loss: luck)
     assert autoprune.read_pruned_metadata(pruned)["plan"]
     x = torch.randn(2, 3, 32, 32)
@@ -311,7 +311,7 @@ def test_bad_inputs_one_line(kwargs, match, tmp_path):
 def test_limits_on_an_image_folder_take_every_class(image_folder):
     """An ImageFolder lists its images class by class: train_limit / eval_limit must not keep
     only the first classes."""
-    from autoprune.tasks.classification import ClassificationAdapter, balanced_indices
+    from autoprune.tasks.classification.adapter import ClassificationAdapter, balanced_indices
 
     adapter = ClassificationAdapter(image_folder / "train", image_folder / "val", input_size=32,
                                     train_limit=7, eval_limit=3, progress=False)

@@ -18,7 +18,7 @@ import yaml
 import autoprune
 from autoprune import detection as det
 from autoprune.datasets.scenes import write_yolo_dataset
-from autoprune.tasks import yolo
+from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,7 +187,7 @@ def test_default_without_profile_lists_available(flow, data_yaml, tmp_path, monk
     assert r.report["flops_reduction"] == pytest.approx(0.2, abs=0.02)
     empty = tmp_path / "no_profiles"
     empty.mkdir()
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: empty)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: empty)
     with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile for 'yolov8n'") as e:
         det.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path / "c",
                   sensitivities_file="DEFAULT", **SMALL)
@@ -350,7 +350,7 @@ def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
 
 def test_retraining_under_torchrun_is_refused_in_one_line(data_yaml, tmp_path, monkeypatch):
     """Two ranks would each run Ultralytics into the same folder: refused before training."""
-    from autoprune.tasks import detection as det_adapter
+    from autoprune.tasks.detection import adapter as det_adapter
 
     monkeypatch.setattr(det_adapter, "rank_and_world", lambda: (0, 2))
     with pytest.raises(autoprune.ConfigError, match="without torchrun") as e:
@@ -409,7 +409,7 @@ def _head(out) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def trained(flow, data_yaml):
     """The flow's trained baseline, its groups' graph, the adapter and its 16 evaluation images."""
-    from autoprune.groups import PruningGraph
+    from autoprune.engine.groups import PruningGraph
 
     result, _ = flow
     model = det.load_model(result.baseline_path).eval()
@@ -423,8 +423,8 @@ def test_masked_head_outputs_of_the_trained_detector_equal_real_pruning(trained)
     """Two ratios of a group and the unmasked model in one batched pass over the real evaluation
     images: each masked slice gives the head outputs (before NMS) of really pruning those
     channels, the unmasked slice those of the unpruned model; for every fourth group."""
-    from autoprune.masking import BatchedVariants, mask_points
-    from autoprune.points import pruned_temporarily
+    from autoprune.engine.masking import BatchedVariants, mask_points
+    from autoprune.engine.points import pruned_temporarily
 
     model, _, graph, x = trained
     worst, moved = (0.0, ""), 0.0
@@ -504,8 +504,8 @@ def test_masked_map_through_the_ultralytics_validator_within_nms_noise(trained):
     0.058; still, this test proves the plumbing (masked variants reach the validator, are replayed
     per variant and score like real pruning within NMS noise), not masking's precision: the two
     tests above do."""
-    from autoprune.masking import BatchedVariants, mask_points
-    from autoprune.points import pruned_temporarily
+    from autoprune.engine.masking import BatchedVariants, mask_points
+    from autoprune.engine.points import pruned_temporarily
 
     model, adapter, graph, _ = trained
     score = lambda m: adapter.evaluate(m)[adapter.metric]
@@ -604,7 +604,7 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     assert "resuming" in capsys.readouterr().out and _shapes(resumed) == shapes
     results = tmp_path / "run" / "ultralytics" / "results.csv"
     assert len(results.read_text().strip().splitlines()) == 3  # header + epoch 1 + epoch 2
-    best = autoprune.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
+    best = autoprune.engine.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
     again = adapter.fit(det.load_model(result.pruned_path), 2, tmp_path / "run", meta=meta,
                         resume=True)
     assert "already finished its 2 epochs" in capsys.readouterr().out
@@ -613,5 +613,5 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     (tmp_path / "run" / "best.pt").unlink()  # stopped after Ultralytics, before autoprune wrote
     adapter.fit(det.load_model(result.pruned_path), 2, tmp_path / "run", meta=meta, resume=True)
     assert len(results.read_text().strip().splitlines()) == 3  # still nothing trained
-    rewritten = autoprune.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
+    rewritten = autoprune.engine.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
     assert all(torch.equal(rewritten[k], v) for k, v in best.items())

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 import torchvision
 
 import autoprune
-from autoprune.store import SensitivityRecord, shard_path, write_record
+from autoprune.engine.store import SensitivityRecord, shard_path, write_record
 
 GROUPS = ["conv1", "layer1.0.conv1", "layer2.0.conv2", "layer3.0.conv1", "layer4.1.conv1"]
 RATIOS = (0.3, 0.6)
@@ -57,7 +57,7 @@ def test_two_gloo_ranks_equal_single_process(tmp_path, evaluation):
     merged = autoprune.load_sensitivities(path)
     assert all(abs(merged[n][r] - single[n][r]) <= tolerance for n in single for r in single[n])
     if evaluation == "masked":  # each rank measured whole groups, in batched passes
-        extra = autoprune.store.read_record(path).extra["evaluation"]
+        extra = autoprune.read_record(path).extra["evaluation"]
         assert extra["points"]["masked"] >= 2
     assert not list(tmp_path.glob("sens.json.rank*.json"))  # shards merged and removed
 
@@ -156,8 +156,8 @@ def _tiny_data() -> torch.utils.data.TensorDataset:
 
 
 def _ddp_fit_worker(rank: int, world: int, init_file: str, out: str) -> None:
-    from autoprune.data import make_loader
-    from autoprune.training import FitConfig, fit
+    from autoprune.engine.data import make_loader
+    from autoprune.flow.training import FitConfig, fit
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
@@ -176,7 +176,7 @@ def test_ddp_training_over_two_ranks_equals_one_process_on_the_total_batch(tmp_p
     """2 ranks x batch 8 with averaged gradients = 1 process x batch 16 over the same shuffle."""
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from autoprune.training import FitConfig, fit
+    from autoprune.flow.training import FitConfig, fit
 
     mp.spawn(_ddp_fit_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "out")), nprocs=2,
              join=True)
@@ -228,7 +228,7 @@ def test_torchrun_train_prunes_with_ddp_and_rank0_writes(tmp_path):
 
 
 def test_ddp_batch_smaller_than_world_is_refused(monkeypatch):
-    from autoprune import data
+    from autoprune.engine import data
 
     monkeypatch.setattr(data, "rank_and_world", lambda: (0, 2))
     with pytest.raises(autoprune.ConfigError, match="total over 2 processes: pass at least 2"):
@@ -246,8 +246,8 @@ def _bn_net() -> torch.nn.Module:
 def test_sync_batchnorm_swap_trains_the_original_modules_and_puts_them_back():
     """What the SyncBatchNorm copies learn (weights, running statistics) lands in the original
     BatchNorm modules, which are back in place afterwards: same training as without the swap."""
-    from autoprune.data import make_loader
-    from autoprune.training import FitConfig, fit, use_sync_batchnorm
+    from autoprune.engine.data import make_loader
+    from autoprune.flow.training import FitConfig, fit, use_sync_batchnorm
 
     cfg = FitConfig(epochs=1, lr=0.1, progress=False)
     swapped, plain = _bn_net(), _bn_net()
@@ -264,8 +264,8 @@ def test_sync_batchnorm_swap_trains_the_original_modules_and_puts_them_back():
 
 
 def test_sync_bn_on_cpu_ranks_is_refused_and_ignored_in_one_process(monkeypatch):
-    from autoprune import training
-    from autoprune.data import make_loader
+    from autoprune.flow import training
+    from autoprune.engine.data import make_loader
 
     model = _bn_net()
     loader = make_loader(_tiny_data(), 16, shuffle=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from autoprune import doctor
+from autoprune.cli import doctor
 from autoprune.cli import main
 
 ROOT = Path(__file__).parents[1]

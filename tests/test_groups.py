@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 import autoprune as ap
-from autoprune.groups import PruningGraph, group_fingerprint
+from autoprune.engine.groups import PruningGraph, group_fingerprint
 from conftest import (ALL_MODELS, HEADS, TOY_GROUPS, assert_same_state, make_input, make_model,
                       snapshot)
 

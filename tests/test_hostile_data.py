@@ -65,7 +65,7 @@ def test_error_from_a_loader_worker_stays_one_line(tmp_path):
     without a worker process: a real one takes seconds to shut down after an error.)"""
     from torch.utils.data._utils import ExceptionWrapper
 
-    from autoprune.data import load_image
+    from autoprune.engine.data import load_image
 
     bad = _truncate(_image(tmp_path / "x.jpg", seed=0))
     try:
@@ -212,7 +212,7 @@ def test_malformed_yolo_labels_are_refused_with_file_and_line(labels, message, t
 
 def test_yolo_polygon_labels_pass(tmp_path):
     """Segment-style rows (class + x y pairs) are what Ultralytics takes: not refused."""
-    from autoprune.tasks.detection_data import check_label_file
+    from autoprune.tasks.detection.data import check_label_file
 
     path = tmp_path / "0.txt"
     path.write_text("0 0.1 0.1 0.9 0.1 0.5 0.9\n1 0.2 0.2 0.3 0.2 0.3 0.3 0.2 0.3\n\n")

@@ -6,10 +6,21 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autoprune"
-# the engine: groups, sensitivity and how points are evaluated, allocation, prune, checkpoints,
-# measures, distributed helpers, data helpers; it imports no flow, task, profile or CLI module
-ENGINE = {"allocate", "attributes", "checkpoint", "data", "distributed", "errors", "groups",
-          "masking", "measure", "points", "prefix_cache", "prune", "sensitivity", "store"}
+# the layers, top to bottom: a module may import its own layer and those below it; errors.py is
+# shared by all. tasks.base and tasks.registry are the contract the flow reaches tasks through.
+LAYERS = ("cli", "profiles", "tasks", "flow", "engine")
+CONTRACT = {"autoprune.tasks", "autoprune.tasks.base", "autoprune.tasks.registry"}
+SHARED = {"autoprune", "autoprune.errors", "autoprune.datasets", "autoprune.datasets.scenes",
+          "autoprune.datasets.fashion_mnist", "autoprune.__main__"}
+
+
+def layer(module: str) -> int | None:
+    """The index of ``module``'s layer in :data:`LAYERS` (0 = top); None for shared modules.
+    The task contract sits just below the flow, which reaches tasks through it."""
+    if module in CONTRACT:
+        return LAYERS.index("flow") + 0.5
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
 
 
 def _name(path: Path, package: Path) -> str:
@@ -77,13 +88,43 @@ def test_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_engine_imports_only_the_engine():
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``"a -> b"`` for each import of a module in a layer above the importer's."""
+    return [f"{m} -> {n}" for m, targets in sorted(graph.items()) for n in sorted(targets)
+            if layer(m) is not None and layer(n) is not None and layer(n) < layer(m)]
+
+
+def test_every_module_has_a_layer():
     graph = import_graph()
-    engine = {f"autoprune.{m}" for m in ENGINE}
-    assert engine <= set(graph), sorted(engine - set(graph))
-    for module in sorted(engine):
-        above = sorted(graph[module] - engine)
+    loose = sorted(m for m in graph if layer(m) is None and m not in SHARED)
+    assert not loose, f"modules outside the layers {LAYERS}: {loose}"
+
+
+def test_imports_point_down_only():
+    """cli -> profiles -> tasks -> flow -> engine: no module imports a layer above its own; the
+    engine imports only the engine, the flow no task but the contract."""
+    graph = import_graph()
+    upward = upward_imports(graph)
+    assert not upward, "imports pointing up: " + "; ".join(upward)
+    engine = [m for m in graph if layer(m) == LAYERS.index("engine")]
+    assert len(engine) >= 10
+    for module in engine:
+        above = sorted(n for n in graph[module] if layer(n) != layer(module)
+                       and n != "autoprune.errors")
         assert not above, f"{module} (engine) imports {above}"
+
+
+def test_the_layer_check_catches_an_upward_import():
+    order = ["autoprune.cli.main", "autoprune.profiles.build", "autoprune.tasks.detection.adapter",
+             "autoprune.flow.run", "autoprune.tasks.base", "autoprune.engine.groups"]
+    assert [layer(m) for m in order] == sorted(layer(m) for m in order)
+    assert upward_imports({"autoprune.flow.run": {"autoprune.tasks.base", "autoprune.errors"}}) == []
+    assert upward_imports({"autoprune.engine.prune": {"autoprune.flow.report"},
+                           "autoprune.flow.run": {"autoprune.tasks.detection.adapter"},
+                           "autoprune.tasks.base": {"autoprune.flow.run"}}) == [
+        "autoprune.engine.prune -> autoprune.flow.report",
+        "autoprune.flow.run -> autoprune.tasks.detection.adapter",
+        "autoprune.tasks.base -> autoprune.flow.run"]
 
 
 def test_no_control_flow_on_error_text():
@@ -95,3 +136,14 @@ def test_no_control_flow_on_error_text():
                 offenders.append(f"{path.name}:{number}: {line.strip()}")
     allowed = ("inline_container", "PytorchStreamWriter")  # torch's full-disk RuntimeError
     assert [o for o in offenders if not any(a in o for a in allowed)] == []
+
+
+def test_every_package_ships_in_the_wheel():
+    """pyproject lists the packages explicitly: a new folder left out would be missing from
+    the installed wheel (the editable install of the tests would not notice)."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {_name(p, PACKAGE) for p in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set()

@@ -5,11 +5,11 @@ import torch.nn as nn
 
 import autoprune
 from autoprune.errors import ConfigError
-from autoprune.groups import PruningGraph
-from autoprune.masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
-from autoprune.sensitivity import pruned_temporarily
-from autoprune.store import read_record
-from autoprune.tasks import yolo
+from autoprune.engine.groups import PruningGraph
+from autoprune.engine.masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
+from autoprune.engine.sensitivity import pruned_temporarily
+from autoprune.engine.store import read_record
+from autoprune.tasks.detection import models as yolo
 
 
 class Net(nn.Module):
@@ -342,7 +342,7 @@ def test_yolo_sensitivity_masked_equals_prune_with_a_smooth_metric(tmp_path):
     """autoprune.sensitivity(evaluation="masked") through its batched-variant path (chunks of 3
     ratios, prefix cache on) gives the losses of evaluation="prune" on yolov8n, for a metric that
     is smooth in the raw outputs; every point but the one checked against a real prune is masked."""
-    from autoprune.tasks.yolo import ignored_layers
+    from autoprune.tasks.detection.models import ignored_layers
 
     model, example, graph = _yolo_setup("yolov8n")
     names = [g.name for g in graph.groups[::10]]

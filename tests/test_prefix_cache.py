@@ -3,8 +3,8 @@ import torch
 import torchvision
 
 import autoprune
-from autoprune.prefix_cache import PrefixCache
-from autoprune.training import evaluate_topk
+from autoprune.engine.prefix_cache import PrefixCache
+from autoprune.flow.training import evaluate_topk
 
 
 def _setup(model):

@@ -11,7 +11,7 @@ import torch
 
 import autoprune
 from autoprune.cli import main
-from autoprune.profiles import available_profiles, find_profile, profile_dir, register_profile
+from autoprune.flow.defaults import available_profiles, find_profile, profile_dir, register_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10},
 @pytest.mark.parametrize("task,key", BUNDLED)
 def test_every_bundled_profile_fits_its_architecture_today(task, key):
     # a change to how groups are listed must not leave a bundled profile that no model matches
-    from autoprune.groups import PruningGraph
+    from autoprune.engine.groups import PruningGraph
     from autoprune.tasks import get_adapter
 
     record = autoprune.read_record(find_profile(task, key))
@@ -71,7 +71,7 @@ def test_register_and_list(tmp_path, monkeypatch, capsys):
     index = json.loads((tmp_path / "index.json").read_text())
     assert index["profiles"] == {"classification": {"timm/x": "x.json"},
                                  "detection": {"yolov8n": "y.json"}}
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: tmp_path)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: tmp_path)
     assert main(["profiles", "list"]) == 0
     out = capsys.readouterr().out
     assert "timm/x" in out and "yolov8n" in out
@@ -105,7 +105,7 @@ def test_damaged_index_is_a_one_line_error(kind, tmp_path, monkeypatch, capsys):
         register_profile("classification", "timm/y", "y.json", tmp_path)
     # the bundled folder (no AUTOPRUNE_PROFILE_DIR): reinstalling is the fix
     monkeypatch.delenv("AUTOPRUNE_PROFILE_DIR")
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: tmp_path)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: tmp_path)
     with pytest.raises(autoprune.SensitivityFileError, match="reinstall autoprune") as e:
         available_profiles()
     assert "\n" not in str(e.value)
@@ -175,7 +175,7 @@ needs_fmnist = pytest.mark.skipif(
 
 def _fake_profile(folder, adapter, model, task, key):
     """A profile for ``model`` (its real group fingerprint, made-up losses), registered."""
-    from autoprune.groups import PruningGraph
+    from autoprune.engine.groups import PruningGraph
 
     graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
     sens = {g.name: {0.5: 0.1} for g in graph.groups}
@@ -187,7 +187,8 @@ def _fake_profile(folder, adapter, model, task, key):
 
 
 def test_task_of_a_key():
-    from autoprune.profile_build import arch_key_of, task_of
+    from autoprune.profiles.build import arch_key_of
+    from autoprune.tasks import task_of
 
     cases = {"resnet18": ("classification", "timm/resnet18"),
              "torchvision/mobilenet_v2": ("classification", "torchvision/mobilenet_v2"),
@@ -224,7 +225,7 @@ def test_default_resolves_for_model_objects_and_refuses_others(tmp_path, monkeyp
     import timm
     import torchvision
 
-    from autoprune.pipeline import check_sensitivities_file
+    from autoprune.flow.sensitivities import check_sensitivities_file
     from autoprune.tasks.classification import ClassificationAdapter
     from autoprune.tasks.segmentation import SegmentationAdapter
 
@@ -281,7 +282,7 @@ def test_train_with_a_model_object_and_default_checks_before_training(tmp_path, 
 def test_cli_builds_a_segmentation_profile_and_default_resolves(tmp_path, monkeypatch, capsys):
     import segmentation_models_pytorch as smp
 
-    from autoprune.pipeline import check_sensitivities_file
+    from autoprune.flow.sensitivities import check_sensitivities_file
     from autoprune.tasks.segmentation import SegmentationAdapter
 
     out = tmp_path / "profiles"
@@ -307,7 +308,7 @@ def test_cli_builds_a_segmentation_profile_and_default_resolves(tmp_path, monkey
     listed = capsys.readouterr().out
     assert "smp/unet/resnet18" in listed and "miou" in listed and path.name in listed
     # DEFAULT now resolves for the name and for an smp object
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: out)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: out)
     adapter = SegmentationAdapter(num_classes=11, input_size=32)
     model = smp.Unet("resnet18", encoder_weights=None, classes=11)
     assert check_sensitivities_file(adapter, model, "DEFAULT", adapter.arch_key(model)) == path
@@ -318,9 +319,9 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
     """The builder's plumbing on 8 scenes, 1 epoch: the mAP of such a model is 0, so the
     evaluation is replaced by a made-up non-zero score (the real one is tested in
     test_detection.py)."""
-    from autoprune.pipeline import check_sensitivities_file
-    from autoprune.profile_build import build_detection_profile
-    from autoprune.tasks import yolo
+    from autoprune.flow.sensitivities import check_sensitivities_file
+    from autoprune.profiles.build import build_profile
+    from autoprune.tasks.detection import models as yolo
     from autoprune.tasks.detection import DetectionAdapter
 
     def fake_evaluate(self, model):
@@ -329,9 +330,9 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
 
     monkeypatch.setattr(DetectionAdapter, "evaluate", fake_evaluate)
     out = tmp_path / "profiles"
-    path = build_detection_profile("yolov8n.yaml", out, epochs=1, train_images=8, val_images=4,
-                                   input_size=64, batch_size=8, ratios=(0.5,), progress=False,
-                                   work_dir=tmp_path)
+    path = build_profile("yolov8n.yaml", out, epochs=1, train_images=8, val_images=4,
+                         input_size=64, batch_size=8, ratios=(0.5,), progress=False,
+                         work_dir=tmp_path)
     assert path == out / "detection-yolov8n.json"
     index = json.loads((out / "index.json").read_text())
     assert index["profiles"] == {"detection": {"yolov8n": path.name}}
@@ -342,7 +343,7 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
     assert how["train_args"]["optimizer"] == "AdamW" and how["train_args"]["nbs"] == 8
     assert "weights_sha256" not in record.model and record.extra["date"]
     # DEFAULT resolves for a DetectionModel and a YOLO object of the data's 10 classes ...
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: out)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: out)
     adapter = DetectionAdapter(nc=10, input_size=64)
     with yolo.quiet():
         module = yolo.patch_model(yolo.DetectionModel("yolov8n.yaml", nc=10, verbose=False))
@@ -362,7 +363,7 @@ def test_checkpoint_records_the_arch_only_when_the_key_rebuilds_the_model():
     import timm
     import torch.nn as nn
 
-    from autoprune.pipeline import _rebuilds
+    from autoprune.flow.run import _rebuilds
     from autoprune.tasks import get_adapter
 
     adapter = get_adapter("classification", num_classes=10, input_size=32)

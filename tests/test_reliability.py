@@ -41,7 +41,7 @@ def _run_offline(code: str, tmp_path: Path) -> None:
 @needs_fmnist
 def test_no_socket_during_full_classification_run(tmp_path):
     _run_offline(f"""
-        import autoprune.classification as cls
+        from autoprune import classification as cls
         r = cls.train("mobilenetv3_small_100", "fashion-mnist", epochs=1, batch_size=32,
                       train_limit=64, eval_limit=32, save_dir={str(tmp_path / 'run')!r},
                       sensitivities_file={str(tmp_path / 's.json')!r}, ratios=(0.5,),
@@ -56,7 +56,7 @@ def test_no_socket_during_full_classification_run(tmp_path):
 @needs_fmnist
 def test_same_seed_same_sensitivities_and_architecture(tmp_path):
     from autoprune import classification as cls
-    from autoprune.checkpoint import read_pruned_metadata
+    from autoprune.engine.checkpoint import read_pruned_metadata
 
     runs = []
     for i in range(2):  # a FLOPs target always prunes (a tolerated loss on the top-1 of this
@@ -75,7 +75,7 @@ def test_same_seed_same_sensitivities_and_architecture(tmp_path):
 @needs_fmnist
 def test_no_socket_during_full_segmentation_run(tmp_path):
     _run_offline(f"""
-        import autoprune.segmentation as seg
+        from autoprune import segmentation as seg
         r = seg.train("unet", "resnet18", train_data="fashion-scenes", epochs=1, batch_size=8,
                       input_size=32, train_limit=16, eval_limit=4, save_dir={str(tmp_path / 'run')!r},
                       sensitivities_file={str(tmp_path / 's.json')!r}, ratios=(0.5,),

@@ -11,8 +11,8 @@ from torch.utils.data import Dataset
 import autoprune
 from autoprune import classification as cls
 from autoprune import segmentation as seg
-from autoprune.checkpoint import read_pruned_metadata, read_state_dict
-from autoprune.training import STATE_FILE
+from autoprune.engine.checkpoint import read_pruned_metadata, read_state_dict
+from autoprune.flow.training import STATE_FILE
 
 N, BATCH = 48, 16  # 3 batches per epoch
 
@@ -90,7 +90,7 @@ def test_classification_resume_mid_training_equals_uninterrupted(tmp_path, capsy
 
 def test_finished_run_is_not_trained_again_and_settings_must_match(tmp_path, monkeypatch):
     first = _cls(tmp_path / "run", Images(), epochs=1)
-    monkeypatch.setattr("autoprune.training.fit", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr("autoprune.flow.training.fit", lambda *a, **k: pytest.fail("trained again"))
     again = _cls(tmp_path / "run", Images(), epochs=1, resume=True)
     assert_same_weights(first.model.state_dict(), again.model.state_dict())
     with pytest.raises(autoprune.ConfigError, match="is from a run of 1 epochs x 3 batches, "
@@ -149,7 +149,7 @@ def test_resume_with_loader_workers_equals_uninterrupted(tmp_path, monkeypatch):
     workers are seeded from the restored loader generator, so a run stopped after epoch 1 and
     resumed in a new set of workers draws what the uninterrupted run drew."""
     straight = _cls(tmp_path / "straight", Images(), num_workers=2)
-    from autoprune import training
+    from autoprune.flow import training
 
     real_save, saves = training._atomic_save, []
 

@@ -132,7 +132,7 @@ def test_dice_ce_loss_ignores_pixels():
 
 
 def test_iou_metrics():
-    from autoprune.iou import confusion_matrix, segmentation_metrics
+    from autoprune.tasks.segmentation.metrics import confusion_matrix, segmentation_metrics
 
     target = torch.tensor([[0, 0, 1, 1], [2, 2, 255, 255]])
     pred = torch.tensor([[0, 1, 1, 1], [2, 0, 0, 0]])
@@ -199,7 +199,7 @@ def test_three_step_flow_existing_file(base_ckpt, tmp_path, monkeypatch):
 def test_default_profile_modes(base_ckpt, tmp_path, monkeypatch):
     empty = tmp_path / "no_profiles"
     empty.mkdir()
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: empty)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: empty)
     with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile") as e:
         seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=tmp_path / "a",
                   pretrain_weights=base_ckpt, sensitivities_file="DEFAULT", **SMALL)
@@ -210,7 +210,7 @@ def test_default_profile_modes(base_ckpt, tmp_path, monkeypatch):
                             eval_limit=8, progress=False)
     (profiles / "index.json").write_text(json.dumps(
         {"profiles": {"segmentation": {"smp/unet/resnet18": "unet.json"}}}))
-    monkeypatch.setattr("autoprune.profiles.profile_dir", lambda: profiles)
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: profiles)
     r = seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=tmp_path / "b",
                   ratios=(0.5,), pretrain_weights=base_ckpt, sensitivities_file="DEFAULT",
                   pruned_flops=0.2, **SMALL)  # a tolerated loss of this model's mIoU: luck
@@ -359,7 +359,7 @@ def test_model_with_other_classes_refused(tmp_path):
 
 
 def test_encoder_weight_names_are_refused_not_downloaded(tmp_path):
-    from autoprune.tasks.segmentation_models import build_segmenter
+    from autoprune.tasks.segmentation.models import build_segmenter
     with pytest.raises(autoprune.ConfigError, match="never downloads"):
         build_segmenter("unet/resnet18", 3, encoder_weights="imagenet")
 

@@ -271,8 +271,8 @@ class _Cat(nn.Module):
 
 
 def test_successive_points_through_a_concat_match_fresh_prunes():
-    from autoprune.groups import PruningGraph
-    from autoprune.sensitivity import pruned_temporarily
+    from autoprune.engine.groups import PruningGraph
+    from autoprune.engine.sensitivity import pruned_temporarily
     model = _Cat().eval()
     pristine = copy.deepcopy(model)
     x = torch.randn(2, 3, 8, 8)
@@ -339,7 +339,7 @@ def test_ratios_removing_the_same_channels_are_evaluated_once(evaluation):
 @pytest.mark.parametrize("differs", ["nothing", "fingerprint", "criterion", "higher_is_better",
                                      "weights", "eval_images"])
 def test_shard_left_by_another_analysis_is_refused_before_merging(toy, x, tmp_path, differs):
-    from autoprune.store import SensitivityRecord, read_record, shard_path, write_record
+    from autoprune.engine.store import SensitivityRecord, read_record, shard_path, write_record
 
     path = tmp_path / "s.json"
     extra = {"eval_images": 10}

@@ -40,7 +40,7 @@ from torchvision.models import convnext, densenet, efficientnet, maxvit, swin_tr
 
 import autoprune as ap
 from autoprune import classification as cls
-from autoprune.tasks import torchvision_models
+from autoprune.tasks.classification import models as torchvision_models
 from autoprune.tasks.classification import ClassificationAdapter
 from conftest import assert_one_line
 

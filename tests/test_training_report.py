@@ -6,8 +6,8 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from autoprune.report import to_console, to_csv, to_markdown, write_reports
-from autoprune.training import FitConfig, evaluate_topk, fit, warmup_cosine
+from autoprune.flow.report import to_console, to_csv, to_markdown, write_reports
+from autoprune.flow.training import FitConfig, evaluate_topk, fit, warmup_cosine
 
 
 def _separable_data(n=256, seed=0):

@@ -13,9 +13,9 @@ import torch
 import autoprune
 from autoprune import detection as det
 from autoprune.datasets.scenes import write_yolo_dataset
-from autoprune.tasks import yolo
+from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
-from autoprune.tasks.yolo_names import YOLO_FAMILIES, resolve_arch
+from autoprune.tasks.detection.names import YOLO_FAMILIES, resolve_arch
 
 
 def _two_smallest(family: str, scales: str) -> list[str]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
+from PIL import Image
 
 from ..errors import ConfigError
 from .fashion_mnist import CLASSES, _FILES, _load, find_root
@@ -98,8 +100,6 @@ def make_scenes(count: int, *, size: int = 128, seed: int = 0, split: str = "tra
 
 
 def _save_png(array: np.ndarray, path: Path) -> None:
-    from PIL import Image
-
     Image.fromarray(array).save(path)
 
 
@@ -108,8 +108,6 @@ def write_yolo_dataset(root: str | os.PathLike, *, train: int = 64, val: int = 1
                        scale: tuple[float, float] = (0.25, 0.5),
                        data_root: str | os.PathLike | None = None) -> Path:
     """Write a YOLO detection set (``images/``, ``labels/``, ``data.yaml``); returns data.yaml."""
-    import yaml
-
     root = Path(root)
     for split, count, offset, source in (("train", train, 0, "train"), ("val", val, 1, "test")):
         (root / "images" / split).mkdir(parents=True, exist_ok=True)

@@ -1,62 +1,101 @@
-"""The one small protocol every task adapter implements, and what a pipeline run returns.
+"""The contract between the task-agnostic flow (``autoprune.flow``) and a task.
 
-The pipeline (``autoprune.pipeline``) is task-agnostic: it only calls these methods. An adapter
-is the one place that knows about timm/torchvision, Ultralytics or segmentation-models-pytorch.
+A task adapter subclasses :class:`TaskAdapter` and implements every abstract member; the flow
+calls nothing else. The adapter is the one place that knows about timm/torchvision, Ultralytics
+or segmentation-models-pytorch. It holds the task's data and training settings.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+import torch
 import torch.nn as nn
 
 
-class TaskAdapter(Protocol):
-    """What the pipeline needs from a task. An adapter holds its data and training settings."""
+class TaskAdapter(ABC):
+    """What the flow needs from a task. Subclasses set the class attributes and, in their
+    constructor, ``input_size``, ``device`` and ``eval_set``."""
 
-    task: str               # "classification", "detection", "segmentation"
+    task: str               # the registered name: "classification", "detection", ...
     metric: str             # the metric sensitivities are measured with, e.g. "top1"
-    higher_is_better: bool
+    higher_is_better: bool  # False for a loss-like metric
+    input_size: int | None  # the pixel size the model is trained, timed and exported at
+    device: torch.device    # where the model is trained and evaluated
+    eval_set: Any           # the evaluation items (``len()`` is recorded); None without eval data
 
+    # --- the model -------------------------------------------------------------------------
+    @abstractmethod
     def arch_key(self, model: str | nn.Module) -> str | None:
         """The canonical architecture key (``timm/resnet18``, ``yolov8n``, ``smp/unet/resnet18``)
-        of what the user passed: a model name (a ConfigError when unknown) or a model object — a
-        timm/torchvision model, a YOLO object or DetectionModel, an smp model — (None when its
-        architecture cannot be told). The key picks the DEFAULT profile; the profile's group
-        fingerprint then refuses a model of another width or with patched layers."""
+        of what the user passed: a model name (a ConfigError when unknown) or a model object
+        (None when its architecture cannot be told). The key picks the DEFAULT profile; the
+        profile's group fingerprint then refuses a model of another width or patched layers."""
 
+    @abstractmethod
     def build(self, arch: str, **build_kwargs: Any) -> nn.Module:
         """A fresh, untrained model of architecture ``arch``."""
 
+    @abstractmethod
     def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
         """What ``build`` needs to rebuild ``model``'s architecture (saved in checkpoints)."""
 
+    @classmethod
+    def check_build_kwargs(cls, build: dict[str, Any]) -> str | None:
+        """Why the ``build`` map read from a checkpoint cannot be rebuilt from (naming the
+        field), or None. The default refuses class and channel counts that are not positive
+        whole numbers."""
+        for key in ("num_classes", "nc", "in_channels"):
+            value = build.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                return f"metadata field 'build.{key}' is {value!r:.40}, not a positive whole number"
+        return None
+
+    @abstractmethod
     def check_model(self, model: nn.Module) -> None:
         """Raise a ConfigError if ``model`` does not fit the data (e.g. number of classes)."""
 
+    def check_data(self, model: nn.Module) -> None:
+        """Raise a ConfigError if the data cannot feed ``model`` (read before any training);
+        the default checks nothing."""
+
+    @abstractmethod
     def example_inputs(self, model: nn.Module) -> Any:
         """One batch the model accepts (used to trace the graph and count FLOPs)."""
 
-    def ignored_layers(self, model: nn.Module) -> list[Any]:
-        """Modules (or names) whose output channels must never be pruned."""
-
-    def fit(self, model: nn.Module, epochs: int, save_dir: Path) -> nn.Module:
-        """Train ``model`` for ``epochs`` and return the best model (also saved in ``save_dir``)."""
-
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Metrics of ``model`` on the evaluation data; includes ``self.metric``."""
-
+    @abstractmethod
     def timing_inputs(self, model: nn.Module) -> Any:
         """The batch latency is measured on."""
 
-    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
-        """Export ``model`` to ONNX at ``path`` in the form the task deploys (batch 1, the
-        adapter's input size; detection: Ultralytics' export head)."""
+    @abstractmethod
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        """Modules (or names) whose output channels must never be pruned."""
 
+    # --- training and evaluation ----------------------------------------------------------
+    @abstractmethod
+    def fit(self, model: nn.Module, epochs: int, save_dir: Path, *,
+            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
+        """Train ``model`` for ``epochs`` and return the best model, saved as
+        ``save_dir/best.pt`` with ``meta`` (an autoprune checkpoint); ``resume=True`` continues
+        an interrupted run of the same call."""
+
+    @abstractmethod
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Metrics of ``model`` on the evaluation data; includes ``self.metric``."""
+
+    @abstractmethod
     def with_eval_limit(self, limit: int) -> "TaskAdapter":
         """A copy of this adapter that evaluates on ``limit`` of its evaluation items (the
         analysis' ``sensitivity_options={"eval_images": N}``); training data are shared."""
+
+    # --- deployment -----------------------------------------------------------------------
+    @abstractmethod
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
+        """Export ``model`` to ONNX at ``path`` in the form the task deploys (batch 1, the
+        adapter's input size; detection: Ultralytics' export head)."""
 
 
 @dataclass

@@ -8,14 +8,15 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..arguments import check_numbers
-from ..checkpoint import export_onnx
-from ..data import make_loader, subset
+from ..flow.options import check_numbers
+from ..engine.checkpoint import export_onnx
+from ..engine.data import make_loader, subset
 from ..errors import ConfigError
-from ..training import fit_keep_best
+from ..flow.training import fit_keep_best
+from .base import TaskAdapter
 
 
-class SupervisedFit:
+class SupervisedFit(TaskAdapter):
     """``fit`` for adapters with ``train_set``, ``eval_set``, ``cfg``, ``batch_size``,
     ``num_workers``, ``seed``, ``device``, ``metric`` and, optionally, a ``loss`` callable."""
 

@@ -1,0 +1,184 @@
+"""What each ``autoprune`` subcommand does (the parser is in :mod:`autoprune.cli.main`)."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+
+from .. import __version__
+from ..engine.distributed import init_from_env, rank_and_world
+from ..engine.sensitivity import DEFAULT_RATIOS
+from ..engine.paddleslim import import_paddleslim
+from ..engine.store import (check_output, merge_sensitivities, read_record,
+                            save_sensitivities)
+from ..errors import AutopruneError, ConfigError
+from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_checkpoint,
+                                prune_checkpoint)
+from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
+from ..profiles.build import arch_key_of, build_profile
+from ..tasks.registry import TASKS, get_task, task_of
+from .config_file import load_config
+from .demo import run_demo
+from .doctor import difference_warning, doctor_lines
+
+
+def demo(args: argparse.Namespace) -> None:
+    init_from_env()  # under torchrun: DDP training, the analysis shared out
+    run_demo(args.save_dir, arch=args.arch, epochs=args.epochs,
+             pretrain_epochs=args.pretrain_epochs, train_images=args.train_images,
+             val_images=args.val_images, size=args.size, eval_metric_loss=args.eval_metric_loss,
+             seed=args.seed, device=args.device)
+
+
+def show(args: argparse.Namespace) -> None:
+    rec = read_record(args.file)
+    print(f"arch: {rec.model.get('arch')}  fingerprint: {rec.model.get('fingerprint')}  "
+          f"criterion: {rec.criterion}")
+    print(f"metric: {rec.metric.get('name')}  baseline: {rec.metric.get('baseline')}  "
+          f"higher_is_better: {rec.metric.get('higher_is_better')}")
+    ratios = sorted({r for pts in rec.sensitivities.values() for r in pts})
+    print("group".ljust(32) + "".join(f"{r:>8.2f}" for r in ratios))
+    for group, pts in rec.sensitivities.items():
+        cells = "".join(f"{pts[r]:>8.4f}" if r in pts else f"{'-':>8}" for r in ratios)
+        print(group[:31].ljust(32) + cells)
+
+
+def merge(args: argparse.Namespace) -> None:
+    check_output(args.output, args.inputs, "a sensitivity file", args.overwrite)
+    first = read_record(args.inputs[0])
+    merged = merge_sensitivities(args.inputs)
+    save_sensitivities(merged, args.output, **first.model, criterion=first.criterion,
+                       metric_name=first.metric.get("name"), baseline=first.metric.get("baseline"),
+                       higher_is_better=first.metric.get("higher_is_better", True))
+    print(f"merged {len(args.inputs)} files into {args.output} ({len(merged)} groups)")
+
+
+def convert(args: argparse.Namespace) -> None:
+    check_output(args.output, [args.input], "a sensitivity file", args.overwrite)
+    sens = import_paddleslim(args.input, allow_pickle=args.allow_pickle)
+    save_sensitivities(sens, args.output, arch=args.arch, source="paddleslim")
+    print(f"wrote {args.output} ({len(sens)} groups) from PaddleSlim pickle {args.input}")
+
+
+def train(args: argparse.Namespace) -> None:
+    cfg = load_config(args.config)
+    task = get_task(cfg.pop("task", "classification"))
+    api = task.api()
+    allowed = set(inspect.signature(api.train).parameters)
+    unknown = sorted(set(cfg) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {args.config}; "
+                          f"{task.name} takes: {', '.join(sorted(allowed))}")
+    data_key = "train_data" if "train_data" in cfg else task.data_key
+    for key in ("model", data_key):
+        if key not in cfg:
+            raise ConfigError(f"{args.config} lacks '{key}:' (e.g. {task.config_example})")
+    init_from_env()  # under torchrun: DDP training, the sensitivity points shared out
+    api.train(**cfg)
+
+
+def _ratios(text: str | None):
+    if not text:
+        return DEFAULT_RATIOS
+    try:
+        return tuple(float(r) for r in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--ratios {text!r} must be comma-separated numbers such as "
+                          f"0.1,0.3,0.5") from None
+
+
+def sensitivity(args: argparse.Namespace) -> None:
+    check_output(args.output, [args.checkpoint, args.data], "a sensitivity file", None)
+    init_from_env()  # under torchrun: the points are shared out over the ranks
+    task = args.task
+    if args.task is None and Path(args.checkpoint).is_file():
+
+        task = checkpoint_meta(args.checkpoint).get("task")
+    api = get_task(task or "classification").api()
+    sens = api.analyze_sensitivity(args.checkpoint, args.data, args.output,
+                                   ratios=_ratios(args.ratios), criterion=args.criterion,
+                                   eval_limit=args.limit, device=args.device,
+                                   sensitivity_options={"early_stop": args.early_stop,
+                                                        "evaluation": args.evaluation,
+                                                        "batch_variants": args.batch_variants})
+    if rank_and_world()[0] == 0:
+        print(f"wrote {args.output}: {len(sens)} groups")
+
+
+def prune(args: argparse.Namespace) -> None:
+    inputs = [args.checkpoint] + ([] if args.sensitivities.upper() == DEFAULT else
+                                  [args.sensitivities])
+    check_output(args.output, inputs, "a checkpoint", args.overwrite)
+    out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
+                           eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
+                           criterion=args.criterion, round_to=args.round_to,
+                           overwrite=args.overwrite)
+    print(f"wrote {args.output}: FLOPs -{out.flops_reduction:.1%}, params "
+          f"-{out.params_reduction:.1%} (not retrained: run `autoprune train` with "
+          f"pretrain_weights to fine-tune)")
+
+
+def export(args: argparse.Namespace) -> None:
+    check_output(args.output, [args.checkpoint], "an ONNX model", args.overwrite)
+    out = export_checkpoint(args.checkpoint, args.output, input_size=args.size,
+                            opset_version=args.opset, overwrite=args.overwrite)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+
+
+def report(args: argparse.Namespace) -> None:
+    compared = compare_checkpoints(args.baseline, args.pruned, args.data,
+                                   save_dir=args.save_dir, eval_limit=args.limit,
+                                   device=args.device)
+    print(f"report written to {args.save_dir}/report.json, report.md, report.csv "
+          f"(FLOPs -{compared['flops_reduction']:.1%})")
+
+
+def profiles(args: argparse.Namespace) -> None:
+    if args.action == "list":
+        folder = Path(args.out) if args.out else profile_dir()
+        listed = profiles_in(folder) if args.out else available_profiles()
+        print(f"DEFAULT profiles in {folder}:")
+        print(f"  {'task':15s} {'arch key':32s} {'baseline':>16s}  file")
+        tasks = list(TASKS) + sorted(set(listed) - set(TASKS))  # registered tasks first
+        for task in tasks:
+            for key, name in sorted(listed.get(task, {}).items()):
+                try:
+                    metric = read_record(folder / name).metric
+                    base = f"{metric.get('name')} {float(metric.get('baseline')):.3f}"
+                except (AutopruneError, OSError, TypeError, ValueError):
+                    base = "(unreadable)"
+                print(f"  {task:15s} {key:32s} {base:>16s}  {name}")
+        if not any(listed.values()):
+            print("  (none)")
+        return
+    if not args.arch:
+        examples = "; ".join(f"{t.name}: {t.arch_help}" for t in TASKS.values())
+        raise ConfigError(f"profiles build needs --arch ({examples})")
+    task = args.task or task_of(args.arch)
+    out = Path(args.out) if args.out else profile_dir()
+    if args.skip_existing:
+        key = arch_key_of(args.arch, task)
+        name = profiles_in(out).get(task, {}).get(key)
+        if name and (out / name).is_file():
+            print(f"skip {task} {key}: {out / name} exists (drop --skip-existing to rebuild)")
+            return
+    path = build_profile(args.arch, out, task=task, epochs=args.epochs,
+                         train_images=args.train_images, val_images=args.val_images,
+                         input_size=args.size, batch_size=args.batch, ratios=_ratios(args.ratios),
+                         device=args.device, seed=args.seed)
+    print(f"wrote {path}")
+
+
+def doctor(args: argparse.Namespace) -> None:
+    lines, differing = doctor_lines(show_all=args.all)
+    if not args.quiet:
+        print(f"autoprune {__version__}")
+        print("\n".join(lines))
+    warning = difference_warning(differing)
+    if warning:
+        print(f"autoprune: {warning}", file=sys.stderr)
+        if args.strict:
+            raise SystemExit(1)
+    elif not args.quiet:
+        print("every tested package is at its tested version")

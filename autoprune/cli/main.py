@@ -1,0 +1,214 @@
+"""The ``autoprune`` command line: its parser and entry point. Errors of bad input are printed as
+one line (exit code 2)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .. import __version__
+from ..errors import AutopruneError
+from ..tasks.registry import TASKS
+from . import commands
+from .config_file import load_config
+from .doctor import MAIN_PACKAGES, check_stack, difference_warning, version_text
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: autoprune's version and the main packages' (a warning when one differs)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        checks = check_stack(MAIN_PACKAGES)
+        print(version_text(__version__, checks))
+        warning = difference_warning(checks)
+        if warning:
+            print(f"autoprune: {warning}", file=sys.stderr)
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``autoprune`` command."""
+    p = argparse.ArgumentParser(prog="autoprune", description="Sensitivity-driven structured "
+                                "channel pruning for PyTorch CNNs.")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="print autoprune's version and its main packages', then exit")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    dr = sub.add_parser("doctor", help="compare the installed packages with the tested versions "
+                        "(autoprune/constraints.txt)")
+    dr.add_argument("--all", action="store_true", help="list every tested package, not only the "
+                    "main ones")
+    dr.add_argument("--strict", action="store_true", help="exit with code 1 when a tested "
+                    "package differs (what scripts/setup.sh checks)")
+    dr.add_argument("--quiet", action="store_true", help="print only what differs")
+    dr.set_defaults(func=commands.doctor)
+
+    d = sub.add_parser("demo", help="the one-call flow on Fashion-MNIST: train, analyse, prune "
+                       "and retrain a model (CPU, a few minutes) and print the before/after table")
+    d.add_argument("--save-dir", default="runs/demo", help="output folder (default: runs/demo)")
+    d.add_argument("--arch", default="resnet18", help="timm or torchvision model name "
+                   "(default: resnet18)")
+    d.add_argument("--pretrain-epochs", type=int, default=3,
+                   help="epochs of the base model (default: 3)")
+    d.add_argument("--epochs", type=int, default=2, help="epochs after pruning (default: 2)")
+    d.add_argument("--train-images", type=int, default=12000, help="training subset (default: 12000)")
+    d.add_argument("--val-images", type=int, default=1000, help="validation subset (default: 1000)")
+    d.add_argument("--size", type=int, default=32, help="input size in pixels (default: 32)")
+    d.add_argument("--eval-metric-loss", type=float, default=0.05,
+                   help="tolerated relative top-1 loss per group (default: 0.05)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    d.set_defaults(func=commands.demo)
+
+    t = sub.add_parser("train", help="train (and prune, when sensitivities_file is set) from a "
+                       "YAML config: task, model, train_data, eval_data, epochs, save_dir, "
+                       "sensitivities_file, eval_metric_loss or pruned_flops, ...")
+    t.add_argument("config", help="YAML file; keys are the arguments of autoprune.<task>.train")
+    t.set_defaults(func=commands.train)
+
+    se = sub.add_parser("sensitivity", help="measure the sensitivities of a trained checkpoint "
+                        "on validation data (resumable; `torchrun --nproc_per_node N -m autoprune "
+                        "sensitivity ...` shares the points over N processes/GPUs)")
+    se.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
+    se.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
+    se.add_argument("output", help="sensitivity file to write or complete (JSON)")
+    se.add_argument("--task", choices=tuple(TASKS), help="the checkpoint's task (default: read "
+                    "from the checkpoint)")
+    se.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
+    se.add_argument("--criterion", default="l1_norm", help="l1_norm, l2_norm, fpgm or bn_scale")
+    se.add_argument("--limit", type=int, help="use only this many validation images")
+    se.add_argument("--device", default="auto")
+    se.add_argument("--early-stop", type=float, help="skip a group's larger ratios once its loss "
+                    "passes this (off by default; recorded in the file)")
+    se.add_argument("--evaluation", default="auto", choices=("auto", "masked", "prune"),
+                    help="masked = batched masked variants (checked against real pruning); auto "
+                    "= masked on a GPU, prune on a CPU")
+    se.add_argument("--batch-variants", type=int, default=8,
+                    help="ratios of one group per forward pass with masked variants (default 8)")
+    se.set_defaults(func=commands.sensitivity)
+
+    pr = sub.add_parser("prune", help="prune a checkpoint with a sensitivity file (no retraining)")
+    pr.add_argument("checkpoint")
+    pr.add_argument("sensitivities", help="a sensitivity file, or DEFAULT")
+    pr.add_argument("output", help="where to write the pruned checkpoint")
+    target = pr.add_mutually_exclusive_group()
+    target.add_argument("--eval-metric-loss", type=float,
+                        help="tolerated relative loss per group (default 0.05)")
+    target.add_argument("--pruned-flops", type=float, help="fraction of FLOPs to remove instead")
+    pr.add_argument("--criterion", default="l1_norm")
+    pr.add_argument("--round-to", type=int, help="keep multiples of this many channels")
+    _overwrite_option(pr)
+    pr.set_defaults(func=commands.prune)
+
+    ex = sub.add_parser("export", help="export a checkpoint (pruned or not) to ONNX")
+    ex.add_argument("checkpoint")
+    ex.add_argument("output", help="the .onnx file to write")
+    ex.add_argument("--size", type=int, help="input size in px (default: the checkpoint's)")
+    ex.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    _overwrite_option(ex)
+    ex.set_defaults(func=commands.export)
+
+    rp = sub.add_parser("report", help="compare a baseline and a pruned checkpoint: size, FLOPs, "
+                        "metrics, latency")
+    rp.add_argument("baseline")
+    rp.add_argument("pruned")
+    rp.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
+    rp.add_argument("--save-dir", default=".", help="where report.json/md/csv go (default .)")
+    rp.add_argument("--limit", type=int, help="use only this many validation images")
+    rp.add_argument("--device", default="auto")
+    rp.set_defaults(func=commands.report)
+
+    pf = sub.add_parser("profiles", help="list the DEFAULT sensitivity profiles, or build one "
+                        "on public data (Fashion-MNIST; its scenes for detection/segmentation)")
+    pf.add_argument("action", choices=("list", "build"))
+    pf.add_argument("--arch", help="architecture to build: " + "; ".join(
+        f"{t.name}: {t.arch_help}" for t in TASKS.values()))
+    pf.add_argument("--task", choices=tuple(TASKS), help="force the task (default: told from "
+                    "--arch)")
+    pf.add_argument("--out", help="profile folder to write (build) or read (list) (default: the "
+                    "bundled one)")
+    for flag, setting, what in (("--epochs", "epochs", "training epochs"),
+                                ("--train-images", "train_images", "training images or scenes"),
+                                ("--val-images", "val_images", "images the sensitivities are "
+                                 "measured on"),
+                                ("--size", "input_size", "input size in pixels"),
+                                ("--batch", "batch_size", "batch size")):
+        pf.add_argument(flag, type=int, help=f"{what} (default per task: {_per_task(setting)})")
+    pf.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
+    pf.add_argument("--seed", type=int, default=0)
+    pf.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda")
+    pf.add_argument("--skip-existing", action="store_true",
+                    help="do nothing if --out already lists this architecture")
+    pf.set_defaults(func=commands.profiles)
+
+    s = sub.add_parser("show", help="print a sensitivity file as a table")
+    s.add_argument("file")
+    s.set_defaults(func=commands.show)
+
+    m = sub.add_parser("merge", help="merge sensitivity files (union; later files win)")
+    m.add_argument("inputs", nargs="+", help="sensitivity files to merge")
+    m.add_argument("-o", "--output", required=True, help="the merged file to write")
+    _overwrite_option(m)
+    m.set_defaults(func=commands.merge)
+
+    c = sub.add_parser("convert-paddleslim", help="convert a PaddleSlim sensitivities pickle to "
+                       "an autoprune JSON file (needs --allow-pickle)")
+    c.add_argument("input")
+    c.add_argument("output")
+    c.add_argument("--allow-pickle", action="store_true",
+                   help="confirm that you trust the file: pickle files can run code when read")
+    c.add_argument("--arch", default=None, help="architecture to record in the file")
+    _overwrite_option(c)
+    c.set_defaults(func=commands.convert)
+    return p
+
+
+def _per_task(setting: str) -> str:
+    """``3 classification, 30 detection, ...``: a profile-build default of every task."""
+    return ", ".join(f"{t.profile_settings[setting]} {t.name}" for t in TASKS.values()
+                     if setting in t.profile_settings)
+
+
+def _overwrite_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--overwrite", action="store_true", help="let the output replace an "
+                        "input or an existing file of another kind (refused without it)")
+
+
+def _interrupted_message(args: argparse.Namespace) -> str:
+    """What a Ctrl-C leaves behind, and how to pick up from there."""
+    again = "run the same command again to resume"
+    if args.command == "sensitivity":
+        return f"interrupted: progress is saved in {args.output}; {again}"
+    if args.command == "demo":
+        return (f"interrupted: finished epochs and measured sensitivity points are saved in "
+                f"{args.save_dir}; run the same command again to continue")
+    if args.command == "train":
+        try:
+            cfg = load_config(args.config)
+        except AutopruneError:
+            cfg = {}
+        save_dir = cfg.get("save_dir", "output") if cfg else "the save_dir of the config"
+        return (f"interrupted: progress is saved in {save_dir}; add `resume: true` to "
+                f"{args.config} and {again}")
+    return "interrupted: nothing was saved; run the command again"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``autoprune`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except AutopruneError as e:
+        print(f"autoprune: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `autoprune show f.json | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print(f"autoprune: {_interrupted_message(args)}", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""Prunable groups of a model: torch-pruning coupled groups with stable names, and channel choice.
+
+A *prunable group* is one torch-pruning (DepGraph) coupled group: every layer whose output channels
+must be removed together (a residual stage is one group). Its stable name is the ``named_modules()``
+name of the earliest module whose output channels the group removes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.nn as nn
+import torch_pruning as tp
+
+from .attributes import sync_attributes
+from ..errors import ConfigError, NoPrunableGroupsError
+
+CRITERIA = ("l1_norm", "l2_norm", "fpgm", "bn_scale")
+ROOT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+_tp_update_index_mapping = tp.dependency.index_mapping.update_index_mapping
+
+
+def _update_index_mapping_when_stale(graph: tp.DependencyGraph) -> None:
+    """torch-pruning recomputes every index mapping of the graph (concat offsets, reshape strides)
+    each time it forms a group: quadratic in the groups (densenet121 spent half its pruning
+    there, Swin S minutes). A graph of a :class:`PruningGraph` is marked fresh once mapped and
+    stale when channel counts change (:meth:`PruningGraph.resized`); other graphs keep
+    torch-pruning's behaviour."""
+    if getattr(graph, "_autoprune_mapping_fresh", False):
+        return
+    _tp_update_index_mapping(graph)
+    if hasattr(graph, "_autoprune_mapping_fresh"):
+        graph._autoprune_mapping_fresh = True
+
+
+_tp_update_concat_index_mapping = tp.dependency.index_mapping.update_concat_index_mapping
+
+
+def _update_concat_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> None:
+    """torch-pruning's concat mapping, which raises TypeError where it cannot infer the widths of
+    the inputs (Swin-S/B's PatchMerging: a concat on dim -1 behind 18 blocks); such a concat is
+    marked instead, and a group through it is left out (:func:`_unmapped`)."""
+    try:
+        _tp_update_concat_index_mapping(graph, node)
+    except TypeError:
+        if not hasattr(graph, "_autoprune_mapping_fresh"):  # not a PruningGraph's
+            raise
+        node.autoprune_unmapped = True
+
+
+tp.dependency.index_mapping.update_index_mapping = _update_index_mapping_when_stale
+tp.dependency.index_mapping.update_concat_index_mapping = _update_concat_index_mapping_or_mark
+
+
+@dataclass(frozen=True)
+class PrunableGroup:
+    """One coupled channel group.
+
+    name: stable name (earliest module, in ``named_modules()`` order, whose outputs it cuts).
+    members: names of every module whose output channels the group removes, in model order.
+    channels: how many channels the group has now.
+    root: the module torch-pruning roots the group at (used to re-create it).
+    """
+
+    name: str
+    members: tuple[str, ...]
+    channels: int
+    root: str
+
+
+def _importance(criterion: str) -> tp.importance.Importance:
+    if criterion == "l1_norm":
+        return tp.importance.GroupMagnitudeImportance(p=1, group_reduction="mean", normalizer=None)
+    if criterion == "l2_norm":
+        return tp.importance.GroupMagnitudeImportance(p=2, group_reduction="mean", normalizer=None)
+    if criterion == "fpgm":
+        return tp.importance.FPGMImportance(p=2, normalizer=None)
+    if criterion == "bn_scale":
+        return tp.importance.BNScaleImportance(normalizer=None)
+    raise ConfigError(f"unknown criterion {criterion!r}: use one of {', '.join(CRITERIA)}")
+
+
+def check_criterion(criterion: str) -> str:
+    """Return ``criterion`` if it is supported, else raise a ConfigError naming the choices."""
+    _importance(criterion)
+    return criterion
+
+
+def channels_to_keep(channels: int, ratio: float, round_to: int | None = None) -> int:
+    """How many of ``channels`` survive pruning ``ratio`` of them (at least one; ``round_to`` multiples)."""
+    if not 0.0 <= ratio < 1.0:
+        raise ConfigError(f"pruning ratio {ratio} is outside [0, 1): pass a fraction such as 0.3")
+    keep = channels - math.floor(ratio * channels + 0.5)
+    if round_to and round_to > 1 and ratio > 0:
+        keep = max(round_to, math.floor(keep / round_to + 0.5) * round_to)
+    return max(1, min(channels, keep))
+
+
+def _resolve_ignored(model: nn.Module, ignored_layers: Iterable[Any]) -> list[nn.Module]:
+    by_name = dict(model.named_modules())
+    modules = []
+    for item in ignored_layers or ():
+        if isinstance(item, str):
+            if item not in by_name:
+                raise ConfigError(f"ignored layer {item!r} is not a module of this model: "
+                                  f"use a name from model.named_modules()")
+            modules.append(by_name[item])
+        elif isinstance(item, nn.Module):
+            modules.append(item)
+        else:
+            raise ConfigError(f"ignored_layers takes module names or modules, not {type(item).__name__}")
+    return modules
+
+
+class PruningGraph:
+    """A model's dependency graph and its prunable groups; the object the core works on.
+
+    Building it traces the model once with ``example_inputs``; the model's train/eval mode is kept.
+    Groups that would change the model's output shape (the classifier, a detection head's last
+    conv) and groups with grouped (non-depthwise) convolutions are left out.
+    """
+
+    def __init__(self, model: nn.Module, example_inputs: Any, ignored_layers: Iterable[Any] = (),
+                 unwrapped_parameters: Sequence[tuple[nn.Parameter, int]] | None = None):
+        self.model = model
+        self.ignored = _resolve_ignored(model, ignored_layers)
+        was_training = model.training
+        try:
+            with torch.enable_grad():
+                # ignored layers are traced (their coupling matters) and only skipped as roots
+                self.dg = tp.DependencyGraph()
+                self.dg._autoprune_mapping_fresh = False  # marks the graph as a PruningGraph's
+                self.dg.build_dependency(model, example_inputs=example_inputs,
+                                         unwrapped_parameters=unwrapped_parameters, verbose=False)
+        finally:
+            model.train(was_training)
+        self.names = {m: n for n, m in model.named_modules()}
+        self._order = {n: i for i, n in enumerate(self.names.values())}
+        self.modules = dict(model.named_modules())
+        self.groups = self._list_groups()
+        if not self.groups:
+            raise NoPrunableGroupsError(
+                f"{type(model).__name__} has no prunable channel group (no Conv/Linear whose outputs "
+                f"can be cut without changing the model output): nothing to prune")
+        self.by_name = {g.name: g for g in self.groups}
+
+    # -- listing -----------------------------------------------------------------------------
+    def _cuts_output(self, dep) -> bool:
+        """True if this dependency changes a tensor the model returns."""
+        node = dep.target
+        if node.outputs:
+            return False
+        module = node.module
+        if isinstance(module, ROOT_TYPES) and self.dg.is_in_channel_pruning_fn(dep.handler) \
+                and tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV:
+            return False  # cutting the inputs of the last layer leaves the output as it is
+        return True
+
+    def _list_groups(self) -> list[PrunableGroup]:
+        groups = []
+        for group in self.dg.get_all_groups(ignored_layers=self.ignored, root_module_types=ROOT_TYPES):
+            if any(self._cuts_output(dep) or _gathers_channels(dep.target) or _unmapped(dep.target)
+                   for dep, _ in group):
+                continue
+            members = []
+            grouped_conv = False
+            for dep, _ in group:
+                module = dep.target.module
+                if isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 \
+                        and tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV:
+                    grouped_conv = True
+                if self.dg.is_out_channel_pruning_fn(dep.handler) and module in self.names:
+                    members.append(self.names[module])
+            if grouped_conv or not members or not self._norms_fit(group):
+                continue
+            members = sorted(set(members), key=self._order.__getitem__)
+            root = self.names[group[0].dep.target.module]
+            groups.append(PrunableGroup(members[0], tuple(members), len(group[0].idxs), root))
+        groups.sort(key=lambda g: self._order[g.name])
+        return groups
+
+    @staticmethod
+    def _norms_fit(group) -> bool:
+        """False when a multi-group GroupNorm sees a share of the group's channels other than all
+        of them (a concatenation): equal cuts per norm group cannot be guaranteed there."""
+        channels = len(group[0].idxs)
+        for dep, idxs in group:
+            module = dep.target.module
+            if isinstance(module, nn.GroupNorm) and module.num_groups > 1 and (
+                    module.num_channels != channels or channels % module.num_groups):
+                return False
+        return True
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the group structure (names, members, channel counts)."""
+        return group_fingerprint(self.groups)
+
+    def group(self, name: str) -> PrunableGroup:
+        """The group called ``name``; a ConfigError lists the valid names otherwise."""
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise ConfigError(unknown_groups_message([name], self.groups)) from None
+
+    def check_names(self, names: Iterable[str]) -> None:
+        """Raise a ConfigError if any of ``names`` is not a group of this model."""
+        unknown = [n for n in names if n not in self.by_name]
+        if unknown:
+            raise ConfigError(unknown_groups_message(unknown, self.groups))
+
+    # -- pruning -----------------------------------------------------------------------------
+    def tp_group(self, group: PrunableGroup, idxs: Sequence[int] | None = None):
+        """The torch-pruning group for ``group`` (all current channels, or ``idxs``)."""
+        root = self.modules[group.root]
+        pruner = self.dg.get_pruner_of_module(root)
+        if idxs is None:
+            idxs = list(range(pruner.get_out_channels(root)))
+        return self.dg.get_pruning_group(root, pruner.prune_out_channels, list(idxs))
+
+    def channels_to_remove(self, group: PrunableGroup, ratio: float, criterion: str = "l1_norm",
+                           round_to: int | None = None) -> list[int]:
+        """Indices of the least important channels that pruning ``ratio`` of ``group`` removes.
+
+        With a multi-group GroupNorm in the group the same number of channels goes from each of
+        its groups (the least important of each), so its channel count stays divisible. A
+        multi-head attention whose embedding the group cuts (a ViT's) loses the same number of
+        channels from each head, so every head keeps its own channels."""
+        full = self.tp_group(group)
+        channels = len(full[0].idxs)
+        blocks = self._blocks(full)
+        keep = channels_to_keep(channels, ratio, round_to)
+        keep = max(blocks, keep // blocks * blocks)
+        n_remove = channels - keep
+        if n_remove <= 0:
+            return []
+        scores = _importance(criterion)(full)
+        if scores is None:  # e.g. bn_scale on a group without BatchNorm
+            scores = _importance("l1_norm")(full)
+        scores = scores.detach().float().cpu()
+        size, per_block = channels // blocks, n_remove // blocks
+        removed = []
+        for b in range(blocks):
+            order = torch.argsort(scores[b * size:(b + 1) * size], stable=True)
+            removed += (order[:per_block] + b * size).tolist()
+        return sorted(_keep_one_per_part(full, set(removed), scores, channels))
+
+    @staticmethod
+    def _blocks(tp_group) -> int:
+        """How many equal blocks the channel choice must respect: the least common multiple of
+        the ``num_groups`` of the GroupNorms and the ``num_heads`` of the multi-head attentions
+        in the group (1 without either)."""
+        counts = []
+        for dep, _ in tp_group:
+            module = dep.target.module
+            if isinstance(module, nn.GroupNorm):
+                counts.append(module.num_groups)
+            elif isinstance(module, nn.MultiheadAttention):
+                counts.append(module.num_heads)
+        return math.lcm(1, *counts)
+
+    def touched_modules(self, group: PrunableGroup) -> list[nn.Module]:
+        """Every module (or unwrapped parameter's owner) that pruning ``group`` modifies."""
+        touched = []
+        for dep, _ in self.tp_group(group):
+            module = dep.target.module
+            if isinstance(module, nn.Parameter):
+                name = self.dg._param_to_name[module]
+                module = self.modules[name.rsplit(".", 1)[0]] if "." in name else self.model
+            if isinstance(module, nn.Module) and module in self.names and module not in touched:
+                touched.append(module)  # (torch-pruning's own op nodes are not model modules)
+        return touched
+
+    def remove(self, group: PrunableGroup, idxs: Sequence[int]) -> None:
+        """Physically remove channels ``idxs`` of ``group`` from the model (in place); model
+        attributes that repeat a channel count follow (:mod:`autoprune.attributes`)."""
+        if idxs:
+            self.tp_group(group, idxs).prune()
+            self.resized()
+            sync_attributes(self.model)
+
+    def resized(self) -> None:
+        """Tell the graph that channel counts changed (a removal, or one undone): torch-pruning's
+        index mapping is computed again before the next group is formed."""
+        self.dg._autoprune_mapping_fresh = False
+
+
+def _gathers_channels(node) -> bool:
+    """True for a channel gather (``index_select`` on dim 1, e.g. a channel shuffle written as
+    one): torch-pruning maps channels through it one to one, which is wrong for a permutation, so
+    a group that crosses it is left out."""
+    fn = getattr(node, "grad_fn", None)
+    name = fn.name() if fn is not None and hasattr(fn, "name") else ""
+    return name.startswith("IndexSelectBackward") and getattr(fn, "_saved_dim", 1) == 1
+
+
+def _unmapped(node) -> bool:
+    """True for a concat whose channel mapping torch-pruning could not work out."""
+    return getattr(node, "autoprune_unmapped", False)
+
+
+def _keep_one_per_part(tp_group, removed: set[int], scores: torch.Tensor,
+                       channels: int) -> set[int]:
+    """``removed`` minus, for every layer that makes only part of the group's channels (one input
+    of a concatenation that a depthwise conv couples, as in DeepLabV3+'s decoder), its most
+    important channel when all of its channels would go: no layer is left with none."""
+    for item in tp_group:
+        module = item.dep.target.module
+        part = set(getattr(item, "root_idxs", None) or ())
+        if not isinstance(module, ROOT_TYPES) or not part or len(part) >= channels:
+            continue
+        if _cuts_outputs(item) and part <= removed:
+            removed.discard(max(part, key=lambda i: (scores[i].item(), -i)))
+    return removed
+
+
+def _cuts_outputs(item) -> bool:
+    handler = item.dep.handler
+    return getattr(handler, "__name__", "") == "prune_out_channels"
+
+
+def group_fingerprint(groups: Sequence[PrunableGroup]) -> str:
+    """sha256 (16 hex digits) of the groups' names, members and channel counts."""
+    data = json.dumps([[g.name, g.channels, list(g.members)] for g in groups])
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+def unknown_groups_message(unknown: Sequence[str], groups: Sequence[PrunableGroup]) -> str:
+    known = ", ".join(g.name for g in groups[:12]) + (", ..." if len(groups) > 12 else "")
+    shown = ", ".join(repr(n) for n in list(unknown)[:5]) + (" ..." if len(unknown) > 5 else "")
+    return (f"unknown group name(s) {shown}: this model's groups are {known} "
+            f"(was the profile made for another architecture?)")
+
+
+def prunable_groups(model: nn.Module, example_inputs: Any,
+                    ignored_layers: Iterable[Any] = ()) -> list[PrunableGroup]:
+    """List the prunable channel groups of ``model``, in model order.
+
+    ``example_inputs`` is a batch the model accepts (traced once); ``ignored_layers`` takes module
+    names or modules whose output channels must be kept. Layers that produce the model's outputs are
+    always kept. Raises NoPrunableGroupsError when nothing can be pruned.
+    """
+    return PruningGraph(model, example_inputs, ignored_layers).groups

@@ -1,0 +1,337 @@
+"""Sensitivity analysis: how much the metric drops when one group alone loses a share of its channels.
+
+This module runs the analysis: it opens or resumes the sensitivity file, shares the points out over
+torch.distributed ranks and writes every point atomically as soon as it is measured, so a rerun
+computes only what is missing. How one point is evaluated (a real prune undone exactly, or masked,
+batched variants) lives in :mod:`autoprune.points`.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import os
+from typing import Any, Iterable, Mapping
+
+import torch
+import torch.nn as nn
+
+from ..errors import ConfigError, MetricError, SensitivityFileError
+from .groups import PruningGraph, check_criterion
+from .measure import flush_denormals
+from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
+from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
+from .prefix_cache import PrefixCache
+from .distributed import barrier, broadcast, gather, rank_and_world, shard
+from .store import (Sensitivities, SensitivityRecord, absorb_shards, check_fingerprint, ratio_key,
+                    read_record, record_from_json, remove_stale_temp_files, shard_path, write_record)
+
+DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def check_ratios(ratios: Iterable[float]) -> list[float]:
+    """Validate pruning ratios (each in (0, 1)) and round them to 2 decimals, sorted, unique."""
+    out = []
+    for r in ratios:
+        if not isinstance(r, numbers.Real) or not 0.0 < float(r) < 1.0 or ratio_key(r) in (0.0, 1.0):
+            raise ConfigError(f"pruning ratio {r!r} is outside (0, 1): use fractions such as 0.1 ... 0.9")
+        out.append(ratio_key(r))
+    if not out:
+        raise ConfigError("no pruning ratios given: pass e.g. ratios=(0.1, 0.3, 0.5)")
+    return sorted(set(out))
+
+
+def check_analysis_options(*, evaluation: str = "auto", batch_variants: int = 8,
+                           early_stop: float | None = None, **_: Any) -> None:
+    """Refuse a bad ``evaluation``, ``batch_variants`` or ``early_stop`` (one-line ConfigError)."""
+    if evaluation not in EVALUATIONS:
+        raise ConfigError(f"evaluation={evaluation!r} is not one of {', '.join(EVALUATIONS)}")
+    if isinstance(batch_variants, bool) or not isinstance(batch_variants, int) or batch_variants < 1:
+        raise ConfigError(f"batch_variants={batch_variants!r} must be a positive integer such as 8")
+    if early_stop is not None and (isinstance(early_stop, bool)
+                                   or not isinstance(early_stop, (int, float))
+                                   or not math.isfinite(early_stop) or early_stop <= 0):
+        raise ConfigError(f"early_stop={early_stop!r} must be a positive loss such as 0.5")
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """A hash of every parameter and buffer (names, shapes and bytes)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better,
+                 metric_name, weights: str, extra: Mapping[str, Any]) -> SensitivityRecord:
+    """The record to fill: the file at ``path`` if it exists (checked against this model), else new.
+
+    Points that a killed distributed run left in shard files are merged in (and saved), once each
+    shard is checked to come from an analysis of this model, weights and evaluation.
+    """
+    groups = {g.name: g.channels for g in graph.groups}
+    model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups}
+    if path is not None:
+        remove_stale_temp_files(path)
+    if path is None or not os.path.exists(path):
+        record = SensitivityRecord(model=model_meta, criterion=criterion,
+                                   metric={"name": metric_name, "baseline": None,
+                                           "higher_is_better": higher_is_better})
+    else:
+        record = read_record(path)
+        check_fingerprint(record, path, graph.fingerprint)
+        if record.criterion != criterion:
+            raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}: "
+                                       f"pass criterion={record.criterion!r} or a new file path")
+        if bool(record.metric.get("higher_is_better", True)) != bool(higher_is_better):
+            raise SensitivityFileError(f"{path} was measured with higher_is_better="
+                                       f"{record.metric.get('higher_is_better')}: pass the same, "
+                                       f"or a new file path")
+        record.model = {**record.model, **model_meta, "arch": record.model.get("arch") or arch}
+    if path is not None:
+        def check(shard_file, shard: SensitivityRecord) -> None:
+            _check_shard(shard_file, shard, fingerprint=graph.fingerprint, criterion=criterion,
+                         higher_is_better=higher_is_better, weights=weights, extra=extra)
+
+        shards = absorb_shards(record, path, check)
+        if shards:
+            write_record(record, path)
+            for shard_file in shards:
+                shard_file.unlink(missing_ok=True)
+    return record
+
+
+def _check_shard(shard_file, shard: SensitivityRecord, *, fingerprint: str, criterion: str,
+                 higher_is_better: bool, weights: str, extra: Mapping[str, Any]) -> None:
+    """Refuse a shard file that another analysis (model, weights, criterion, evaluation) left."""
+    stored_weights, images = shard.model.get("weights_sha256"), shard.extra.get("eval_images")
+    if shard.model.get("fingerprint") and shard.model["fingerprint"] != fingerprint:
+        differs = f"group fingerprint {shard.model['fingerprint']}, this model has {fingerprint}"
+    elif shard.criterion != criterion:
+        differs = f"criterion {shard.criterion!r}, this run uses {criterion!r}"
+    elif bool(shard.metric.get("higher_is_better", True)) != bool(higher_is_better):
+        differs = f"higher_is_better={shard.metric.get('higher_is_better')}, this run " \
+                  f"{higher_is_better}"
+    elif stored_weights and weights and stored_weights != weights:
+        differs = "other weights of this model"
+    elif images is not None and extra.get("eval_images") is not None and \
+            images != extra.get("eval_images"):
+        differs = f"{images} evaluation images, this run has {extra.get('eval_images')}"
+    else:
+        return
+    raise SensitivityFileError(f"{shard_file} was left by another analysis ({differs}): delete "
+                               f"{shard_file} to start over")
+
+
+def _stopped_early(record: SensitivityRecord, group: str, ratio: float, cap: float | None) -> bool:
+    """True when a smaller ratio of ``group`` already lost more than ``cap``."""
+    if cap is None:
+        return False
+    return any(r < ratio and loss > cap for r, loss in record.sensitivities.get(group, {}).items())
+
+
+def _check_weights(record: SensitivityRecord, weights: str, path) -> None:
+    stored = record.model.get("weights_sha256")
+    if stored and stored != weights:
+        if record.sensitivities:
+            raise SensitivityFileError(
+                f"{path} was measured on other weights of this model: finishing it would mix "
+                f"two models; pass a new file path (or delete the old one)")
+        record.metric["baseline"] = None  # only a baseline of the other weights: measure anew
+    record.model["weights_sha256"] = weights
+
+
+def _check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
+                           path: Any) -> None:
+    """Refuse to add points to a file measured on another number of evaluation images (its
+    baseline and points would not compare with the new ones); a file with no points yet only
+    has its baseline measured again."""
+    before, now = record.extra.get("eval_images"), extra.get("eval_images")
+    if before is None or now is None or before == now:
+        return
+    if not record.sensitivities:
+        record.metric["baseline"] = None  # only a baseline of the other images: measure anew
+    else:
+        raise SensitivityFileError(
+            f"{path} was measured on {before} evaluation images, this run has {now}: finishing "
+            f"it would mix two evaluations; use the same eval_limit / eval_images, or a new file")
+
+
+def _missing(record: SensitivityRecord, names: list[str], ratios: list[float],
+             early_stop: float | None) -> list[tuple[str, float]]:
+    """The points still to measure: not in ``record``, and not skipped by an early stop."""
+    return [(n, r) for n in names for r in ratios
+            if not record.has_point(n, r) and not _stopped_early(record, n, r, early_stop)]
+
+
+def _add_counts(before: Any, now: dict[str, Any]) -> dict[str, Any]:
+    """This session's ``extra["evaluation"]`` added to the stored one: point counts summed,
+    unmaskable groups joined, the other keys this session's."""
+    if not isinstance(before, Mapping):
+        return now
+    out = {**before, **now}
+    old, new = before.get("points"), now.get("points")
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        number = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
+        out["points"] = {**old, **{k: old[k] + v if number(old.get(k)) and number(v) else v
+                                   for k, v in new.items()}}
+    old, new = before.get("unmaskable_groups"), now.get("unmaskable_groups")
+    if isinstance(old, list) and isinstance(new, list):
+        out["unmaskable_groups"] = old + [g for g in new if g not in old]
+    return out
+
+
+def _note_non_finite(extra: dict[str, Any], points: list[str]) -> None:
+    """Note in ``extra["non_finite_points"]`` the points whose metric was NaN or infinite."""
+    noted = extra.get("non_finite_points")
+    noted = list(noted) if isinstance(noted, list) else []
+    new = [p for p in points if p not in noted]
+    if new:
+        extra["non_finite_points"] = noted + new
+
+
+def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
+                   points: list[tuple[str, float]], baseline: float) -> PrefixCache | None:
+    """Record the unpruned stage outputs, then check that replaying them changes nothing."""
+    cache = PrefixCache(model)
+    with cache.recording():
+        recorded = _evaluate(model, eval_fn, "for the unpruned model")
+    if not cache.enabled or recorded != baseline:  # no usable stages, or a non-deterministic eval
+        return None
+    first = max(cache.first_touched(graph.touched_modules(graph.group(n))) for n, _ in points)
+    with cache.skipping_before(first) as skipped:
+        replayed = _evaluate(model, eval_fn, "for the unpruned model")
+    return cache if skipped and replayed == recorded else None
+
+
+def _by_group(points: list[tuple[str, float]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for name, ratio in points:
+        out.setdefault(name, []).append(ratio)
+    return out
+
+
+def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
+                groups: Iterable[str] | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
+                sensitivities_file: str | os.PathLike | None = None, criterion: str = "l1_norm",
+                ignored_layers: Iterable[Any] = (), higher_is_better: bool = True,
+                metric_name: str = "metric", arch: str | None = None,
+                early_stop: float | None = None, extra: Mapping[str, Any] | None = None,
+                prefix_cache: bool = True, evaluation: str = "auto",
+                batch_variants: int = 8, progress: bool = True) -> Sensitivities:
+    """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
+
+    For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
+    ``eval_fn(model)`` is called (model in eval mode, under ``torch.no_grad``) and
+    ``loss = (baseline - metric) / |baseline|`` is recorded (sign flipped if not
+    ``higher_is_better``). The model comes back bit-identical.
+
+    With ``sensitivities_file`` the points already in the file are reused and every new point is
+    written atomically as soon as it is measured: an interrupted run resumes where it stopped.
+    ``early_stop`` (off by default) skips a group's larger ratios once its loss passes that cap;
+    it and ``extra`` (e.g. how the evaluation data was subset) are recorded in the file, and a
+    rerun with the same cap does not measure the skipped ratios. A NaN or infinite metric at a
+    pruned point is recorded as the worst loss (1.0, or 1e6 when lower is better), with a warning
+    and a note in ``extra["non_finite_points"]``; at the unpruned model it is a MetricError.
+    ``prefix_cache`` (on by default) replays the unchanged first part of the network from one
+    recorded pass instead of recomputing it (see :mod:`autoprune.prefix_cache`); it is checked
+    once against a normal evaluation and switches itself off if the two differ.
+    ``evaluation`` chooses how a point is evaluated: ``"prune"`` removes the channels for real;
+    ``"masked"`` zeroes them with hooks and evaluates up to ``batch_variants`` ratios of a group in
+    one forward pass (see :mod:`autoprune.masking`), after checking once per group that masking
+    gives the outputs of a real prune (else that group is pruned for real) and once per run that
+    both give the same metric; ``"auto"`` (default) does the same checks, times both ways on the
+    first group and keeps the faster one. Every recorded number is a real-prune number up to
+    float noise; ``extra["evaluation"]`` in the file says what was used.
+    Under ``torch.distributed`` (torchrun) the points are shared out over the ranks; each rank
+    keeps its points in a shard file and rank 0 merges them into ``sensitivities_file``; every
+    rank returns the full result. Returns the requested groups and the ratios measured.
+    """
+    ratios = check_ratios(ratios)
+    check_criterion(criterion)
+    check_analysis_options(evaluation=evaluation, batch_variants=batch_variants,
+                           early_stop=early_stop)
+    rank, world = rank_and_world()
+    graph = PruningGraph(model, example_inputs, ignored_layers)
+    names = [g.name for g in graph.groups] if groups is None else list(groups)
+    graph.check_names(names)
+    path = sensitivities_file
+
+    record = None
+    if rank == 0:
+        weights = weights_sha256(model)
+        how = {**dict(extra or {}), "early_stop": early_stop}
+        record = _open_record(path, graph, arch=arch or type(model).__name__,
+                              criterion=criterion, higher_is_better=higher_is_better,
+                              metric_name=metric_name, weights=weights, extra=how)
+        pending = _missing(record, names, ratios, early_stop)
+        if pending:
+            _check_same_evaluation(record, how, path)
+        else:  # nothing to measure: a complete file keeps the record of how it was measured
+            how = {k: v for k, v in how.items() if k not in record.extra}
+            if record.model.get("weights_sha256") not in (None, weights):
+                print(f"[autoprune] {path} holds a complete table measured on other weights of "
+                      f"this model; using it as is (pass a new path to measure these weights)",
+                      flush=True)
+        record.extra.update(how)
+        if pending or record.metric.get("baseline") is None:
+            _check_weights(record, weights, path)
+        if record.metric.get("baseline") is None:
+            baseline = _evaluate(model, eval_fn, "for the unpruned model")
+            if baseline == 0:
+                raise MetricError("the unpruned model scores 0: a relative loss needs a non-zero "
+                                  "baseline; evaluate a trained model or use another metric")
+            record.metric["baseline"] = baseline
+        if path is not None:
+            write_record(record, path)
+    record = record_from_json(broadcast(record.to_json() if record else None))
+    baseline = float(record.metric["baseline"])
+
+    missing = _missing(record, names, ratios, early_stop)
+    # with early stop a group's ratios must be measured in order, by one rank; batched variants
+    # need a group's ratios together too
+    whole_groups = early_stop is not None or resolve_evaluation(model, evaluation) == "masked"
+    mine = [p for p in missing if p[0] in set(shard(names, rank, world))] if whole_groups else \
+        shard(missing, rank, world)
+    own = SensitivityRecord(model=record.model, metric=record.metric, criterion=criterion,
+                            extra=record.extra)
+    target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
+
+    flush_denormals()  # pruned variants of trained weights are full of them on CPU
+    cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if prefix_cache and \
+        len(mine) >= 4 else None
+    runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation, batch_variants,
+                          len(mine), progress, f" [rank {rank}/{world}]" if world > 1 else "")
+    for name, ratios_left in _by_group(mine).items():
+        for ratio, loss in runner.run(name, ratios_left, baseline, higher_is_better,
+                                      skip=lambda r: _stopped_early(record, name, r, early_stop)):
+            for rec in (record, own):
+                rec.set_point(name, ratio, loss)
+            _note_non_finite(record.extra, runner.non_finite)  # own.extra is record.extra
+            if target is not None:
+                write_record(record if rank == 0 else own, target)
+    runner.close()
+    summary = runner.summary() if mine else None
+    if summary:
+        record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), summary)
+        if target is not None:
+            write_record(record if rank == 0 else own, target)
+
+    if world > 1:
+        for r, (points, counts, non_finite) in enumerate(
+                gather((own.sensitivities, summary, runner.non_finite))):
+            for name, pts in points.items():
+                for ratio, loss in pts.items():
+                    record.set_point(name, ratio, loss)
+            if r != rank and counts:  # this rank's own counts are in already
+                record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), counts)
+            _note_non_finite(record.extra, non_finite)
+        if rank == 0 and path is not None:
+            write_record(record, path)
+            for r in range(1, world):
+                shard_path(path, r).unlink(missing_ok=True)
+        barrier()
+    return {n: {r: record.sensitivities[n][r] for r in ratios if r in record.sensitivities.get(n, {})}
+            for n in names}

@@ -1,0 +1,381 @@
+"""The sensitivity file: a JSON schema, atomic writes, loading, validation and merging
+(PaddleSlim pickles are imported by :mod:`autoprune.engine.paddleslim`).
+
+Layout (format version 1)::
+
+    {"format": "autoprune-sensitivity", "version": 1,
+     "model": {"arch": "resnet18", "fingerprint": "1a2b...", "groups": {"conv1": 64, ...},
+               "weights_sha256": "..."},
+     "metric": {"name": "top1", "baseline": 0.91, "higher_is_better": true},
+     "criterion": "l1_norm", "created": "...", "updated": "...", "extra": {...},
+     "sensitivities": {"conv1": {"0.10": 0.002, "0.20": 0.011, ...}, ...}}
+
+Ratio keys are written with two decimals; losses are ``(baseline - metric) / |baseline|`` (sign
+flipped for lower-is-better metrics). Files are written to a temporary file and renamed, so a crash
+at any moment leaves either the old or the new complete file.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import glob
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Union
+
+from ..errors import ConfigError, SensitivityFileError, WriteError
+
+FORMAT = "autoprune-sensitivity"
+VERSION = 1
+Sensitivities = dict[str, dict[float, float]]
+PathLike = Union[str, os.PathLike]
+
+_MODEL_KEYS = ("arch", "fingerprint", "groups", "weights_sha256")
+_METRIC_KEYS = {"metric_name": "name", "baseline": "baseline", "higher_is_better": "higher_is_better"}
+
+
+def ratio_key(ratio: float) -> float:
+    """Ratios are stored rounded to 2 decimals."""
+    return round(float(ratio), 2)
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second (the files' timestamps)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def file_mode() -> int:
+    """The mode of an ordinary new file under this process's umask (mkstemp's files are 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def atomic_write(path: PathLike, write: Callable[[str], None]) -> Path:
+    """Write ``path`` atomically: ``write(tmp)`` fills a temp file next to it (named after this
+    process's id), which then replaces ``path``. On any failure the temp file is removed and
+    ``path`` is left as it was; a failed write (full disk, no permission) is a one-line
+    :class:`WriteError` naming ``path``."""
+    path = Path(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                   dir=path.parent)
+        os.close(fd)
+        os.chmod(tmp, file_mode())  # an ordinary file, not mkstemp's owner-only 0600
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        error = _write_error(path, e)  # before the temp file goes: a full disk is still full
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        if error is None:
+            raise
+        raise error from None
+    return path
+
+
+def _write_error(path: Path, e: BaseException) -> WriteError | None:
+    """The one-line error of a failed write of ``path``; None for an error that is not one
+    (torch.save's stream writer reports a full disk as a RuntimeError, without errno)."""
+    torch_write = isinstance(e, RuntimeError) and ("inline_container" in str(e)
+                                                   or "PytorchStreamWriter" in str(e))
+    if not isinstance(e, OSError) and not torch_write:
+        return None
+    try:
+        nearly_full = shutil.disk_usage(path.parent).free < 64 * 2 ** 20
+    except OSError:
+        nearly_full = False
+    full = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))  # EDQUOT: over a disk quota
+    if getattr(e, "errno", None) in full or (torch_write and nearly_full):
+        why, fix = "no space left on the device", "free some disk space, or write elsewhere"
+    else:
+        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [""])[0][:200]
+        fix = "check that the folder exists and is writable, or write elsewhere"
+    return WriteError(f"could not write {path} ({why}): {fix}, then run again; an earlier "
+                      f"{path.name} is left as it was")
+
+
+def write_text_atomic(path: PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`), fsynced."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    return atomic_write(path, write)
+
+
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """True when ``a`` and ``b`` name one file: the same path, a symlink or a hard link."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def file_kind(path: PathLike) -> str:
+    """What an existing file holds, as a phrase: "a checkpoint", "a sensitivity file", "an ONNX
+    model" (told by its name), or "another kind of file"."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        head = b""
+    if head.startswith(b"PK\x03\x04") and b"data.pkl" in head:  # torch.save's zip archive
+        return "a checkpoint"
+    if f'"{FORMAT}"'.encode() in head:
+        return "a sensitivity file"
+    return "an ONNX model" if path.suffix.lower() == ".onnx" else "another kind of file"
+
+
+def check_output(output: PathLike, inputs: Iterable[PathLike], writes: str,
+                 overwrite: bool | None = False) -> Path:
+    """Refuse to let a command write ``output`` (it writes ``writes``, a phrase of
+    :func:`file_kind`) over one of its ``inputs`` (compared as files: hard links too) or over an
+    existing file of another kind, unless ``overwrite``; ``overwrite=None``: the command has no
+    ``--overwrite``. A file of the same kind (an earlier output) may be replaced."""
+    output = Path(output)
+    if overwrite or not output.exists():
+        return output
+    fix = "choose another path" + ("" if overwrite is None else ", or pass --overwrite to "
+                                                                 "replace it")
+    for item in inputs:
+        if same_file(output, item):
+            raise ConfigError(f"output {output} is also the input {item}: {fix}")
+    found = file_kind(output)
+    if found != writes:
+        raise ConfigError(f"output {output} already holds {found} and this command writes "
+                          f"{writes}: {fix}")
+    return output
+
+
+@dataclass
+class SensitivityRecord:
+    """A sensitivity file in memory: the points plus what they were measured on."""
+
+    sensitivities: Sensitivities = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    metric: dict[str, Any] = field(default_factory=lambda: {"name": "metric", "baseline": None,
+                                                            "higher_is_better": True})
+    criterion: str = "l1_norm"
+    extra: dict[str, Any] = field(default_factory=dict)
+    created: str = field(default_factory=now)
+
+    def set_point(self, group: str, ratio: float, loss: float) -> None:
+        self.sensitivities.setdefault(group, {})[ratio_key(ratio)] = float(loss)
+
+    def has_point(self, group: str, ratio: float) -> bool:
+        return ratio_key(ratio) in self.sensitivities.get(group, {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION,
+            "model": self.model, "metric": self.metric, "criterion": self.criterion,
+            "created": self.created, "updated": now(), "extra": self.extra,
+            "sensitivities": {g: {f"{r:.2f}": loss for r, loss in sorted(points.items())}
+                              for g, points in self.sensitivities.items()},
+        }
+
+
+def write_record(record: SensitivityRecord, path: PathLike) -> Path:
+    """Write ``record`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record.to_json(), indent=1, allow_nan=False)
+    return write_text_atomic(path, text)
+
+
+def remove_stale_temp_files(path: PathLike) -> None:
+    """Delete temp files that a killed writer of ``path`` left behind: those whose process (the
+    id in their name) is gone. A live writer's temp file (another analysis of the same file) and
+    the file itself are never touched."""
+    path = Path(path)
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        parts = tmp.name[len(path.name) + 2:].split(".")  # pid, random, tmp (older: random, tmp)
+        if len(parts) == 2 or len(parts) == 3 and not (parts[0].isdigit()
+                                                       and _process_alive(int(parts[0]))):
+            tmp.unlink(missing_ok=True)  # (more parts: another file's, e.g. a shard's)
+
+
+def _process_alive(pid: int) -> bool:
+    if os.name == "nt" or pid <= 0:  # os.kill(pid, 0) would end it on Windows: keep the file
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: alive, another user's
+        return True
+    return True
+
+
+def parse_points(path: Path, raw: Any) -> Sensitivities:
+    if not isinstance(raw, Mapping):
+        raise SensitivityFileError(f"{path}: 'sensitivities' must map group names to "
+                                   f"{{ratio: loss}}; the file is damaged")
+    sens: Sensitivities = {}
+    for group, points in raw.items():
+        if not isinstance(points, Mapping):
+            raise SensitivityFileError(f"{path}: group {group!r} must hold {{ratio: loss}}, "
+                                       f"not {type(points).__name__}; the file is damaged")
+        parsed = {}
+        for r, loss in points.items():
+            try:
+                ratio, value = float(r), float(loss)
+            except (TypeError, ValueError):
+                raise SensitivityFileError(f"{path}: group {group!r} has a non-numeric point "
+                                           f"{r!r}: {loss!r}; the file is damaged") from None
+            if not 0.0 < ratio < 1.0 or not math.isfinite(value):
+                raise SensitivityFileError(f"{path}: group {group!r} has an invalid point "
+                                           f"{r!r}: {loss!r} (ratios lie in (0, 1), losses are finite)")
+            parsed[ratio_key(ratio)] = value
+        sens[str(group)] = dict(sorted(parsed.items()))
+    return sens
+
+
+def read_record(path: PathLike) -> SensitivityRecord:
+    """Load and validate a sensitivity file (JSON only; never unpickles)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SensitivityFileError(f"no sensitivity file at {path}: check the path, or compute one "
+                                   f"with autoprune.sensitivity(..., sensitivities_file=...)")
+    try:
+        data = json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise SensitivityFileError(f"{path} is not a JSON sensitivity file (binary content; a "
+                                   f"PaddleSlim pickle? convert it with import_paddleslim(..., "
+                                   f"allow_pickle=True))") from None
+    except json.JSONDecodeError as e:
+        raise SensitivityFileError(f"{path} is corrupt or truncated ({e.msg} at line {e.lineno}): "
+                                   f"delete it to start over, or restore a copy") from None
+    except RecursionError:  # e.g. [[[[...]]]] 100,000 deep
+        raise SensitivityFileError(f"{path} is not a sensitivity file (JSON nested too deeply "
+                                   f"to read): pass a file written by autoprune") from None
+    return record_from_json(data, path)
+
+
+def record_from_json(data: Any, path: PathLike = "<memory>") -> SensitivityRecord:
+    """Validate the JSON form of a sensitivity file and build the record."""
+    path = Path(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SensitivityFileError(f"{path} is not an autoprune sensitivity file (no "
+                                   f"\"format\": \"{FORMAT}\" field)")
+    version = data.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise SensitivityFileError(f"{path} has format version {version!r}; this autoprune reads "
+                                   f"version {VERSION}: upgrade autoprune")
+    for key, kind in (("model", dict), ("metric", dict), ("extra", dict), ("criterion", str)):
+        if key in data and not isinstance(data[key], kind):
+            raise SensitivityFileError(f"{path}: field {key!r} must be a {kind.__name__}; "
+                                       f"the file is damaged")
+    record = SensitivityRecord(
+        sensitivities=parse_points(path, data.get("sensitivities", {})),
+        model=data.get("model", {}), criterion=data.get("criterion", "l1_norm"),
+        extra=data.get("extra", {}), created=data.get("created") or now())
+    record.metric.update(data.get("metric", {}))
+    baseline = record.metric.get("baseline")
+    if baseline is not None and (isinstance(baseline, bool) or not isinstance(baseline, (int, float))
+                                 or not math.isfinite(baseline) or baseline == 0):
+        raise SensitivityFileError(f"{path}: metric baseline {baseline!r} is not a finite non-zero "
+                                   f"number; the file is damaged (delete it to start over)")
+    return record
+
+
+def shard_path(path: PathLike, rank: int) -> Path:
+    """Where rank ``rank`` of a distributed analysis keeps its own points."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.rank{rank}.json")
+
+
+def absorb_shards(record: SensitivityRecord, path: PathLike,
+                  check: Callable[[Path, SensitivityRecord], None] | None = None) -> list[Path]:
+    """Merge the points of shard files left next to ``path`` (by a distributed run) into
+    ``record``; returns the shard files read (delete them once ``record`` is written).
+    ``check(shard_file, shard_record)`` sees every shard before any is merged (it raises to
+    refuse one)."""
+    path = Path(path)
+    shards = sorted(path.parent.glob(f"{glob.escape(path.name)}.rank*.json"))
+    records = [(shard, read_record(shard)) for shard in shards]
+    if check is not None:
+        for shard, shard_record in records:
+            check(shard, shard_record)
+    for _, shard_record in records:
+        for group, points in shard_record.sensitivities.items():
+            for ratio, loss in points.items():
+                record.set_point(group, ratio, loss)
+    return shards
+
+
+def check_fingerprint(record: SensitivityRecord, path: PathLike, fingerprint: str) -> None:
+    """Refuse a record whose group fingerprint differs from the model's ``fingerprint``."""
+    stored = record.model.get("fingerprint")
+    if stored and stored != fingerprint:
+        raise SensitivityFileError(
+            f"{path} was made for another model (group fingerprint {stored}, this model has "
+            f"{fingerprint}; arch {record.model.get('arch')!r}): pass a new file path")
+
+
+def load_sensitivities(path: PathLike) -> Sensitivities:
+    """The ``{group: {ratio: loss}}`` table of a sensitivity file."""
+    return read_record(path).sensitivities
+
+
+def save_sensitivities(sens: Mapping[str, Mapping[float, float]], path: PathLike,
+                       **metadata: Any) -> Path:
+    """Write ``sens`` as a sensitivity file (atomically).
+
+    Known metadata keys: ``arch``, ``fingerprint``, ``groups``, ``weights_sha256`` (model),
+    ``metric_name``, ``baseline``, ``higher_is_better`` (metric), ``criterion``; any other key is
+    kept under ``extra``.
+    """
+    record = SensitivityRecord()
+    for group, points in sens.items():
+        for ratio, loss in points.items():
+            record.set_point(group, ratio, loss)
+    record.sensitivities = parse_points(Path(path), record.sensitivities)
+    for key, value in metadata.items():
+        if key in _MODEL_KEYS:
+            record.model[key] = value
+        elif key in _METRIC_KEYS:
+            record.metric[_METRIC_KEYS[key]] = value
+        elif key == "criterion":
+            record.criterion = value
+        else:
+            record.extra[key] = value
+    return write_record(record, path)
+
+
+def merge_sensitivities(items: Iterable[Union[PathLike, Mapping[str, Mapping[float, float]]]]
+                        ) -> Sensitivities:
+    """Union of several tables or files; where two give the same (group, ratio), the later wins.
+
+    Files made for models with different group structures (fingerprints) are refused.
+    """
+    merged: Sensitivities = {}
+    fingerprint = None
+    for item in items:
+        if isinstance(item, Mapping):
+            table = item
+        else:
+            record = read_record(item)
+            fp = record.model.get("fingerprint")
+            if fp and fingerprint and fp != fingerprint:
+                raise SensitivityFileError(f"cannot merge {item}: it was made for another model "
+                                           f"(fingerprint {fp} != {fingerprint})")
+            fingerprint = fingerprint or fp
+            table = record.sensitivities
+        for group, points in table.items():
+            merged.setdefault(group, {}).update({ratio_key(r): float(v) for r, v in points.items()})
+    return {g: dict(sorted(p.items())) for g, p in merged.items()}

@@ -1,0 +1,153 @@
+"""Checkpoints in the flow: load weights into a model, rebuild a saved model with its task's
+adapter, and prune, export or compare saved checkpoints (the ``autoprune prune | export |
+report`` commands)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+import torch.nn as nn
+
+from ..engine.allocate import ratios_by_flops, ratios_by_loss
+from ..engine.checkpoint import damaged, load_pruned, read_pruned_metadata, save_pruned
+from ..engine.groups import check_criterion
+from ..engine.prune import prune
+from ..engine.store import read_record, same_file
+from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
+                      SensitivityFileError, UnreadableCheckpointError)
+from ..tasks.base import TaskAdapter
+from ..tasks.registry import TASKS, get_adapter
+from .options import check_save_dir, check_targets, sens_mode
+from .report import figures, to_console, write_reports
+from .sensitivities import check_sensitivities_file
+
+
+def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
+    """Load an autoprune checkpoint (pruned or not) or a plain state_dict into ``model``."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}: check pretrain_weights")
+    try:
+        return load_pruned(path, model)
+    except UnreadableCheckpointError:
+        raise
+    except NotAutopruneCheckpointError:  # a plain state_dict
+        pass
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        first = str(e).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{path} does not fit this model ({first}): was it made for "
+                              f"another architecture or num_classes?") from None
+    return model
+
+def checkpoint_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata of the autoprune checkpoint at ``path``, its build arguments checked by its
+    task (a CheckpointError naming the damaged field)."""
+    meta = read_pruned_metadata(path)
+    task = TASKS.get(meta.get("task") or "classification")
+    why = task and task.adapter_class().check_build_kwargs(meta.get("build") or {})
+    if why:
+        raise damaged(Path(path), why)
+    return meta
+
+
+def load_model(path: str | os.PathLike, adapter: TaskAdapter | None = None,
+               base_model: nn.Module | None = None) -> nn.Module:
+    """Rebuild the model saved at ``path`` (pruned or not) and load its weights (weights-only).
+
+    The architecture comes from the checkpoint's metadata; a checkpoint of a custom model object
+    needs ``base_model`` (a fresh instance of the same unpruned architecture).
+    """
+    meta = checkpoint_meta(path)
+    if base_model is None:
+        if not meta.get("arch"):
+            raise CheckpointError(f"{path} was saved from a custom model object: pass "
+                                  f"base_model=<a fresh instance of that architecture>")
+        if adapter is None:
+            adapter = get_adapter(meta.get("task", "classification"))
+        if meta.get("task") not in (None, adapter.task):
+            raise CheckpointError(f"{path} is a {meta.get('task')} checkpoint, not "
+                                  f"{adapter.task}: use autoprune.{meta.get('task')}.load_model")
+        base_model = adapter.build(meta["arch"], **meta.get("build", {}))
+    return load_pruned(path, base_model).eval()
+
+def adapter_for_checkpoint(path: str | os.PathLike, **kwargs: Any) -> tuple[TaskAdapter, dict]:
+    """The task adapter a checkpoint was made with (its classes and input size), plus its metadata."""
+    meta = checkpoint_meta(path)
+    settings = {"input_size": meta.get("input_size"), **meta.get("build", {}), **kwargs}
+    return get_adapter(meta.get("task", "classification"), **settings), meta
+
+def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
+                     output: str | os.PathLike, *, eval_metric_loss: float | None = None,
+                     pruned_flops: float | None = None, criterion: str = "l1_norm",
+                     round_to: int | None = None, overwrite: bool = False):
+    """Prune a saved model with a sensitivity file (or "DEFAULT") and save it, without retraining.
+    The target is ``eval_metric_loss`` (0.05 when neither is given) or ``pruned_flops``;
+    ``output`` may replace ``checkpoint`` only with ``overwrite=True``."""
+    if same_file(output, checkpoint) and not overwrite:
+        raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
+                          f"input is never overwritten)")
+    eval_metric_loss = check_targets(eval_metric_loss, pruned_flops)
+    adapter, meta = adapter_for_checkpoint(checkpoint)
+    model = load_model(checkpoint, adapter)
+    if sens_mode(sensitivities_file) == "new":
+        raise SensitivityFileError(f"no sensitivity file at {sensitivities_file}: measure one "
+                                   f"with `autoprune sensitivity` first, or pass DEFAULT")
+    check_criterion(criterion)
+    path = check_sensitivities_file(adapter, model, sensitivities_file, meta.get("arch"), criterion)
+    sens = read_record(path).sensitivities
+    example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
+                             ignored_layers=ignored) if pruned_flops is not None \
+        else ratios_by_loss(sens, eval_metric_loss)
+    result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
+                   ignored_layers=ignored)
+    previous = meta.get("plan") or {}
+    save_pruned(model, output, **{**meta, "pruned": True, "plan": {**previous, **result.plan}})
+    return result
+
+def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, *,
+                      input_size: int | None = None, opset_version: int = 17,
+                      overwrite: bool = False) -> Path:
+    """Export a checkpoint written by autoprune (pruned or not) to ONNX at ``output``, with the
+    task's input (batch 1, the checkpoint's input size unless ``input_size`` is given);
+    ``output`` may replace ``checkpoint`` only with ``overwrite=True``."""
+    if same_file(output, checkpoint) and not overwrite:
+        raise ConfigError(f"output {output} is the input checkpoint: choose another path, e.g. "
+                          f"{Path(checkpoint).with_suffix('.onnx')}")
+    if input_size is not None and input_size < 1:
+        raise ConfigError(f"--size {input_size} must be a positive number of pixels")
+    size = {"input_size": input_size} if input_size else {}
+    adapter, _ = adapter_for_checkpoint(checkpoint, **size)
+    model = load_model(checkpoint, adapter)
+    return adapter.export_onnx(model, Path(output), opset_version=opset_version)
+
+def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, data: Any, *,
+                        save_dir: str | os.PathLike = ".", eval_limit: int | None = None,
+                        device: str = "auto") -> dict[str, Any]:
+    """Evaluate and measure two checkpoints of one architecture; write and print the report."""
+    what = [_model_of(checkpoint_meta(p)) for p in (baseline, pruned)]
+    if what[0] != what[1]:
+        raise ConfigError(f"{pruned} holds a {what[1]} but {baseline} a {what[0]}: compare a "
+                          f"pruned checkpoint with the checkpoint it was pruned from")
+    adapter, meta = adapter_for_checkpoint(baseline, eval_data=data, eval_limit=eval_limit,
+                                           device=device, progress=False)
+    models = [load_model(p, adapter).to(adapter.device) for p in (baseline, pruned)]
+    base, pruned_ = (figures(adapter, m, adapter.evaluate(m)) for m in models)
+    report = {"task": adapter.task, "arch": meta.get("arch"), "baseline": base,
+              "pruned": pruned_, "flops_reduction": 1 - pruned_["flops"] / base["flops"]}
+    write_reports(report, check_save_dir(save_dir))
+    print(to_console(report))
+    return report
+
+def _model_of(meta: Mapping[str, Any]) -> str:
+    """The model a checkpoint holds, in words: "classification timm/resnet18 (num_classes=10)"."""
+    build = ", ".join(f"{k}={v}" for k, v in (meta.get("build") or {}).items())
+    return f"{meta.get('task')} {meta.get('arch') or 'custom model'}" + (f" ({build})" if build
+                                                                          else "")

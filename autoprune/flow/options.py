@@ -1,0 +1,115 @@
+"""Checks of the task APIs' arguments, made before any time is spent training or measuring:
+targets, save folder, inputs that the run would overwrite, sensitivity options."""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .defaults import DEFAULT
+from ..engine.sensitivity import check_analysis_options
+
+
+def check_save_dir(save_dir: str | os.PathLike) -> Path:
+    """Create ``save_dir`` and make sure it is writable (a clear error otherwise)."""
+    path = Path(save_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".autoprune-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"save_dir {path} is not writable ({e.strerror}): choose another "
+                          f"folder") from None
+    return path
+
+
+def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
+    """True when ``path`` is a file that training into ``save_dir`` writes or may replace: a
+    stage's ``best.pt`` / ``last.pt`` / ``train_state.pt`` or anything in its ``ultralytics/``."""
+    stages = [save_dir] if mode == "none" else [save_dir / "baseline", save_dir / "pruned"]
+    src = path.resolve()
+    for stage in (s.resolve() for s in stages):
+        if src.parent == stage and src.name in ("best.pt", "last.pt", "train_state.pt"):
+            return True
+        if src.is_relative_to(stage / "ultralytics"):
+            return True
+    return src == (save_dir / "best.pt").resolve()
+
+
+def names_a_missing_file(model: Any) -> bool:
+    """A path object, or a string ending in .pt / .pth, that is not a file."""
+    if isinstance(model, os.PathLike) or (isinstance(model, str) and
+                                          model.lower().endswith((".pt", ".pth"))):
+        return not Path(model).is_file()
+    return False
+
+
+def check_numbers(*, whole: bool = False, low: float | None = 0, above: bool = False,
+                  **settings: Any) -> None:
+    """Refuse a setting that is not a number (a YAML ``batch_size: big``), not a whole one when
+    ``whole``, or below ``low`` (or at it, when ``above``), naming its key; None passes."""
+    kind = numbers.Integral if whole else numbers.Real
+    for key, value in settings.items():
+        if value is None:
+            continue
+        ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and low is not None:
+            ok = value > low if above else value >= low
+        if not ok:
+            bound = "" if low is None else f", {'above' if above else 'at least'} {low}"
+            raise ConfigError(f"{key}={value!r} must be {'a whole' if whole else 'a'} "
+                              f"number{bound}: fix it in the call or the config")
+
+
+def check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> float | None:
+    """Refuse a target out of range, or both given; returns the eval_metric_loss to prune by
+    (None with pruned_flops, 0.05 when neither is given)."""
+    if eval_metric_loss is not None and pruned_flops is not None:
+        raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} and pruned_flops="
+                          f"{pruned_flops!r} are both given: pass only one (a tolerated loss "
+                          f"per group, or a share of FLOPs to remove)")
+    if pruned_flops is None and eval_metric_loss is None:
+        eval_metric_loss = 0.05
+    if pruned_flops is not None:
+        if isinstance(pruned_flops, bool) or not isinstance(pruned_flops, (int, float)) \
+                or not 0 < pruned_flops < 1:
+            raise ConfigError(f"pruned_flops={pruned_flops!r} is outside (0, 1): pass the "
+                              f"fraction of FLOPs to remove, e.g. 0.4")
+    elif eval_metric_loss is None or isinstance(eval_metric_loss, bool) \
+            or not isinstance(eval_metric_loss, (int, float)) or not math.isfinite(eval_metric_loss) \
+            or not 0 < eval_metric_loss < 1:
+        raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} is outside (0, 1): pass the "
+                          f"tolerated relative loss, e.g. 0.05 for 5 %")
+    return eval_metric_loss
+
+
+def sens_mode(sensitivities_file: Any) -> str:
+    if sensitivities_file is None:
+        return "none"
+    if isinstance(sensitivities_file, str) and sensitivities_file.upper() == DEFAULT:
+        return "default"
+    return "existing" if Path(sensitivities_file).exists() else "new"
+
+
+SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
+                       "eval_images")
+
+
+def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``sensitivity_options`` of a task API, checked (a ConfigError names an unknown one):
+    keyword arguments of :func:`autoprune.sensitivity`, plus ``eval_images`` (measure on that
+    many evaluation images only; training and the report keep the whole evaluation set)."""
+    options = {k: v for k, v in dict(options or {}).items() if v is not None}
+    unknown = sorted(set(options) - set(SENSITIVITY_OPTIONS))
+    if unknown:
+        raise ConfigError(f"unknown sensitivity option(s) {', '.join(map(repr, unknown))}: use "
+                          f"{', '.join(SENSITIVITY_OPTIONS)}")
+    check_analysis_options(**options)
+    n = options.get("eval_images")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ConfigError(f"eval_images={n!r} must be a positive number of images such as 500")
+    return options

@@ -1,0 +1,198 @@
+"""The task-agnostic journey: base model -> sensitivities -> ratios -> prune -> retrain -> report.
+
+It talks to a task only through the :class:`~autoprune.tasks.base.TaskAdapter` contract.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import torch.nn as nn
+
+from ..engine.allocate import ratios_by_flops, ratios_by_loss
+from ..engine.checkpoint import BASE_SHAPES
+from ..engine.distributed import broadcast, rank_and_world
+from ..engine.groups import check_criterion
+from ..engine.prune import check_round_to, prune
+from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios, weights_sha256
+from ..engine.store import read_record
+from ..errors import CheckpointError, ConfigError, SensitivityFileError
+from ..tasks.base import TaskAdapter, TrainResult
+from .checkpoints import checkpoint_meta, load_model, load_weights
+from .options import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
+                      names_a_missing_file, sens_mode, written_by_run)
+from .plots import plot_sensitivities
+from .report import figures, to_console, write_reports
+from .sensitivities import check_sensitivities_file, get_sensitivities
+
+
+def _checkpoint_meta(adapter: TaskAdapter, arch: str | None, model: nn.Module,
+                     **extra: Any) -> dict[str, Any]:
+    return {"task": adapter.task, "arch": arch, "build": adapter.build_kwargs(model),
+            "input_size": adapter.input_size, **extra}
+
+def _rebuilds(adapter: TaskAdapter, arch: str, model: nn.Module) -> bool:
+    """True when ``adapter.build(arch)`` gives ``model``'s modules and (unpruned) shapes, so a
+    checkpoint may record ``arch`` and ``load_model`` rebuild it; a patched or resized model
+    records no arch (loading it then needs ``base_model``)."""
+    try:
+        fresh = adapter.build(arch, **adapter.build_kwargs(model))
+    except Exception:  # noqa: BLE001 - any failure means: not rebuildable from the key
+        return False
+    structure = lambda m: [(n, type(x).__name__) for n, x in m.named_modules()]
+    shapes = getattr(model, BASE_SHAPES, None) or \
+        {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    fresh_shapes = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
+    return structure(fresh) == structure(model) and \
+        {k: tuple(v) for k, v in shapes.items()} == fresh_shapes
+
+def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir: str | os.PathLike,
+          pretrain_weights: str | os.PathLike | None = None, sensitivities_file: Any = None,
+          eval_metric_loss: float | None = None, pruned_flops: float | None = None,
+          pretrain_epochs: int | None = None, criterion: str = "l1_norm",
+          round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
+          progress: bool = True,
+          sensitivity_options: Mapping[str, Any] | None = None,
+          resume: bool = False) -> TrainResult:
+    """The PaddleX-style flow for any task (see ``autoprune.classification.train``).
+
+    ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
+    continues from its ``train_state.pt``; a finished stage is not trained again."""
+    mode = sens_mode(sensitivities_file)
+    check_numbers(whole=True, low=1, epochs=epochs, pretrain_epochs=pretrain_epochs)
+    if mode != "none":  # every setting of the later steps, before hours of training
+        eval_metric_loss = check_targets(eval_metric_loss, pruned_flops)  # 0.05 by default
+        check_criterion(criterion)
+        check_sensitivity_options(sensitivity_options)
+        check_ratios(ratios)
+        check_round_to(round_to)
+        if not _has_eval(adapter):
+            raise ConfigError("pruning needs eval_data: the sensitivities and the report are "
+                              "measured on it; pass a validation folder or Dataset")
+    save_dir = check_save_dir(save_dir)
+    arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
+    if isinstance(model, str):
+        model = adapter.build(arch)
+        rebuild_arch = arch
+    else:
+        rebuild_arch = arch if arch and _rebuilds(adapter, arch, model) else None
+    adapter.check_model(model)
+    adapter.check_data(model)
+    if pretrain_weights is not None:
+        if written_by_run(Path(pretrain_weights), save_dir, mode):
+            raise ConfigError(f"pretrain_weights {pretrain_weights} lies where this run writes its "
+                              f"outputs: pick another save_dir (the input is never overwritten)")
+        load_weights(model, pretrain_weights)
+    model.to(adapter.device)
+    meta = _checkpoint_meta(adapter, rebuild_arch, model)
+    if mode != "none":
+        check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
+    resuming = {"resume": True} if resume else {}  # only adapters with their own loop take it
+
+    if mode == "none":  # plain training
+        model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False}, **resuming)
+        return TrainResult(model, baseline_path=save_dir / "best.pt",
+                           metrics=_on_rank0(lambda: adapter.evaluate(model))
+                           if _has_eval(adapter) else {})
+
+    if pretrain_weights is None:  # the one-call flow: train the base model first
+        _log(f"[autoprune] training the base model ({pretrain_epochs or epochs} epochs)")
+        model = adapter.fit(model, pretrain_epochs or epochs, save_dir / "baseline",
+                            meta={**meta, "pruned": False}, **resuming)
+        baseline_path = save_dir / "baseline" / "best.pt"
+    else:
+        baseline_path = Path(pretrain_weights)
+    base_metrics = _on_rank0(lambda: adapter.evaluate(model))
+    _log(f"[autoprune] baseline {adapter.metric} = {base_metrics[adapter.metric]:.4f}")
+
+    _log(f"[autoprune] sensitivities ({mode}: {sensitivities_file})")
+    sens, sens_path = get_sensitivities(adapter, model, sensitivities_file, arch=arch,
+                                        criterion=criterion, ratios=ratios, progress=progress,
+                                        options=sensitivity_options)
+    example = adapter.example_inputs(model)
+    ignored = adapter.ignored_layers(model)
+    if pruned_flops is not None:
+        chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
+                                 ignored_layers=ignored)
+    else:
+        chosen = ratios_by_loss(sens, eval_metric_loss)
+    baseline_model = copy.deepcopy(model)
+    result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
+                   ignored_layers=ignored)
+    _log(f"[autoprune] pruned {len(result.plan)} groups: FLOPs {result.flops_before / 1e6:.1f}M "
+          f"-> {result.flops_after / 1e6:.1f}M (-{result.flops_reduction:.1%}); retraining "
+          f"{epochs} epochs")
+    model = adapter.fit(model, epochs, save_dir / "pruned",
+                        meta={**meta, "pruned": True, "plan": result.plan}, **resuming)
+
+    def finish() -> dict[str, Any]:
+        report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
+                  "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
+                  "pruned_flops_target": pruned_flops, "criterion": criterion,
+                  "round_to": round_to, "ratios": dict(chosen),
+                  "flops_reduction": result.flops_reduction,
+                  "baseline": figures(adapter, baseline_model, base_metrics),
+                  "pruned": figures(adapter, model, adapter.evaluate(model))}
+        write_reports(report, save_dir)
+        plot_sensitivities(sens, save_dir / "sensitivity.png",
+                           title=f"Sensitivity: {arch or 'model'}",
+                           threshold=None if pruned_flops is not None else eval_metric_loss)
+        print(to_console(report))
+        return report
+
+    report = _on_rank0(finish)  # latency is measured by one process, alone
+    return TrainResult(model, report=report, baseline_path=baseline_path,
+                       pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
+                       ratios=dict(chosen), metrics=report["pruned"]["metrics"])
+
+def _on_rank0(fn: Callable[[], Any]) -> Any:
+    """``fn()`` run by rank 0 alone (evaluation, measuring, writing), its result sent to every
+    rank; just ``fn()`` in a single process."""
+    return broadcast(fn() if rank_and_world()[0] == 0 else None)
+
+def _log(line: str) -> None:
+    if rank_and_world()[0] == 0:
+        print(line, flush=True)
+
+def _has_eval(adapter: TaskAdapter) -> bool:
+    return adapter.eval_set is not None
+
+def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file: str | os.PathLike,
+                        *, pretrain_weights: str | os.PathLike | None = None,
+                        criterion: str = "l1_norm", ratios: Iterable[float] = DEFAULT_RATIOS,
+                        progress: bool = True,
+                        sensitivity_options: Mapping[str, Any] | None = None
+                        ) -> dict[str, dict[float, float]]:
+    """Step 2 of the flow: measure the sensitivities of a trained model into ``save_file``.
+
+    ``model`` is a checkpoint path written by autoprune, a model name (then pass
+    ``pretrain_weights``) or a model object.
+    """
+    arch = None
+    if names_a_missing_file(model):
+        raise CheckpointError(f"no checkpoint at {model}: check the path")
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
+        meta = checkpoint_meta(model)
+        arch = meta.get("arch")
+        model = load_model(model, adapter)
+    elif isinstance(model, str):
+        arch = adapter.arch_key(model)
+        model = adapter.build(arch)
+        if pretrain_weights is None:
+            raise ConfigError("a model name needs pretrain_weights=<checkpoint of the trained "
+                              "model>: sensitivities of an untrained model mean nothing")
+    if pretrain_weights is not None:
+        load_weights(model, pretrain_weights)
+    adapter.check_data(model)
+    model.to(adapter.device)
+    if Path(save_file).is_file():  # measuring this model: a table of other weights is no answer
+        check_sensitivities_file(adapter, model, save_file, arch, criterion)  # the model first
+        stored = read_record(save_file).model.get("weights_sha256")
+        if stored and stored != weights_sha256(model):
+            raise SensitivityFileError(f"{save_file} was measured on other weights of this model: "
+                                       f"pass a new file path to measure these (or delete it)")
+    sens, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
+                                ratios=ratios, progress=progress, options=sensitivity_options)
+    return sens

@@ -1,0 +1,74 @@
+"""The sensitivity table of a run: a bundled DEFAULT profile, or a file measured (or completed)
+on the adapter's evaluation data; a file made for another model or criterion is refused."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import torch.nn as nn
+
+from ..engine.groups import PruningGraph
+from ..engine.sensitivity import DEFAULT_RATIOS, sensitivity
+from ..engine.store import check_fingerprint, read_record
+from ..errors import ConfigError, SensitivityFileError
+from ..tasks.base import TaskAdapter
+from .defaults import find_profile
+from .options import check_sensitivity_options, sens_mode
+
+
+def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
+                             arch: str | None, criterion: str = "l1_norm") -> Path:
+    """Resolve ``sensitivities_file`` ("DEFAULT" or a path) and refuse a file or profile made for
+    another model or with another ``criterion``, before any time is spent training or measuring."""
+    mode = sens_mode(sensitivities_file)
+    if mode == "default":
+        if arch is None:
+            raise ConfigError("sensitivities_file='DEFAULT' needs a model name (e.g. 'resnet18'), "
+                              "not a model object of unknown architecture")
+        path = find_profile(adapter.task, arch)
+    else:
+        path = Path(sensitivities_file)
+    if mode in ("default", "existing"):
+        record = read_record(path)
+        graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
+        fingerprint = record.model.get("fingerprint")
+        if mode == "default" and fingerprint != graph.fingerprint:
+            raise SensitivityFileError(
+                f"the DEFAULT profile for {arch} does not match this model's groups (another "
+                f"width, num_classes or a patched layer?): pass sensitivities_file=<new path>")
+        check_fingerprint(record, path, graph.fingerprint)
+        if record.criterion != criterion:
+            raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}, "
+                                       f"this run prunes by {criterion!r}: pass criterion="
+                                       f"{record.criterion!r}, or measure a new file")
+    return path
+
+def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, *,
+                      arch: str | None, criterion: str = "l1_norm",
+                      ratios: Iterable[float] = DEFAULT_RATIOS, progress: bool = True,
+                      options: Mapping[str, Any] | None = None
+                      ) -> tuple[dict[str, dict[float, float]], Path]:
+    """The sensitivity table for ``model``: the DEFAULT profile, or a file completed on the
+    adapter's evaluation data (only missing points are computed)."""
+    path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
+    if sens_mode(sensitivities_file) == "default":
+        return read_record(path).sensitivities, path
+    options = check_sensitivity_options(options)
+    subset = options.pop("eval_images", None)
+    measure_on = adapter.with_eval_limit(subset) if subset else adapter
+    sens = sensitivity(model, adapter.example_inputs(model),
+                       lambda m: measure_on.evaluate(m)[adapter.metric], ratios=ratios,
+                       sensitivities_file=path, criterion=criterion,
+                       ignored_layers=adapter.ignored_layers(model),
+                       higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
+                       arch=arch, extra={"task": adapter.task,
+                                         "eval_images": _eval_size(measure_on)},
+                       progress=progress, **options)
+    return sens, path
+
+def _eval_size(adapter: TaskAdapter) -> int | None:
+    """How many evaluation samples the sensitivities are measured on (recorded in the file)."""
+    try:
+        return len(adapter.eval_set)
+    except TypeError:
+        return None

@@ -1,0 +1,83 @@
+"""Building DEFAULT sensitivity profiles on public data (``autoprune profiles build``).
+
+Each registered task measures its profiles its own way (its ``profile`` entry: Fashion-MNIST for
+classification, the Fashion-MNIST scenes of ``autoprune.datasets.scenes`` for detection and
+segmentation); :func:`build_profile` picks the task from the architecture, fills in the task's
+default settings, and :func:`finish_profile` records how the profile was made, writes it to
+``out_dir`` and adds it to ``out_dir/index.json``.
+"""
+from __future__ import annotations
+
+import datetime
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..engine.sensitivity import DEFAULT_RATIOS
+from ..engine.store import read_record, write_record
+from ..flow.defaults import register_profile, versions
+from ..flow.options import check_numbers
+from ..tasks.registry import get_task, task_of
+
+SETTINGS = ("epochs", "train_images", "val_images", "input_size", "batch_size")
+
+
+def arch_key_of(arch: str, task: str) -> str:
+    """The canonical key ``arch`` has in ``task`` (what the index lists)."""
+    return get_task(task).arch_key(arch)
+
+
+def profile_name(task: str, key: str) -> str:
+    """The file name of a profile, e.g. ``detection-yolov8n.json``."""
+    return f"{task}-{key.replace('/', '-')}.json"
+
+
+def finish_profile(task: str, key: str, measured: Path, out_dir: str | Path,
+                   how: dict[str, Any]) -> Path:
+    """Record how ``measured`` (a sensitivity file) was made — ``extra.how``, package versions,
+    date — drop the weights' hash (the weights are not shipped), write it to ``out_dir`` and
+    register it in ``out_dir/index.json``. Returns the profile's path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = read_record(measured)
+    record.extra.update({"how": how, "versions": versions(),
+                         "date": datetime.date.today().isoformat()})
+    record.model.pop("weights_sha256", None)
+    name = profile_name(task, key)
+    write_record(record, out_dir / name)
+    register_profile(task, key, name, out_dir)
+    return out_dir / name
+
+
+def _command(key: str, task: str, s: dict[str, Any], ratios: tuple[float, ...]) -> str:
+    cmd = (f"autoprune profiles build --arch {key} --task {task} --epochs {s['epochs']} "
+           f"--train-images {s['train_images']} --val-images {s['val_images']} "
+           f"--size {s['input_size']} --batch {s['batch_size']} --seed {s['seed']}")
+    if ratios != tuple(DEFAULT_RATIOS):
+        cmd += " --ratios " + ",".join(f"{r:g}" for r in ratios)
+    return cmd
+
+
+def build_profile(arch: str, out_dir: str | Path, *, task: str | None = None,
+                  epochs: int | None = None, train_images: int | None = None,
+                  val_images: int | None = None, input_size: int | None = None,
+                  batch_size: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
+                  work_dir: str | Path | None = None, device: str = "auto", seed: int = 0,
+                  progress: bool = True, **task_options: Any) -> Path:
+    """Train ``arch`` on the public data of its task (``task`` forces it), measure its
+    sensitivities and write them as its profile in ``out_dir``. Unset settings take the task's
+    defaults (``Task.profile_settings``); ``task_options`` go to the task's profile builder
+    (detection: ``data=`` a data.yaml, ``train_args=``)."""
+    spec = get_task(task or task_of(arch))
+    key, ratios = spec.arch_key(arch), tuple(ratios)
+    given = dict(epochs=epochs, train_images=train_images, val_images=val_images,
+                 input_size=input_size, batch_size=batch_size)
+    s = {**spec.profile_settings, **{k: v for k, v in given.items() if v is not None},
+         "seed": seed}
+    check_numbers(whole=True, low=1, **{k: s[k] for k in SETTINGS})
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        measured, how = spec.profile_builder()(key, Path(tmp), s, ratios, device=device,
+                                               progress=progress, **task_options)
+        how = {"dataset": how.pop("dataset"), **{k: s[k] for k in SETTINGS}, "seed": seed,
+               **how, "command": _command(key, spec.name, s, ratios)}
+        return finish_profile(spec.name, key, measured, out_dir, how)

@@ -1,0 +1,331 @@
+"""Classification adapter: timm / torchvision models, ImageFolder / Dataset / Fashion-MNIST data,
+top-1/top-5 metrics. The only module of the classification task that imports timm or torchvision."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import timm
+import torchvision
+from torchvision import datasets, transforms
+from torch.utils.data import Dataset
+
+from ...flow.options import check_numbers
+from ...engine.data import CachedBatches, check_limits, first_items, load_image, make_loader, subset
+from ...datasets import FashionMNIST
+from ...errors import ConfigError
+from ...flow.training import FitConfig, evaluate_topk, pick_device
+from . import models as torchvision_models
+from ..supervised import SupervisedFit
+
+FASHION_MNIST = "fashion-mnist"
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def resolve_arch(name: str) -> str:
+    """Canonical architecture key ``timm/<name>`` or ``torchvision/<name>``.
+
+    A bare name is looked up in timm first, then torchvision; prefix ``torchvision/`` or
+    ``timm/`` to choose.
+    """
+    source, _, bare = name.rpartition("/")
+    if source not in ("", "timm", "torchvision"):
+        raise ConfigError(f"unknown model source {source!r} in {name!r}: use 'timm/<name>', "
+                          f"'torchvision/<name>' or a bare name")
+    if source in ("", "timm") and timm.is_model(bare):
+        return f"timm/{bare}"
+    if source in ("", "torchvision") and bare in torchvision.models.list_models(
+            module=torchvision.models):
+        torchvision_models.check_supported(bare)  # refused by name, before any work
+        return f"torchvision/{bare}"
+    if source in ("", "torchvision") and bare in torchvision.models.list_models():
+        raise ConfigError(f"torchvision model {bare!r} is not an image classifier (a detection, "
+                          f"segmentation, video or quantized model): the classification task "
+                          f"takes the names of torchvision.models.list_models(module="
+                          f"torchvision.models)")
+    raise ConfigError(f"unknown model name {name!r}: not a timm or torchvision model (e.g. "
+                      f"resnet18, mobilenetv3_small_100, efficientnet_b0, mobilenet_v2)")
+
+
+def arch_of_model(model: nn.Module) -> str | None:
+    """The key of a timm or torchvision model object (``timm/<name>``, ``torchvision/<name>``),
+    or None when it is neither.
+
+    timm models name their architecture in ``pretrained_cfg``. torchvision models do not: the
+    builders defined next to the model's class are run on the meta device (no memory, no weights)
+    and the one whose parameter names and shapes are the model's wins; failing that, the one
+    builder whose parameter names alone match (a pruned or re-widened copy: the group
+    fingerprint then tells it apart).
+    """
+    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None)
+    if isinstance(cfg, dict) and cfg.get("architecture"):
+        if timm.is_model(cfg["architecture"]):
+            return f"timm/{cfg['architecture']}"
+    if type(model).__module__.startswith("torchvision.models."):
+        return _torchvision_arch(model)
+    return None
+
+
+def _torchvision_arch(model: nn.Module) -> str | None:
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    num_classes = _output_classes(model)
+    same_names = []
+    for name in torchvision.models.list_models(module=torchvision.models):
+        builder = torchvision.models.get_model_builder(name)
+        if builder.__module__ != type(model).__module__:
+            continue
+        kwargs = {"num_classes": num_classes} if num_classes else {}
+        try:
+            with torch.device("meta"):
+                candidate = builder(weights=None, **kwargs)
+        except Exception:  # noqa: BLE001 - a builder that cannot run here is just not a match
+            continue
+        if type(candidate) is not type(model):
+            continue
+        theirs = {k: tuple(v.shape) for k, v in candidate.state_dict().items()}
+        if theirs == shapes:
+            return f"torchvision/{name}"
+        if theirs.keys() == shapes.keys():
+            same_names.append(name)
+    return f"torchvision/{same_names[0]}" if len(same_names) == 1 else None
+
+
+def build_classifier(arch: str, num_classes: int) -> nn.Module:
+    """An untrained classifier (no weights are downloaded)."""
+    arch = resolve_arch(arch)
+    source, name = arch.split("/", 1)
+    if source == "timm":
+        return timm.create_model(name, pretrained=False, num_classes=num_classes)
+    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    return torchvision_models.make_traceable(model)
+
+
+def _image_folder(path: Path, size: int, train: bool) -> Dataset:
+    if train:
+        tf = transforms.Compose([
+            transforms.RandomResizedCrop(size, scale=(0.35, 1.0)), transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    else:
+        tf = transforms.Compose([
+            transforms.Resize(int(round(size / 0.875))), transforms.CenterCrop(size),
+            transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    try:
+        return datasets.ImageFolder(str(path), transform=tf, loader=load_image)  # names a bad file
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path} holds no images in class sub-folders ({e}): expected "
+                          f"<root>/<class>/<image>.jpg") from None
+
+
+def balanced_indices(targets: list[int], limit: int) -> list[int]:
+    """The first ``limit`` indices of a round robin over the classes (each class in its own
+    order), so a subset of a class-sorted folder holds every class about equally."""
+    by_class: dict[int, list[int]] = {}
+    for i, t in enumerate(targets):
+        by_class.setdefault(int(t), []).append(i)
+    queues = [iter(by_class[c]) for c in sorted(by_class)]
+    picked: list[int] = []
+    while queues and len(picked) < limit:
+        for q in list(queues):
+            i = next(q, None)
+            if i is None:
+                queues.remove(q)
+            elif len(picked) < limit:
+                picked.append(i)
+    return picked
+
+
+def _targets(ds: Dataset) -> list[int] | None:
+    """The labels of ``ds`` without reading its images (ImageFolder, Fashion-MNIST, Subsets of
+    them); None when the dataset does not expose them."""
+    if isinstance(ds, torch.utils.data.Subset):
+        inner = _targets(ds.dataset)
+        return None if inner is None else [inner[i] for i in ds.indices]
+    targets = getattr(ds, "targets", None)
+    return None if targets is None else [int(t) for t in targets]
+
+
+def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | None = None,
+                    root: str | None = None) -> Dataset:
+    """``"fashion-mnist"``, an ImageFolder directory, or a torch Dataset of (image, label)."""
+    if isinstance(spec, Dataset):
+        targets = _targets(spec) if limit is not None and limit < len(spec) else None
+        if targets is None:
+            return first_items(spec, limit)
+        return subset(spec, balanced_indices(targets, limit))
+    if isinstance(spec, str) and spec.lower() == FASHION_MNIST:
+        return FashionMNIST("train" if train else "test", root=root, size=input_size, channels=3,
+                            limit=limit)
+    if isinstance(spec, (str, os.PathLike)):
+        path = Path(spec)
+        if not path.is_dir():
+            raise ConfigError(f"data path {path} does not exist or is not a folder: pass an "
+                              f"ImageFolder root (<root>/<class>/<image>), a Dataset or "
+                              f"'{FASHION_MNIST}'")
+        ds = _image_folder(path, input_size, train)
+        if limit is not None:  # an ImageFolder lists class by class: take from every class
+            ds = subset(ds, balanced_indices(ds.targets, limit))
+        return ds
+    raise ConfigError(f"data must be a folder path, a torch Dataset or '{FASHION_MNIST}', "
+                      f"not {type(spec).__name__}")
+
+
+def dataset_classes(ds: Dataset) -> list[str] | None:
+    """The class names a dataset declares, if any."""
+    classes = getattr(ds, "classes", None)
+    return list(classes) if classes is not None else None
+
+
+class ClassificationAdapter(SupervisedFit):
+    """Classification task: builds timm/torchvision models, trains with SGD/AdamW + warm-up +
+    cosine, evaluates top-1/top-5 on cached evaluation batches."""
+
+    task = "classification"
+    metric = "top1"
+    higher_is_better = True
+
+    def __init__(self, train_data: Any = None, eval_data: Any = None, *,
+                 num_classes: int | None = None, input_size: int | None = None,
+                 batch_size: int = 64, lr: float = 0.05, optimizer: str = "sgd",
+                 weight_decay: float = 5e-4, warmup_epochs: float = 0.5,
+                 label_smoothing: float = 0.0, device: str = "auto", num_workers: int = 0,
+                 train_limit: int | None = None, eval_limit: int | None = None,
+                 data_root: str | None = None, seed: int = 0, progress: bool = True,
+                 sync_bn: bool = False):
+        check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size)
+        check_numbers(whole=True, num_workers=num_workers)
+        check_numbers(whole=True, low=2, num_classes=num_classes)
+        check_numbers(lr=lr, above=True)
+        check_numbers(weight_decay=weight_decay, warmup_epochs=warmup_epochs,
+                      label_smoothing=label_smoothing)
+        is_fashion = lambda d: isinstance(d, str) and d.lower() == FASHION_MNIST
+        fashion = is_fashion(train_data)
+        self.input_size = input_size or (32 if fashion or is_fashion(eval_data) else 224)
+        if self.input_size < 8:
+            raise ConfigError(f"input_size={self.input_size} is too small: use 32 or more")
+        self.device = pick_device(device)
+        self.cfg = FitConfig(lr=lr, optimizer=optimizer, weight_decay=weight_decay,
+                             warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
+                             progress=progress, sync_bn=sync_bn)
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.train_set = self.eval_set = None
+        check_limits(train_limit=train_limit, eval_limit=eval_limit)
+        if train_data is not None:
+            self.train_set = resolve_dataset(train_data, train=True, input_size=self.input_size,
+                                             limit=train_limit, root=data_root)
+            make_loader(self.train_set, batch_size, shuffle=False)  # checks emptiness
+        if eval_data is None and fashion:
+            eval_data = FASHION_MNIST
+        if eval_data is not None:
+            self.eval_set = resolve_dataset(eval_data, train=False, input_size=self.input_size,
+                                            limit=eval_limit, root=data_root)
+        self.num_classes = self._check_classes(num_classes)
+        self._eval_batches = None
+
+    def _check_classes(self, num_classes: int | None) -> int | None:
+        found = [c for c in (dataset_classes(self.train_set) if self.train_set else None,
+                             dataset_classes(self.eval_set) if self.eval_set else None) if c]
+        if len(found) == 2 and found[0] != found[1]:
+            raise ConfigError(f"training and evaluation data have different classes ({len(found[0])}"
+                              f" vs {len(found[1])}): use the same class folders in both")
+        if found and num_classes is not None and num_classes != len(found[0]):
+            raise ConfigError(f"num_classes={num_classes} but the data has {len(found[0])} classes "
+                              f"({', '.join(map(str, found[0][:5]))}...): pass "
+                              f"num_classes={len(found[0])} or omit it")
+        if found and len(found[0]) < 2:
+            raise ConfigError(f"the data has a single class ({found[0][0]!r}): a classifier needs "
+                              f"at least two classes; add a folder of images for each other class")
+        return num_classes if num_classes is not None else (len(found[0]) if found else None)
+
+    def check_item(self, name: str, item: Any, channels: int) -> None:
+        """Also refuse labels that are not class indices (a Dataset returning 'cat')."""
+        super().check_item(name, item, channels)
+        label = item[1]
+        if not _is_class_index(label):
+            raise ConfigError(f"{name} gives labels like {label!r:.30} ({type(label).__name__}): "
+                              f"labels must be integer class indices 0 .. num_classes - 1; map "
+                              f"each class name to its index")
+
+    # -- the TaskAdapter protocol ----------------------------------------------------------------
+    def build(self, arch: str, num_classes: int | None = None, **_: Any) -> nn.Module:
+        num_classes = num_classes or self.num_classes
+        if num_classes is None:
+            raise ConfigError("num_classes is unknown: pass num_classes= or data that declares "
+                              "its classes")
+        return build_classifier(arch, num_classes)
+
+    def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
+        return {"num_classes": self.num_classes or _output_classes(model)}
+
+    def arch_key(self, model: str | nn.Module) -> str | None:
+        """``timm/<name>`` or ``torchvision/<name>`` of a model name (ConfigError if unknown) or
+        of a timm/torchvision model object (None if unknown)."""
+        if isinstance(model, str):
+            return resolve_arch(model)
+        arch = arch_of_model(model)
+        if arch and arch.startswith("torchvision/"):
+            torchvision_models.check_supported(arch.split("/", 1)[1])
+        return arch
+
+    def check_model(self, model: nn.Module) -> None:
+        """Refuse a model whose output size does not match the data's classes."""
+        out = _output_classes(model)
+        if self.num_classes is not None and out is not None and out != self.num_classes:
+            raise ConfigError(f"the model predicts {out} classes but the data has "
+                              f"{self.num_classes}: build it with num_classes={self.num_classes}")
+
+    def example_inputs(self, model: nn.Module) -> torch.Tensor:
+        return torch.randn(1, 3, self.input_size, self.input_size,
+                           generator=torch.Generator().manual_seed(0)).to(_device_of(model))
+
+    def timing_inputs(self, model: nn.Module) -> torch.Tensor:
+        return self.example_inputs(model)
+
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        """Nothing for most models (the classifier produces the output, which the core never
+        prunes); a torchvision ShuffleNetV2 is made traceable and its shuffled convs are kept
+        (:mod:`autoprune.tasks.torchvision_models`)."""
+        return torchvision_models.ignored_layers(torchvision_models.make_traceable(model))
+
+    def _eval_indices(self, limit: int) -> list[int]:
+        """A subset takes from every class in turn when the labels are known."""
+        targets = _targets(self.eval_set)
+        return balanced_indices(targets, limit) if targets is not None else \
+            super()._eval_indices(limit)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        if self.eval_set is None:
+            raise ConfigError("evaluation needs eval_data (a validation folder or Dataset)")
+        if self._eval_batches is None:
+            self._eval_batches = CachedBatches(make_loader(
+                self.eval_set, max(self.batch_size, 128), shuffle=False,
+                num_workers=self.num_workers))
+        k = min(5, self.num_classes or 5)
+        return evaluate_topk(model, self._eval_batches, device=self.device,
+                             topk=(1, k) if k > 1 else (1,))
+
+
+def _is_class_index(label: Any) -> bool:
+    """An int, a numpy integer or a 0-d integer tensor (what cross-entropy takes as a target)."""
+    try:
+        t = torch.as_tensor(label)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    return t.dim() == 0 and not t.is_floating_point() and not t.is_complex() and \
+        t.dtype != torch.bool
+
+
+def _output_classes(model: nn.Module) -> int | None:
+    get = getattr(model, "get_classifier", None)  # timm
+    head = get() if callable(get) else None
+    if head is None:
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        head = linears[-1] if linears else None
+    return getattr(head, "out_features", None)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")

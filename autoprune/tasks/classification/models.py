@@ -1,0 +1,112 @@
+"""torchvision classifiers that need help to be pruned, and those refused by name.
+
+- **ShuffleNetV2**: its channel shuffle (``view`` -> ``transpose`` -> ``view``) stops
+  torch-pruning's tracer (``ZeroDivisionError`` in its reshape index mapping).
+  :func:`make_traceable` gives each block a numerically identical ``forward`` whose shuffle is one
+  ``index_select``; the core leaves out every group that crosses such a channel gather
+  (:mod:`autoprune.groups`), and the convs whose channels are shuffled are ignored, so the stage
+  widths stay and the branch-internal widths, the stem and the last conv are pruned.
+- **Swin, Swin V2, MaxViT**: torch-pruning's dependency graph does not finish (minutes, or a
+  ``TypeError`` in its index mapping) on a group that crosses the window-partition reshapes: the
+  embedding every block adds to, and the q/k/v widths split into heads. Only the widths that stay
+  inside a block are pruned: the MLP hidden width, and MaxViT's MBConv expansion, squeeze-excitation
+  and first stem conv; every other conv/linear is ignored. (Swin-S/B's PatchMerging concat, which
+  torch-pruning cannot map, is handled by the core: groups through it are left out.)
+- :data:`REFUSED` names the models refused before any work (none today); a torchvision model that
+  is not an image classifier is refused by the classification task's name lookup.
+
+State dicts are untouched: a pruned model loads into a plain torchvision model of its shapes; a
+ShuffleNetV2's ONNX export holds a ``Gather`` where torchvision's holds two reshapes.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn as nn
+from torchvision.models.maxvit import MaxVit, MBConv, PartitionAttentionLayer
+from torchvision.models.shufflenetv2 import InvertedResidual
+from torchvision.models.swin_transformer import SwinTransformerBlock
+
+from ...errors import ConfigError
+
+# torchvision name -> why autoprune cannot prune it (checked at the name lookup, before any work)
+REFUSED: dict[str, str] = {}
+
+
+def check_supported(name: str) -> None:
+    """Raise a one-line ConfigError for a torchvision model autoprune cannot prune."""
+    if name in REFUSED:
+        raise ConfigError(f"torchvision model {name!r} cannot be pruned by autoprune: "
+                          f"{REFUSED[name]}; pick another architecture (e.g. convnext_tiny, "
+                          f"vit_b_16, resnet50)")
+
+
+def ignored_layers(model: nn.Module) -> list[nn.Module]:
+    """What a torchvision model needs ignored (empty for most): the ShuffleNetV2 convs whose
+    channels are shuffled, and every conv/linear of a Swin or MaxViT but those whose width stays
+    inside a block."""
+    inner = _inner_roots(model)
+    if inner is not None:
+        return [m for m in model.modules()
+                if isinstance(m, (nn.Conv2d, nn.Linear)) and m not in inner]
+    return _shuffled_convs(model)
+
+
+def _inner_roots(model: nn.Module) -> set[nn.Module] | None:
+    """The layers of a Swin / MaxViT whose output width stays inside a block; None for other
+    models."""
+    roots: set[nn.Module] = set()
+    window_model = False
+    for m in model.modules():
+        if isinstance(m, SwinTransformerBlock):  # V2 blocks too
+            roots.add(m.mlp[0])
+        elif isinstance(m, MBConv):
+            roots |= {m.layers.conv_a[0], m.layers.conv_b[0], m.layers.squeeze_excitation.fc1,
+                      m.layers.squeeze_excitation.fc2}
+        elif isinstance(m, PartitionAttentionLayer):
+            roots.add(m.mlp_layer[1])
+        elif isinstance(m, MaxVit):
+            roots.add(m.stem[0][0])  # its output stays in the stem; the second conv's does not
+        else:
+            continue
+        window_model = True
+    return roots if window_model else None
+
+
+def _shuffled_convs(model: nn.Module) -> list[nn.Module]:
+    """The ShuffleNetV2 convs writing a block's concatenation and the depthwise convs reading a
+    shuffled tensor (torch-pruning cannot even list the groups they root)."""
+    blocks = [m for m in model.modules() if isinstance(m, InvertedResidual)]
+    ignored = []
+    for i, block in enumerate(blocks):
+        ignored.append(block.branch2[-3])
+        if len(block.branch1):
+            ignored += [block.branch1[2]] + ([block.branch1[0]] if i else [])
+    return ignored
+
+
+def _shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """torchvision's ``channel_shuffle`` as one channel gather (same values)."""
+    c = x.shape[1]
+    order = torch.arange(c, device=x.device).view(groups, c // groups).t().reshape(-1)
+    return x.index_select(1, order)
+
+
+def _shuffle_block_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``torchvision.models.shufflenetv2.InvertedResidual.forward`` with :func:`_shuffle`."""
+    if self.stride == 1:
+        x1, x2 = x.chunk(2, dim=1)
+        out = torch.cat((x1, self.branch2(x2)), dim=1)
+    else:
+        out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+    return _shuffle(out, 2)
+
+
+def make_traceable(model: nn.Module) -> nn.Module:
+    """Give every torchvision ShuffleNetV2 block of ``model`` the gather-based shuffle (in place,
+    idempotent; other models are returned as they are)."""
+    for module in model.modules():
+        if isinstance(module, InvertedResidual):
+            module.forward = types.MethodType(_shuffle_block_forward, module)
+    return model

@@ -1,0 +1,11 @@
+"""Detection with Ultralytics YOLO: ``from autoprune import detection as det``.
+
+api.py: the public calls; adapter.py: the task adapter; data.py: data.yaml and label checks;
+models.py: YOLO graphs made prunable and the trainer that keeps the pruned module; names.py: the
+YOLO families and their names; profile.py: how its DEFAULT profiles are measured.
+"""
+from .adapter import DetectionAdapter
+from .api import TrainResult, analyze_sensitivity, export_onnx, load_model, resume, train
+
+__all__ = ["DetectionAdapter", "TrainResult", "analyze_sensitivity", "export_onnx", "load_model",
+           "resume", "train"]

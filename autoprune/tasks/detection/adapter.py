@@ -1,0 +1,338 @@
+"""Detection adapter: Ultralytics YOLO (the families of :mod:`.yolo_names`) on a YOLO
+``data.yaml`` (read by :mod:`.detection_data`); Ultralytics trains and validates, mAP50-95 is the
+metric. With :mod:`autoprune.tasks.yolo`, the only modules of the package that import Ultralytics
+(offline: see that module)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn as nn
+import yaml
+
+from ...flow.options import check_numbers
+from ...engine.checkpoint import export_onnx, read_pruned_metadata, read_state_dict, save_pruned
+from ...engine.data import check_limits
+from ...engine.distributed import rank_and_world
+from ...errors import CheckpointError, ConfigError
+from ...flow.training import pick_device
+from ..base import TaskAdapter
+from . import models as yolo
+from .data import read_data_yaml
+from .names import FAMILIES, canonical_arch, resolve_arch
+
+RESERVED = {"model", "data", "epochs", "imgsz", "batch", "device", "workers", "seed", "project",
+            "name", "exist_ok", "resume", "pretrained"}  # Ultralytics settings autoprune owns
+
+
+def arch_of_model(model: Any) -> str | None:
+    """The key (``yolov8n``...) of a YOLO object or DetectionModel, from the YAML it was built
+    from (its file name, or the family plus its ``scale``); None when it is not one of ours."""
+    if isinstance(model, yolo.YOLOModel):
+        model = model.model
+    cfg = getattr(model, "yaml", None)
+    if not isinstance(cfg, dict):
+        return None
+    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
+    scale = str(cfg.get("scale") or "")
+    for candidate in (stem, stem + scale):
+        key = canonical_arch(candidate)
+        if key:
+            return key
+    return None
+
+
+def build_yolo(arch: str, nc: int, names: dict[int, str] | None = None) -> nn.Module:
+    """An untrained, patched (split-free) DetectionModel of ``arch`` with ``nc`` classes."""
+    with yolo.quiet():
+        model = yolo.DetectionModel(f"{resolve_arch(arch)}.yaml", nc=nc, verbose=False)
+    if names and len(names) == nc:
+        model.names = dict(names)
+    return yolo.patch_model(model).eval()
+
+
+class EvalImages(list):
+    """The validation images evaluated (its ``len`` is recorded in sensitivity files)."""
+
+
+# -- the adapter ---------------------------------------------------------------------------------
+class DetectionAdapter(TaskAdapter):
+    """Detection task: builds patched YOLO models, trains them with Ultralytics (the pruned
+    module itself, never a rebuild from YAML), and validates mAP50-95 / mAP50 with Ultralytics'
+    validator on the val split of a data.yaml (or its first ``eval_limit`` images)."""
+
+    task = "detection"
+    metric = "map50_95"
+    higher_is_better = True
+
+    def __init__(self, data: str | os.PathLike | None = None,
+                 eval_data: str | os.PathLike | None = None, *, nc: int | None = None,
+                 input_size: int | None = None, batch_size: int = 16,
+                 eval_limit: int | None = None, device: str = "auto", workers: int = 0,
+                 train_args: dict[str, Any] | None = None, seed: int = 0,
+                 progress: bool = True):
+        check_numbers(whole=True, low=1, input_size=input_size)
+        check_numbers(whole=True, num_workers=workers)
+        check_numbers(low=None, batch_size=batch_size)  # -1 and fractions: Ultralytics' AutoBatch
+        check_limits(eval_limit=eval_limit)
+        self.input_size = int(input_size or 640)
+        if self.input_size < 32 or self.input_size % 32:
+            raise ConfigError(f"input_size={self.input_size} must be a multiple of 32 (YOLO's "
+                              f"largest stride), at least 32: e.g. 64, 320 or 640")
+        self.device = pick_device(device)
+        self.batch_size, self.workers, self.seed, self.progress = batch_size, workers, seed, progress
+        self.train_args = dict(train_args or {})
+        taken = sorted(set(self.train_args) & RESERVED)
+        if taken:
+            raise ConfigError(f"train_args may not set {', '.join(taken)}: autoprune sets them "
+                              f"(use epochs=, input_size=, batch_size=, device=, num_workers=, "
+                              f"seed=, save_dir=)")
+        self.eval_limit = eval_limit
+        self.data = read_data_yaml(data) if data is not None else None
+        self.eval_data = self.data if eval_data is None or (
+            data is not None and Path(eval_data).resolve() == Path(data).resolve()) \
+            else read_data_yaml(eval_data, need_train=False)
+        if self.data and self.eval_data and self.data["names"] != self.eval_data["names"]:
+            raise ConfigError(f"{self.data['yaml']} and {self.eval_data['yaml']} name different "
+                              f"classes: use the same 'names:' in both")
+        found = (self.data or self.eval_data or {}).get("nc")
+        if nc is not None and found is not None and nc != found:
+            raise ConfigError(f"nc={nc} but the data has {found} classes: pass nc={found} or omit it")
+        self.nc = nc if nc is not None else found
+        self.names = (self.data or self.eval_data or {}).get("names")
+        self.eval_set = None
+        if self.eval_data is not None:
+            self.eval_set = EvalImages(self.eval_data["val"][:eval_limit])
+        self._tmpdir: tempfile.TemporaryDirectory | None = None  # validator outputs, val subset
+        self._val_yaml: Path | None = None
+        self._loader = None
+
+    # -- the TaskAdapter protocol ----------------------------------------------------------------
+    def arch_key(self, model: Any) -> str | None:
+        """``yolov8n``... of a name (``"yolov8n.yaml"``; ConfigError if unknown), a .pt checkpoint
+        (autoprune's metadata, or the YAML inside an Ultralytics one), or a YOLO object /
+        DetectionModel (None if unknown)."""
+        if not isinstance(model, (str, os.PathLike)):
+            return arch_of_model(model)
+        path = Path(model)
+        if path.suffix.lower() == ".pt" and path.is_file() \
+                and not canonical_arch(path.stem.lower()):
+            try:
+                arch = read_pruned_metadata(path).get("arch")
+            except CheckpointError:  # an Ultralytics checkpoint (a pickle: the user's own file)
+                arch = arch_of_model(yolo.load_ultralytics(path))
+            if arch is None:
+                raise ConfigError(f"{path} does not say which YOLO model it holds: pass its YAML "
+                                  f"name ({FAMILIES})")
+            return arch
+        return resolve_arch(str(model))
+
+    def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
+        nc = nc or self.nc
+        if nc is None:
+            raise ConfigError("the number of classes is unknown: pass data=<data.yaml> or nc=")
+        return build_yolo(arch, nc, self.names)
+
+    def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
+        return {"nc": yolo.model_nc(model) or self.nc}
+
+    def check_model(self, model: nn.Module) -> None:
+        """Refuse a model that is not a patched YOLO detector of the data's classes."""
+        if yolo.detect_head(model) is None:
+            raise ConfigError(f"{type(model).__name__} has no YOLO Detect head: pass a YOLO "
+                              f"detection model (e.g. 'yolov8n.yaml')")
+        out = yolo.model_nc(model)
+        if self.nc is not None and out != self.nc:
+            raise ConfigError(f"the model predicts {out} classes but the data has {self.nc}: "
+                              f"pass its YAML name (e.g. 'yolov8n.yaml', built for the data) or "
+                              f"use data with {out} classes")
+        yolo.patch_model(model)
+
+    def example_inputs(self, model: nn.Module) -> torch.Tensor:
+        return torch.rand(1, 3, self.input_size, self.input_size,
+                          generator=torch.Generator().manual_seed(0)).to(_device_of(model))
+
+    def timing_inputs(self, model: nn.Module) -> torch.Tensor:
+        return self.example_inputs(model)
+
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        return yolo.ignored_layers(model)
+
+    def arch_of(self, model: nn.Module) -> str | None:
+        """The architecture key of a built model, from the YAML it was made from."""
+        return arch_of_model(model)
+
+    def fit(self, model: nn.Module, epochs: int, save_dir: Path,
+            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
+        """Train ``model`` itself with Ultralytics for ``epochs``; returns it holding the best
+        (EMA) weights. Ultralytics' run lives in ``save_dir/ultralytics`` (its ``weights/best.pt``
+        loads with ``YOLO(path)``); autoprune checkpoints go to ``save_dir/best.pt|last.pt``.
+        ``resume=True`` continues an interrupted run from Ultralytics' ``last.pt`` (a finished
+        one is not trained again)."""
+        if self.data is None:
+            raise ConfigError("training needs data=<data.yaml> with a train split")
+        check_numbers(whole=True, low=1, epochs=epochs)
+        if rank_and_world()[1] > 1:
+            raise ConfigError("detection retraining runs in one process (Ultralytics trains the "
+                              "pruned module itself): run `autoprune train` without torchrun; "
+                              "`torchrun ... -m autoprune sensitivity` does share the analysis")
+        self.check_model(model)
+        save_dir = Path(save_dir).resolve()
+        meta = dict(meta or {})
+        meta["arch"] = meta.get("arch") or self.arch_of(model)
+        model.criterion = None  # the loss is rebuilt for the (possibly pruned) model
+        args = {"model": f"{meta['arch'] or 'yolo'}.yaml", "data": str(self.data["yaml"]),
+                "epochs": epochs, "imgsz": self.input_size, "batch": self.batch_size,
+                "device": _ultralytics_device(self.device), "workers": self.workers,
+                "seed": self.seed, "project": str(save_dir), "name": "ultralytics",
+                "exist_ok": True, "plots": False, "verbose": self.progress,
+                # Ultralytics' AMP check downloads yolo26n.pt: off unless asked for (on a GPU,
+                # train_args={"amp": "bf16"} gives mixed precision without that check)
+                "amp": False, **self.train_args}
+        last = save_dir / "ultralytics" / "weights" / "last.pt"
+        if resume and last.is_file():
+            trainer = self._resumed(model, last, epochs, save_dir)
+            if trainer is None:  # finished before: its best.pt holds the result
+                return model.to(self.device).eval()
+        else:
+            threads = torch.get_num_threads()
+            try:
+                with yolo.quiet(not self.progress):
+                    trainer = yolo.keep_module_trainer(model)(overrides=args)
+                    trainer.train()
+            finally:
+                torch.set_num_threads(threads)
+        model.criterion = None
+        best_epoch = getattr(trainer.stopper, "best_epoch", epochs) or epochs
+        for src, dst in ((trainer.last, "last.pt"), (trainer.best, "best.pt")):
+            if Path(src).is_file():
+                model.load_state_dict(_ema_state(src))
+                best = dst == "best.pt"
+                save_pruned(model, save_dir / dst, **meta, epoch=best_epoch if best else epochs,
+                            metrics=self._ultralytics_metrics(trainer) if best else {},
+                            ultralytics_weights=str(Path(src)))
+        return model.to(self.device).eval()
+
+    def _resumed(self, model: nn.Module, last: Path, epochs: int, save_dir: Path):
+        """Ultralytics' trainer after continuing the run of ``last`` (or what stands for it when
+        that run finished before autoprune wrote its checkpoints), or None (``model`` then
+        loaded with ``save_dir/best.pt``) when the stage had already finished."""
+        _, ckpt = yolo.read_ultralytics(last)
+        planned = (ckpt.get("train_args") or {}).get("epochs")
+        if planned != epochs:
+            raise ConfigError(f"{last} is from a run of {planned} epochs, this one has {epochs}: "
+                              f"resume with the same settings, or pass resume=False")
+        if ckpt.get("epoch", -1) == -1 and not (save_dir / "best.pt").is_file():
+            # Ultralytics finished, autoprune's checkpoints were not written yet: write them
+            return SimpleNamespace(last=last, best=last.parent / "best.pt", stopper=None,
+                                   metrics=None)
+        if ckpt.get("epoch", -1) == -1:
+            print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its "
+                  f"best.pt", flush=True)
+            try:
+                model.load_state_dict(read_state_dict(save_dir / "best.pt"))
+            except RuntimeError:
+                raise CheckpointError(f"{save_dir / 'best.pt'} does not fit this model (another "
+                                      f"architecture or pruning?): resume with the same "
+                                      f"settings, or pass resume=False") from None
+            return None
+        print(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/{epochs}",
+              flush=True)
+        return yolo.resume_training(last, self.progress).trainer
+
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
+        """``model`` as ONNX at ``path`` with Ultralytics' export head: one ``(1, 4 + nc,
+        anchors)`` output (boxes xywh, class scores; NMS is left to the caller)."""
+        net = copy.deepcopy(model).float().cpu().eval()
+        for m in net.modules():
+            if isinstance(m, yolo.Detect):
+                m.export, m.format = True, "onnx"
+        size = self.input_size
+        return export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version)
+
+    def with_eval_limit(self, limit: int) -> "DetectionAdapter":
+        """This adapter validating on the first ``limit`` val images (the sensitivity analysis'
+        ``eval_images``); it keeps its own temp folder and loader."""
+        subset = copy.copy(self)
+        subset.eval_limit = min(limit, self.eval_limit or limit)
+        subset.eval_set = EvalImages(self.eval_data["val"][:subset.eval_limit])
+        subset._tmpdir, subset._val_yaml, subset._loader = None, None, None
+        return subset
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """mAP50-95 and mAP50 (fractions) from Ultralytics' validator on the (limited) val split."""
+        if self.eval_data is None:
+            raise ConfigError("evaluation needs data=<data.yaml> with a val split")
+        net = copy.deepcopy(model).float().eval()
+        net.fuse(verbose=False)  # on the copy: AutoBackend would fuse it (and print its FLOPs)
+        if not getattr(net, "names", None) or len(net.names) != yolo.model_nc(net):
+            net.names = self.names
+        args = {"data": str(self._val_data_yaml()), "imgsz": self.input_size,
+                "batch": self.batch_size, "device": _ultralytics_device(self.device),
+                "plots": False, "verbose": False, "save_json": False,
+                "workers": self.workers, "task": "detect", "split": "val",
+                "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
+        threads = torch.get_num_threads()
+        try:
+            with yolo.quiet():
+                validator = yolo.PatientValidator(dataloader=self._loader, save_dir=self._tmp,
+                                                    args=args)
+                stats = validator(model=net)
+        finally:
+            torch.set_num_threads(threads)
+        self._loader = validator.dataloader
+        return {"map50_95": float(stats["metrics/mAP50-95(B)"]),
+                "map50": float(stats["metrics/mAP50(B)"])}
+
+    # -- helpers ---------------------------------------------------------------------------------
+    @property
+    def _tmp(self) -> Path:
+        if self._tmpdir is None:  # removed with the adapter
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="autoprune-yolo-")
+        return Path(self._tmpdir.name)
+
+    def _val_data_yaml(self) -> Path:
+        """The data.yaml the validator reads: the user's, or one listing the first eval_limit
+        val images (written once, in a private temp folder)."""
+        if self.eval_limit is None or self.eval_limit >= len(self.eval_data["val"]):
+            return self.eval_data["yaml"]
+        if self._val_yaml is None:
+            listing = self._tmp / "val_subset.txt"
+            listing.write_text("".join(f"{p}\n" for p in self.eval_set))
+            key = hashlib.sha256(listing.read_bytes()).hexdigest()[:8]
+            self._val_yaml = self._tmp / f"data_{key}.yaml"
+            self._val_yaml.write_text(yaml.safe_dump(
+                {"path": str(self._tmp), "train": str(listing), "val": str(listing),
+                 "names": self.names}, sort_keys=False))
+        return self._val_yaml
+
+    @staticmethod
+    def _ultralytics_metrics(trainer: Any) -> dict[str, float]:
+        m = trainer.metrics or {}
+        if "metrics/mAP50-95(B)" not in m:
+            return {}
+        return {"map50_95": float(m["metrics/mAP50-95(B)"]), "map50": float(m["metrics/mAP50(B)"])}
+
+
+def _ema_state(path: Path) -> dict[str, torch.Tensor]:
+    """The (float) EMA weights of an Ultralytics checkpoint this run has just written."""
+    net, _ = yolo.read_ultralytics(path)
+    return {k: v.float() if v.is_floating_point() else v for k, v in net.state_dict().items()}
+
+
+def _ultralytics_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return str(device.index or 0)
+    return device.type
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")

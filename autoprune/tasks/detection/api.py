@@ -1,0 +1,280 @@
+"""One-call detection pruning for Ultralytics YOLO (YOLOv8, YOLO11), PaddleX style.
+
+Ultralytics trains and validates; mAP50-95 on the val split of a YOLO ``data.yaml`` is the metric.
+Nothing is downloaded (build from YAML: ``"yolov8n.yaml"``)::
+
+    from autoprune import detection as det
+    # 1. train
+    base = det.train("yolov8n.yaml", "scenes/data.yaml", epochs=30, input_size=128,
+                     save_dir="out/base")
+    # 2. sensitivities of the trained model on (the first 50 images of) the val split
+    det.analyze_sensitivity(base.baseline_path, "scenes/data.yaml", "out/sens.json", eval_limit=50)
+    # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain
+    r = det.train(base.baseline_path, "scenes/data.yaml", epochs=30, input_size=128,
+                  sensitivities_file="out/sens.json", eval_metric_loss=0.05, save_dir="out/pruned")
+    model = det.load_model(r.pruned_path)   # weights-only; or YOLO(<run>/ultralytics/weights/best.pt)
+
+Each training run keeps Ultralytics' own run folder in ``<save_dir>/ultralytics`` (``weights/best.pt``
+and ``last.pt`` load with ``YOLO(path)`` for ``predict`` / ``val`` / ``export``; resume an
+interrupted run with :func:`resume`); autoprune's weights-only checkpoints are ``<save_dir>/best.pt``.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import torch
+import torch.nn as nn
+
+from ...flow import checkpoints, run
+from ...flow.checkpoints import checkpoint_meta
+from ...flow.options import check_save_dir
+from ...engine.checkpoint import BASE_SHAPES, save_pruned
+from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
+from ...engine.sensitivity import DEFAULT_RATIOS
+from . import models as yolo
+from ..base import TrainResult
+from .adapter import DetectionAdapter
+
+
+def _is_file(x: Any) -> bool:
+    return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(".pt") and Path(x).is_file()
+
+
+def _autoprune_meta(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The metadata of an autoprune checkpoint, or None for another kind of .pt file."""
+    try:
+        return checkpoint_meta(path)
+    except NotAutopruneCheckpointError:
+        return None
+
+
+def _as_module(model: Any) -> tuple[nn.Module | None, bool]:
+    """(module, trained) for a YOLO object, an Ultralytics .pt file or a module; (None, _) for a
+    name or an autoprune checkpoint."""
+    if isinstance(model, yolo.YOLOModel):  # a YOLO object (itself an nn.Module): its model
+        if not isinstance(model.model, nn.Module):
+            raise ConfigError(f"the YOLO object holds no model ({model.model!r})")
+        return yolo.patch_model(model.model.float()), bool(model.ckpt)
+    if isinstance(model, nn.Module):
+        return model, False
+    if isinstance(model, (str, os.PathLike)) and str(model).lower().endswith(".pt"):
+        if not Path(model).is_file():
+            raise ConfigError(f"no checkpoint at {model}: nothing is downloaded; pass a local .pt "
+                              f"or build from YAML, e.g. 'yolov8n.yaml'")
+        if _autoprune_meta(model) is None:  # an Ultralytics checkpoint (a pickle: your own file)
+            return yolo.load_ultralytics(model), True
+    return None, False
+
+
+def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
+             save_dir: Path) -> tuple[Any, Any]:
+    """Turn ``model`` into what the pipeline takes: an architecture name (with its weights as
+    ``pretrain_weights`` when trained) or a module of unknown architecture."""
+    module, trained = _as_module(model)
+    if module is None and _is_file(model):  # an autoprune checkpoint: its arch + its weights
+        if pretrain_weights is not None:
+            raise ConfigError(f"model is already a checkpoint ({model}): leave pretrain_weights "
+                              f"unset")
+        meta = checkpoint_meta(model)
+        if meta.get("task") != "detection" or not meta.get("arch"):
+            raise ConfigError(f"{model} is not a detection checkpoint of a named YOLO model: pass "
+                              f"a YAML name such as 'yolov8n.yaml'")
+        nc = meta.get("build", {}).get("nc")
+        if adapter.nc is not None and nc != adapter.nc:
+            raise ConfigError(f"the model predicts {nc} classes but the data has {adapter.nc}: "
+                              f"use data with {nc} classes or train a new model on this data")
+        return meta["arch"], model
+    if module is None:
+        return model, pretrain_weights
+    arch = adapter.arch_of(module)
+    if arch is not None and not trained and isinstance(model, yolo.YOLOModel):
+        return arch, pretrain_weights  # YOLO("yolov8n.yaml"): untrained, built for the data's nc
+    adapter.check_model(module)
+    if arch is None or not trained:
+        return module, pretrain_weights
+    if pretrain_weights is not None:
+        raise ConfigError("model is already a trained YOLO model: leave pretrain_weights unset")
+    start = save_dir / "start_weights.pt"  # its weights, loadable into a fresh build of arch
+    save_pruned(module, start, task="detection", arch=arch, build=adapter.build_kwargs(module),
+                input_size=adapter.input_size, pruned=hasattr(module, BASE_SHAPES))
+    return arch, start
+
+
+# Ultralytics' names of three settings, accepted for one release beside autoprune's own
+_ULTRALYTICS_NAMES = {"imgsz": "input_size", "batch": "batch_size", "workers": "num_workers"}
+
+
+def _settings(given: dict[str, Any], old: dict[str, Any],
+              defaults: dict[str, Any]) -> dict[str, Any]:
+    """autoprune's names for input size, batch size and loader workers, from ``given`` (its own
+    names) or ``old`` (Ultralytics' ``imgsz``, ``batch``, ``workers``: a DeprecationWarning)."""
+    out = dict(given)
+    for old_name, value in old.items():
+        if value is None:
+            continue
+        new_name = _ULTRALYTICS_NAMES[old_name]
+        if given.get(new_name) is not None and given[new_name] != value:
+            raise ConfigError(f"{old_name}={value} and {new_name}={given[new_name]} name the same "
+                              f"setting: pass {new_name}= only")
+        warnings.warn(f"{old_name}= is deprecated: use {new_name}= (autoprune's name in every "
+                      f"task)", DeprecationWarning, stacklevel=3)
+        out[new_name] = value
+    return {k: defaults[k] if out.get(k) is None else out[k] for k in defaults}
+
+
+def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *,
+          epochs: int = 100, input_size: int | None = None, batch_size: int | None = None,
+          pretrain_weights: str | os.PathLike | None = None,
+          sensitivities_file: str | os.PathLike | None = None,
+          eval_metric_loss: float | None = None, pruned_flops: float | None = None,
+          save_dir: str | os.PathLike = "output",
+          device: str = "auto", eval_data: str | os.PathLike | None = None,
+          pretrain_epochs: int | None = None, criterion: str = "l1_norm",
+          round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
+          eval_limit: int | None = None, num_workers: int | None = None,
+          train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
+          sensitivity_options: Mapping[str, Any] | None = None,
+          train_data: str | os.PathLike | None = None, resume: bool = False,
+          imgsz: int | None = None, batch: int | None = None,
+          workers: int | None = None) -> TrainResult:
+    """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
+
+    model: ``"yolov8n.yaml"``, ``"yolo11s.yaml"`` (any of n/s/m/l/x; built untrained, nothing is
+    downloaded), a ``.pt`` checkpoint (autoprune's or Ultralytics' — the latter is a pickle: load
+    only files you trust), a ``YOLO`` object or a ``DetectionModel``. data: a YOLO data.yaml
+    (``train_data`` is an alias; ``eval_data``: another data.yaml whose val split is evaluated).
+
+    sensitivities_file: None -> plain training; an existing path -> use it (missing points are
+    measured); a new path -> measure and save there (resumable); "DEFAULT" -> the bundled profile.
+    Ratios come from ``eval_metric_loss`` (0.05 by default) or ``pruned_flops``, not both. A
+    model that is not trained yet (a YAML name, a module) is trained first for ``pretrain_epochs``
+    (default ``epochs``), then pruned and retrained for ``epochs``. ``eval_limit`` measures the
+    sensitivities (and every evaluation) on the first that many val images. ``train_args`` go to
+    Ultralytics' trainer as they are (``lr0``, ``optimizer``, ``mosaic``, ``nbs``, ``patience``...).
+    Outputs in ``save_dir``: ``baseline/``, ``pruned/`` (each with ``best.pt`` and an
+    ``ultralytics/`` run), ``report.json|md|csv`` and ``sensitivity.png``.
+
+    resume: after an interruption, call again with the same arguments and ``resume=True``: a
+    stage continues from its Ultralytics ``last.pt`` (the pruned module itself), a finished stage
+    is not trained again, and the sensitivity file keeps its measured points.
+
+    input_size (default 640), batch_size (16), num_workers (0): the same names as the other
+    tasks; Ultralytics' ``imgsz``, ``batch`` and ``workers`` still work, with a DeprecationWarning.
+    """
+    s = _settings(dict(input_size=input_size, batch_size=batch_size, num_workers=num_workers),
+                  dict(imgsz=imgsz, batch=batch, workers=workers),
+                  dict(input_size=640, batch_size=16, num_workers=0))
+    if train_data is not None:
+        if data is not None and Path(data) != Path(train_data):
+            raise ConfigError("pass the data.yaml once: data= or train_data=, not both")
+        data = train_data
+    if data is None:
+        raise ConfigError("data=<path to a YOLO data.yaml> is required")
+    torch.manual_seed(seed)
+    adapter = DetectionAdapter(data, eval_data, input_size=s["input_size"],
+                               batch_size=s["batch_size"], eval_limit=eval_limit, device=device,
+                               workers=s["num_workers"], train_args=train_args, seed=seed,
+                               progress=progress)
+    save_dir = check_save_dir(save_dir)
+    model, pretrain_weights = _prepare(adapter, model, pretrain_weights, save_dir)
+    return run.train(adapter, model, epochs=epochs, save_dir=save_dir,
+                     pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
+                     eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
+                     pretrain_epochs=pretrain_epochs, criterion=criterion,
+                     round_to=round_to, ratios=ratios, progress=progress,
+                     sensitivity_options=sensitivity_options, resume=resume)
+
+
+def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,
+                        data: str | os.PathLike, save_file: str | os.PathLike, *,
+                        pretrain_weights: str | os.PathLike | None = None,
+                        input_size: int | None = None, batch_size: int | None = None,
+                        device: str = "auto", criterion: str = "l1_norm",
+                        ratios: Iterable[float] = DEFAULT_RATIOS,
+                        eval_limit: int | None = None, num_workers: int | None = None,
+                        progress: bool = True,
+                        sensitivity_options: Mapping[str, Any] | None = None,
+                        imgsz: int | None = None, batch: int | None = None,
+                        workers: int | None = None) -> dict[str, dict[float, float]]:
+    """Measure a trained detector's sensitivities (relative mAP50-95 loss per group and ratio) on
+    the val split of ``data`` into ``save_file`` (resumable; ``eval_limit``: first N val images,
+    the number used is recorded in the file).
+
+    ``model_or_checkpoint``: a checkpoint written by ``train`` (architecture, classes and imgsz
+    come from it), an Ultralytics .pt, a YOLO object, or a YAML name plus ``pretrain_weights``.
+    ``imgsz``, ``batch``, ``workers``: Ultralytics' names, deprecated (as in :func:`train`).
+    """
+    s = _settings(dict(input_size=input_size, batch_size=batch_size, num_workers=num_workers),
+                  dict(imgsz=imgsz, batch=batch, workers=workers),
+                  dict(input_size=None, batch_size=16, num_workers=0))
+    meta = _autoprune_meta(model_or_checkpoint) if _is_file(model_or_checkpoint) else None
+    if meta is not None:
+        s["input_size"] = s["input_size"] or meta.get("input_size")
+    adapter = DetectionAdapter(None, data, input_size=s["input_size"], batch_size=s["batch_size"],
+                               eval_limit=eval_limit, device=device, workers=s["num_workers"],
+                               progress=progress)
+    model = model_or_checkpoint
+    if meta is None:
+        module, _ = _as_module(model_or_checkpoint)
+        if module is not None:
+            adapter.check_model(module)
+            model = module
+    else:
+        adapter.check_model(load_model(model_or_checkpoint))
+    return run.analyze_sensitivity(adapter, model, save_file,
+                                   pretrain_weights=pretrain_weights, criterion=criterion,
+                                   ratios=ratios, progress=progress,
+                                   sensitivity_options=sensitivity_options)
+
+
+def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> nn.Module:
+    """Load a checkpoint written by ``train`` (pruned or not), weights-only, in eval mode: a patched
+    Ultralytics ``DetectionModel`` (``model(x)`` gives Ultralytics' raw predictions)."""
+    return checkpoints.load_model(path, DetectionAdapter(), base_model=base_model)
+
+
+def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
+                input_size: int | None = None, opset_version: int = 17, *,
+                imgsz: int | None = None) -> Path:
+    """Export a (pruned) detector or an autoprune checkpoint to ONNX: one output ``(1, 4 + nc,
+    anchors)`` as Ultralytics exports it (boxes xywh, class scores; NMS is left to the caller)."""
+    size = _settings(dict(input_size=input_size), dict(imgsz=imgsz),
+                     dict(input_size=None))["input_size"]
+    if isinstance(model, (str, os.PathLike)):
+        size = size or checkpoint_meta(model).get("input_size")
+        model = load_model(model)
+    return DetectionAdapter(input_size=size or 640).export_onnx(model, Path(path), opset_version)
+
+
+def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
+    """Finish an interrupted training run from Ultralytics' ``<save_dir>/ultralytics/weights/last.pt``
+    — the pruned module itself resumes (not a rebuild from YAML) — and write autoprune's
+    ``<save_dir>/best.pt`` / ``last.pt``. Returns the model holding the best weights. (The task
+    API does the same with ``train(..., resume=True)``.)"""
+    last = Path(last)
+    if not last.is_file():
+        raise CheckpointError(f"no checkpoint at {last}: pass <save_dir>/ultralytics/weights/last.pt")
+    if (last.parent.name, last.parent.parent.name) != ("weights", "ultralytics"):
+        raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an autoprune "
+                              f"run (resume writes <save_dir>/best.pt and last.pt): pass that file")
+    wrapper = yolo.resume_training(last, progress)
+    imgsz = wrapper.trainer.args.imgsz
+    model = yolo.patch_model(wrapper.model.float()).eval()
+    save_dir = last.parent.parent.parent
+    adapter = DetectionAdapter(nc=yolo.model_nc(model), input_size=imgsz)
+    derived = {"task": "detection", "arch": adapter.arch_of(model),
+               "build": adapter.build_kwargs(model), "input_size": imgsz,
+               "pruned": hasattr(model, BASE_SHAPES)}
+    for name, src in (("last.pt", last), ("best.pt", last.parent / "best.pt")):
+        if src.is_file():
+            target = save_dir / name
+            meta = checkpoint_meta(target) if target.is_file() else derived
+            net, _ = yolo.read_ultralytics(src)
+            save_pruned(net, target, **{**meta, "resumed": True})
+    return model
+
+
+__all__ = ["TrainResult", "analyze_sensitivity", "export_onnx", "load_model", "resume", "train"]

@@ -1,0 +1,139 @@
+"""YOLO data sets for the detection task: a ``data.yaml``, its images and label files, checked up
+front so that Ultralytics never meets a label it would misread or drop."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...errors import ConfigError
+
+IMAGE_SUFFIXES = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm",
+                  ".heic"}
+LABELS_CHECKED = 5000  # label files per split whose class ids are checked up front
+
+
+def _images_of(entry: Any, root: Path, split: str, data_yaml: Path) -> list[Path]:
+    files: list[Path] = []
+    for item in entry if isinstance(entry, (list, tuple)) else [entry]:
+        path = Path(str(item))
+        path = path if path.is_absolute() else root / path
+        if path.is_dir():
+            files += [p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
+        elif path.is_file() and path.suffix == ".txt":
+            for line in path.read_text().splitlines():
+                line = line.strip()
+                if line:
+                    p = Path(line)
+                    files.append(p if p.is_absolute() else (path.parent / p).resolve())
+        else:
+            raise ConfigError(f"the {split} images of {data_yaml} are missing ({path} does not "
+                              f"exist): fix '{split}:' or 'path:' in the data.yaml")
+    if not files:
+        raise ConfigError(f"no images for {split} in {data_yaml} ({entry}): put .jpg/.png files "
+                          f"there or fix '{split}:' in the data.yaml")
+    return sorted(files)
+
+
+def label_path(image: Path) -> Path:
+    """Where Ultralytics looks for an image's labels (``.../images/...`` -> ``.../labels/....txt``)."""
+    parts = str(image).rsplit(f"{os.sep}images{os.sep}", 1)
+    return Path(f"{os.sep}labels{os.sep}".join(parts)).with_suffix(".txt")
+
+
+def check_label_file(path: Path, nc: int) -> None:
+    """Refuse a YOLO label file Ultralytics would misread or drop as corrupt, naming its line:
+    rows are numbers, 'class cx cy w h' or a polygon 'class x1 y1 x2 y2 x3 y3 ...' (not both in
+    one file), class ids 0..nc-1, coordinates fractions of the image in [0, 1] (Ultralytics'
+    tolerance of 0.01 kept)."""
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file: YOLO labels are lines 'class cx cy w h'") \
+            from None
+    kinds = set()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {n} ({line.strip()[:40]!r})"
+        values = line.split()
+        try:
+            c, *coords = [float(v) for v in values]
+        except ValueError:
+            raise ConfigError(f"{where} is not all numbers: each line is 'class cx cy w h', a "
+                              f"class id then coordinates in [0, 1]") from None
+        if len(values) != 5 and (len(values) < 7 or len(values) % 2 == 0):
+            raise ConfigError(f"{where} has {len(values)} values: each line is 'class cx cy w h' "
+                              f"(5 values) or a polygon 'class x1 y1 x2 y2 x3 y3 ...'")
+        kinds.add(len(values) == 5)
+        if len(kinds) > 1:
+            raise ConfigError(f"{where} mixes boxes and polygons in one file: write all the "
+                              f"objects of an image the same way")
+        if not 0 <= c < nc or c != int(c):  # NaN and inf fail the first test
+            raise ConfigError(f"{where} has class id {values[0]} but {nc} classes are named (ids "
+                              f"0..{nc - 1}): fix the label or 'names:' in the data.yaml")
+        if not all(-0.01 <= v <= 1.01 for v in coords):  # NaN fails too
+            raise ConfigError(f"{where} has coordinates outside [0, 1]: YOLO labels give "
+                              f"positions and sizes as fractions of the image width and height")
+
+
+def _class_names(cfg: dict[str, Any], data_yaml: Path) -> dict[int, str]:
+    """``names:`` (a list, or a map of ids 0..N-1) as {id: name}, checked against ``nc:``."""
+    names = cfg["names"]
+    try:
+        names = dict(enumerate(names)) if isinstance(names, (list, tuple)) else \
+            {int(k): str(v) for k, v in names.items()}
+    except (AttributeError, TypeError, ValueError):
+        names = None
+    if not names or sorted(names) != list(range(len(names))):
+        raise ConfigError(f"{data_yaml}: 'names:' must list the class names ([cat, dog]) or map "
+                          f"ids 0..N-1 to them ({{0: cat, 1: dog}})")
+    nc = cfg.get("nc", len(names))
+    if isinstance(nc, bool) or not isinstance(nc, (int, float)) or nc != len(names):
+        raise ConfigError(f"{data_yaml} says nc: {nc!r} but lists {len(names)} names: write "
+                          f"nc: {len(names)} or drop nc")
+    return names
+
+
+def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str, Any]:
+    """Load and check a YOLO data.yaml: its class names and the images/labels of train and val.
+
+    Raises a one-line ConfigError for a missing file, missing keys, ``names`` / ``nc`` that are
+    not a class list and its length, missing images, an empty label folder or a malformed label
+    line (checked in the first ``LABELS_CHECKED`` label files of each split).
+    """
+    data_yaml = Path(path)
+    if not data_yaml.is_file():
+        raise ConfigError(f"no data.yaml at {data_yaml}: pass the path of a YOLO data.yaml "
+                          f"(autoprune.datasets.write_yolo_dataset writes one)")
+    try:
+        cfg = yaml.safe_load(data_yaml.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{data_yaml} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(cfg, dict) or "names" not in cfg:
+        raise ConfigError(f"{data_yaml} has no 'names:' (the class names): add names: {{0: cat, "
+                          f"1: dog, ...}}")
+    names = _class_names(cfg, data_yaml)
+    root = Path(str(cfg.get("path") or data_yaml.parent)).expanduser()
+    if not root.is_absolute() and not root.exists():
+        root = data_yaml.parent / root
+    out: dict[str, Any] = {"yaml": data_yaml.resolve(), "names": names, "nc": len(names)}
+    for split in ("train", "val"):
+        if cfg.get(split) is None:
+            if split == "val" or need_train:
+                raise ConfigError(f"{data_yaml} has no '{split}:' entry: add the {split} image "
+                                  f"folder (e.g. {split}: images/{split})")
+            continue
+        images = _images_of(cfg[split], root, split, data_yaml)
+        labels = [label_path(p) for p in images]
+        present = [p for p in labels if p.is_file()]
+        if not present:
+            raise ConfigError(f"no label files for the {split} images of {data_yaml} (looked in "
+                              f"{labels[0].parent}): each image needs a .txt with one "
+                              f"'class cx cy w h' line per object")
+        for p in present[:LABELS_CHECKED]:
+            check_label_file(p, len(names))
+        out[split] = images
+    return out

@@ -1,0 +1,58 @@
+"""The Ultralytics YOLO detection models autoprune prunes, by name (no Ultralytics import here:
+the CLI and profile building read names without loading the model libraries)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ...errors import ConfigError
+
+# every Ultralytics YOLO detection family autoprune prunes: family -> its scales
+YOLO_FAMILIES = {"yolov3-tiny": "", "yolov5": "nsmlx", "yolov6": "nsmlx", "yolov8": "nsmlx",
+                 "yolov9": "tsm", "yolov10": "nsmblx", "yolo11": "nsmlx", "yolo26": "nsmlx"}
+_U_FAMILIES = ("yolov3-tiny", "yolov5")  # Ultralytics' anchor-free remakes: yolov5nu.pt
+FAMILIES = ("yolov3-tiny, yolov5n/s/m/l/x, yolov6n/s/m/l/x, yolov8n/s/m/l/x, yolov9t/s/m, "
+            "yolov10n/s/m/b/l/x, yolo11n/s/m/l/x, yolo26n/s/m/l/x")
+# families and variants refused by name, with the reason
+_REFUSED_FAMILIES = {
+    "yolo12": "its area-attention blocks (A2C2f) make torch-pruning's dependency search run for "
+              "many minutes without finishing; prune yolo11 or yolo26 instead",
+    "yolov9c": "its ADown blocks split a layer's input in two, which the pruning graph cannot "
+               "follow yet; prune yolov9t/s/m instead",
+    "yolov9e": "its ADown and CBLinear blocks split layers' outputs, which the pruning graph "
+               "cannot follow yet; prune yolov9t/s/m instead",
+}
+_OTHER_TASKS = {"-seg": "instance segmentation", "-pose": "pose estimation",
+                "-obb": "oriented boxes", "-cls": "classification", "-world": "open vocabulary",
+                "-rtdetr": "RT-DETR", "-p2": "P2 head", "-p6": "P6 head", "-ghost": "ghost convs"}
+def canonical_arch(stem: str) -> str | None:
+    """The key (``yolov8n``, ``yolov5nu``, ``yolov9t``...) of a model stem, None when it is not
+    one of :data:`YOLO_FAMILIES` (``yolov5n`` and ``yolov5nu`` name the same model)."""
+    for family, scales in YOLO_FAMILIES.items():
+        if not stem.startswith(family):
+            continue
+        rest = stem[len(family):]
+        u = family in _U_FAMILIES
+        scale = rest[:-1] if u and rest.endswith("u") else rest
+        if (scale and len(scale) == 1 and scale in scales) or (not scales and not scale):
+            return family + scale + ("u" if u else "")
+    return None
+
+
+def resolve_arch(name: str) -> str:
+    """Canonical key (``yolov8n``, ``yolo26s``...) of a model name such as ``"yolov8n.yaml"``;
+    a ConfigError that says why for a family or variant autoprune does not prune."""
+    stem = Path(str(name)).name.lower()
+    stem = re.sub(r"\.(ya?ml|pt)$", "", stem)
+    key = canonical_arch(stem)
+    if key:
+        return key
+    for family, why in _REFUSED_FAMILIES.items():
+        if stem.startswith(family):
+            raise ConfigError(f"{name!r}: {family} is not supported: {why}")
+    for suffix, task in _OTHER_TASKS.items():
+        if suffix in stem:
+            raise ConfigError(f"{name!r} is not a plain detection model ({task}): "
+                              f"autoprune.detection prunes {FAMILIES}")
+    raise ConfigError(f"unknown model name {name!r}: use one of {FAMILIES} (e.g. 'yolo26n.yaml'), "
+                      f"a .pt checkpoint or a YOLO object")
