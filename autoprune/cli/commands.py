@@ -122,7 +122,8 @@ def prune(args: argparse.Namespace) -> None:
 def export(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint], "an ONNX model", args.overwrite)
     out = export_checkpoint(args.checkpoint, args.output, input_size=args.size,
-                            opset_version=args.opset, overwrite=args.overwrite)
+                            opset_version=args.opset, dynamic_batch=not args.static,
+                            overwrite=args.overwrite)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
 
 

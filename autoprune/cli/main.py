@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("output", help="the .onnx file to write")
     ex.add_argument("--size", type=int, help="input size in px (default: the checkpoint's)")
     ex.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    ex.add_argument("--static", action="store_true", help="fix the batch size to 1 (default: "
+                    "any batch size, axis 0 named 'batch')")
     _overwrite_option(ex)
     ex.set_defaults(func=commands.export)
 

@@ -5,9 +5,17 @@ of their own that ``forward`` reads, e.g. torchvision's ``VisionTransformer.hidd
 (``x.reshape(n, self.hidden_dim, n_h * n_w)``). Each is recomputed from the resized layers after
 pruning and after loading a pruned checkpoint. Classes are matched by module and class name, so
 the core imports no model library.
+
+Model libraries also keep descriptive channel metadata that ``forward`` does not read but other
+code does (smp encoders' ``out_channels``, timm's ``num_features`` and ``feature_info``): a task
+registers a function that makes it true again (:func:`register_metadata_sync`); it runs once at
+the end of :func:`~autoprune.engine.prune.prune` and after loading a pruned checkpoint.
 """
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable
+
+import torch
 import torch.nn as nn
 
 # (class module, class name) -> {attribute: dotted path of the channel count it repeats}
@@ -26,3 +34,43 @@ def sync_attributes(model: nn.Module) -> None:
             for part in source.split("."):
                 value = getattr(value, part)
             setattr(module, attr, value)
+
+
+MetadataSync = Callable[[nn.Module], None]
+METADATA_SYNCS: list[MetadataSync] = []
+
+
+def register_metadata_sync(fn: MetadataSync) -> MetadataSync:
+    """Register ``fn(model)``, which sets a model library's channel metadata from the resized
+    layers (in place; it may run a forward pass); usable as a decorator."""
+    if fn not in METADATA_SYNCS:
+        METADATA_SYNCS.append(fn)
+    return fn
+
+
+def sync_metadata(model: nn.Module) -> None:
+    """Run every registered metadata sync on ``model``."""
+    for fn in METADATA_SYNCS:
+        fn(model)
+
+
+def output_channels(model: nn.Module, inputs: Any, names: Iterable[str] = (),
+                    call: Callable[[nn.Module, Any], Any] | None = None) -> tuple[Any, dict[str, int]]:
+    """Run ``call(model, inputs)`` (default ``model(inputs)``) once in eval mode without grad and
+    return its output with ``{name: channels}`` of the named submodules' 4-D (N, C, H, W)
+    outputs; the model's mode is kept."""
+    modules = dict(model.named_modules())
+    seen: dict[str, int] = {}
+    hooks = [modules[n].register_forward_hook(
+        lambda _m, _i, out, n=n: seen.__setitem__(n, out.shape[1])
+        if torch.is_tensor(out) and out.dim() == 4 else None) for n in names if n in modules]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = call(model, inputs) if call else model(inputs)
+    finally:
+        model.train(was_training)
+        for hook in hooks:
+            hook.remove()
+    return out, seen

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .attributes import sync_attributes
+from .attributes import sync_attributes, sync_metadata
 from ..errors import CheckpointError, NotAutopruneCheckpointError, UnreadableCheckpointError
 from .store import atomic_write
 
@@ -235,6 +235,7 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
         for key, value in attrs.items():
             setattr(modules[name], key, tuple(value) if isinstance(value, list) else value)
     sync_attributes(base_model)
+    sync_metadata(base_model)
     versions = meta.get("module_versions") or _module_versions(base_model.state_dict())
     try:  # a checkpoint from before versions were saved: the fresh model's own versions
         base_model.load_state_dict(_with_versions(state, versions), strict=True)
@@ -260,16 +261,39 @@ def _check_base(model: nn.Module, base_shapes: dict[str, list[int]], path: Path)
 
 
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
-                opset_version: int = 17) -> Path:
-    """Export ``model`` (in eval mode) to ONNX at ``path``; the model's mode is kept."""
+                opset_version: int = 17, dynamic_batch: bool = True) -> Path:
+    """Export ``model`` (in eval mode) to ONNX at ``path``; the model's mode is kept. The inputs
+    are named ``input`` (``input0``, ``input1``... for several), the outputs ``output``
+    (``output0``...). ``dynamic_batch`` (default) lets every input and output take any batch
+    size (axis 0 named ``batch``); False fixes the example's batch size."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     was_training = model.training
     model.eval()
     try:
+        with torch.no_grad():
+            outputs = _count_tensors(model(*args))
+        inputs = _names("input", len(args))
+        output_names = _names("output", outputs)
+        axes = {name: {0: "batch"} for name in inputs + output_names} if dynamic_batch else None
         torch.onnx.export(model, args, str(path), opset_version=opset_version, dynamo=False,
-                          input_names=["input"], output_names=["output"])
+                          input_names=inputs, output_names=output_names, dynamic_axes=axes)
     finally:
         model.train(was_training)
     return path
+
+
+def _names(stem: str, count: int) -> list[str]:
+    return [stem] if count == 1 else [f"{stem}{i}" for i in range(count)]
+
+
+def _count_tensors(value: Any) -> int:
+    """How many tensors an output holds (what ONNX exports as separate outputs)."""
+    if torch.is_tensor(value):
+        return 1
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_count_tensors(v) for v in value)
+    return 0

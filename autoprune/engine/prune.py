@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 import torch.nn as nn
 
 from ..errors import ConfigError
+from .attributes import sync_metadata
 from .checkpoint import BASE_SHAPES
 from .groups import PruningGraph, check_criterion
 from .measure import count_flops, count_params
@@ -88,6 +89,8 @@ def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
                                    "ratio": ratio, "removed": idxs}
     for group, idxs in chosen:  # indices of one group are not shifted by removing another's
         graph.remove(group, idxs)
+    if chosen:
+        sync_metadata(model)
     result.params_after = count_params(model)
     result.flops_after = count_flops(model, example_inputs)
     return result

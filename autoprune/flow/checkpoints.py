@@ -114,9 +114,10 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
 
 def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, *,
                       input_size: int | None = None, opset_version: int = 17,
-                      overwrite: bool = False) -> Path:
+                      dynamic_batch: bool = True, overwrite: bool = False) -> Path:
     """Export a checkpoint written by autoprune (pruned or not) to ONNX at ``output``, with the
-    task's input (batch 1, the checkpoint's input size unless ``input_size`` is given);
+    task's input (the checkpoint's input size unless ``input_size`` is given; any batch size
+    unless ``dynamic_batch`` is False);
     ``output`` may replace ``checkpoint`` only with ``overwrite=True``."""
     if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path, e.g. "
@@ -126,7 +127,8 @@ def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, 
     size = {"input_size": input_size} if input_size else {}
     adapter, _ = adapter_for_checkpoint(checkpoint, **size)
     model = load_model(checkpoint, adapter)
-    return adapter.export_onnx(model, Path(output), opset_version=opset_version)
+    return adapter.export_onnx(model, Path(output), opset_version=opset_version,
+                               dynamic_batch=dynamic_batch)
 
 def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, data: Any, *,
                         save_dir: str | os.PathLike = ".", eval_limit: int | None = None,

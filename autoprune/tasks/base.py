@@ -93,9 +93,11 @@ class TaskAdapter(ABC):
 
     # --- deployment -----------------------------------------------------------------------
     @abstractmethod
-    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
-        """Export ``model`` to ONNX at ``path`` in the form the task deploys (batch 1, the
-        adapter's input size; detection: Ultralytics' export head)."""
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
+                    dynamic_batch: bool = True) -> Path:
+        """Export ``model`` to ONNX at ``path`` in the form the task deploys (the adapter's input
+        size; detection: Ultralytics' export head), any batch size unless ``dynamic_batch`` is
+        False (then batch 1)."""
 
 
 @dataclass

@@ -35,9 +35,11 @@ class SupervisedFit(TaskAdapter):
                              evaluate=self.evaluate if self.eval_set is not None else None,
                              metric=self.metric, resume=resume, seed=self.seed)
 
-    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
+                    dynamic_batch: bool = True) -> Path:
         """``model`` as ONNX at ``path``, on :meth:`example_inputs` (batch 1)."""
-        return export_onnx(model, self.example_inputs(model), path, opset_version=opset_version)
+        return export_onnx(model, self.example_inputs(model), path, opset_version=opset_version,
+                           dynamic_batch=dynamic_batch)
 
     def with_eval_limit(self, limit: int) -> "SupervisedFit":
         """This adapter evaluating on ``limit`` of its evaluation items (the sensitivity

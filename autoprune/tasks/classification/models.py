@@ -28,6 +28,7 @@ from torchvision.models.maxvit import MaxVit, MBConv, PartitionAttentionLayer
 from torchvision.models.shufflenetv2 import InvertedResidual
 from torchvision.models.swin_transformer import SwinTransformerBlock
 
+from ...engine.attributes import output_channels, register_metadata_sync
 from ...errors import ConfigError
 
 # torchvision name -> why autoprune cannot prune it (checked at the name lookup, before any work)
@@ -110,3 +111,29 @@ def make_traceable(model: nn.Module) -> nn.Module:
         if isinstance(module, InvertedResidual):
             module.forward = types.MethodType(_shuffle_block_forward, module)
     return model
+
+
+@register_metadata_sync
+def sync_timm_channels(model: nn.Module) -> None:
+    """timm's ``num_features``, ``head_hidden_size`` and ``feature_info`` channel counts from the
+    pruned layers (one forward pass of the features at the model's own input size for models
+    with a patch embedding, 64 px otherwise)."""
+    if not type(model).__module__.startswith("timm.") or not hasattr(model, "forward_features"):
+        return
+    info = getattr(model, "feature_info", None)
+    info = info if isinstance(info, list) else []
+    size = (getattr(model, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224))
+    if not hasattr(model, "patch_embed"):
+        size = (size[0], 64, 64)
+    param = next(model.parameters())
+    x = torch.zeros(1, *size, device=param.device, dtype=param.dtype)
+    features, seen = output_channels(model, x, [i.get("module", "") for i in info],
+                                     call=lambda m, inputs: m.forward_features(inputs))
+    if torch.is_tensor(features) and features.dim() == 4 and hasattr(model, "num_features"):
+        model.num_features = features.shape[1]
+    classifier = model.get_classifier() if hasattr(model, "get_classifier") else None
+    if isinstance(classifier, nn.Linear) and hasattr(model, "head_hidden_size"):
+        model.head_hidden_size = classifier.in_features
+    for item in info:
+        if item.get("module") in seen:
+            item["num_chs"] = seen[item["module"]]

@@ -247,15 +247,18 @@ class DetectionAdapter(TaskAdapter):
               flush=True)
         return yolo.resume_training(last, self.progress).trainer
 
-    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17) -> Path:
-        """``model`` as ONNX at ``path`` with Ultralytics' export head: one ``(1, 4 + nc,
-        anchors)`` output (boxes xywh, class scores; NMS is left to the caller)."""
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
+                    dynamic_batch: bool = True) -> Path:
+        """``model`` as ONNX at ``path`` with Ultralytics' export head: one ``(batch, 4 + nc,
+        anchors)`` output (boxes xywh, class scores; NMS is left to the caller); any batch size
+        unless ``dynamic_batch`` is False."""
         net = copy.deepcopy(model).float().cpu().eval()
         for m in net.modules():
             if isinstance(m, yolo.Detect):
                 m.export, m.format = True, "onnx"
         size = self.input_size
-        return export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version)
+        return export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version,
+                           dynamic_batch=dynamic_batch)
 
     def with_eval_limit(self, limit: int) -> "DetectionAdapter":
         """This adapter validating on the first ``limit`` val images (the sensitivity analysis'

@@ -238,15 +238,17 @@ def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> 
 
 def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
                 input_size: int | None = None, opset_version: int = 17, *,
-                imgsz: int | None = None) -> Path:
-    """Export a (pruned) detector or an autoprune checkpoint to ONNX: one output ``(1, 4 + nc,
-    anchors)`` as Ultralytics exports it (boxes xywh, class scores; NMS is left to the caller)."""
+                dynamic_batch: bool = True, imgsz: int | None = None) -> Path:
+    """Export a (pruned) detector or an autoprune checkpoint to ONNX: one output ``(batch, 4 + nc,
+    anchors)`` as Ultralytics exports it (boxes xywh, class scores; NMS is left to the caller);
+    any batch size unless ``dynamic_batch`` is False."""
     size = _settings(dict(input_size=input_size), dict(imgsz=imgsz),
                      dict(input_size=None))["input_size"]
     if isinstance(model, (str, os.PathLike)):
         size = size or checkpoint_meta(model).get("input_size")
         model = load_model(model)
-    return DetectionAdapter(input_size=size or 640).export_onnx(model, Path(path), opset_version)
+    return DetectionAdapter(input_size=size or 640).export_onnx(model, Path(path), opset_version,
+                                                                dynamic_batch=dynamic_batch)
 
 
 def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:

@@ -20,6 +20,7 @@ import torch.nn as nn
 import segmentation_models_pytorch as smp
 import timm
 
+from ...engine.attributes import output_channels, register_metadata_sync
 from ...errors import ConfigError
 
 STRIDE = 32  # smp encoders downsample 32x: input sides must be multiples of this
@@ -183,3 +184,18 @@ def head_conv(model: nn.Module) -> nn.Module | None:
 def output_classes(model: nn.Module) -> int | None:
     conv = head_conv(model)
     return conv.out_channels if conv is not None else None
+
+
+@register_metadata_sync
+def sync_encoder_channels(model: nn.Module) -> None:
+    """smp encoders' ``out_channels`` (read by decoders and user code) from the feature maps the
+    pruned encoder really returns."""
+    for module in model.modules():
+        if type(module).__module__.startswith("segmentation_models_pytorch.encoders") and \
+                hasattr(module, "_out_channels") and hasattr(module, "_in_channels"):
+            side = 2 ** (getattr(module, "_depth", 5) + 1)
+            param = next(module.parameters())
+            x = torch.zeros(1, module._in_channels, side, side, device=param.device,
+                            dtype=param.dtype)
+            features, _ = output_channels(module, x)
+            module._out_channels = [f.shape[1] for f in features]

@@ -1,0 +1,85 @@
+"""ONNX exports run in ONNX Runtime at any batch size (``dynamic_batch``, the default) and equal
+torch; ``--static`` / ``dynamic_batch=False`` fixes batch 1."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import autoprune
+from autoprune.cli import main
+from autoprune.tasks import TASKS, get_adapter, get_task
+from autoprune.tasks.detection.models import Detect
+
+
+def _session(path):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _deployed(name, model):
+    """The module the task exports (detection: Ultralytics' export head)."""
+    if name != "detection":
+        return model
+    net = copy.deepcopy(model)
+    for m in net.modules():
+        if isinstance(m, Detect):
+            m.export, m.format = True, "onnx"
+    return net
+
+
+def _pruned_example(name):
+    torch.manual_seed(0)
+    classes = {"nc": 3} if name == "detection" else {"num_classes": 3}
+    adapter = get_adapter(name, input_size=64, **classes)
+    model = adapter.build(adapter.arch_key(get_task(name).example)).eval()
+    x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    groups = autoprune.prunable_groups(model, x, ignored)
+    autoprune.prune(model, x, {g.name: 0.3 for g in groups}, ignored_layers=ignored)
+    return adapter, model
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
+    adapter, model = _pruned_example(name)
+    path = adapter.export_onnx(model, tmp_path / "m.onnx")
+    session = _session(path)
+    assert session.get_inputs()[0].shape[0] == "batch"
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
+        got = session.run(None, {"input": x.numpy()})[0]
+        with torch.no_grad():
+            out = _deployed(name, model)(x)
+        expected = (out if torch.is_tensor(out) else out[0]).numpy()
+        assert got.shape == expected.shape and got.shape[0] == batch
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_static_export_takes_batch_1_only(tmp_path):
+    adapter, model = _pruned_example("classification")
+    path = adapter.export_onnx(model, tmp_path / "m.onnx", dynamic_batch=False)
+    session = _session(path)
+    assert session.get_inputs()[0].shape == [1, 3, 64, 64]
+    session.run(None, {"input": np.zeros((1, 3, 64, 64), np.float32)})
+    with pytest.raises(Exception, match="(?i)dimension|shape"):
+        session.run(None, {"input": np.zeros((4, 3, 64, 64), np.float32)})
+
+
+def test_cli_export_is_dynamic_unless_static(tmp_path):
+    adapter, model = _pruned_example("classification")
+    ckpt = autoprune.save_pruned(model, tmp_path / "m.pt", task="classification",
+                                 arch="timm/resnet18", build=adapter.build_kwargs(model),
+                                 input_size=64)
+    assert main(["export", str(ckpt), str(tmp_path / "d.onnx")]) == 0
+    assert main(["export", str(ckpt), str(tmp_path / "s.onnx"), "--static"]) == 0
+    assert _session(tmp_path / "d.onnx").get_inputs()[0].shape[0] == "batch"
+    assert _session(tmp_path / "s.onnx").get_inputs()[0].shape[0] == 1
+    x = np.random.default_rng(0).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(_session(tmp_path / "d.onnx").run(None, {"input": x})[0], expected,
+                               rtol=1e-3, atol=1e-3)
