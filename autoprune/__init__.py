@@ -16,25 +16,35 @@ Layers, each importing only those below it: ``cli`` -> ``profiles`` -> ``tasks``
 """
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
+from typing import Any
 
-from .engine.allocate import FlopsRatios, ratios_by_flops, ratios_by_loss
-from .engine.checkpoint import export_onnx, load_pruned, read_pruned_metadata, save_pruned
-from .engine.groups import PrunableGroup, prunable_groups
-from .engine.measure import count_flops, count_params, latency_ms, measure, size_mb
-from .engine.paddleslim import import_paddleslim
-from .engine.prune import PruneResult, prune
-from .engine.sensitivity import DEFAULT_RATIOS, sensitivity
-from .engine.store import load_sensitivities, merge_sensitivities, read_record, save_sensitivities
 from .errors import (AutopruneError, CheckpointError, ConfigError, MetricError,
                      NoPrunableGroupsError, NotAutopruneCheckpointError, SensitivityFileError,
                      TrainingDivergedError, UnreadableCheckpointError, WriteError)
 from .tasks.registry import TASKS
 
 __version__ = "0.1.0"
+
+# name -> the engine module it comes from: imported when first used, so that `autoprune
+# --help` and `--version` answer without loading torch
+_EXPORTS = {
+    **dict.fromkeys(["FlopsRatios", "ratios_by_flops", "ratios_by_loss"], "engine.allocate"),
+    **dict.fromkeys(["export_onnx", "load_pruned", "read_pruned_metadata", "save_pruned"],
+                    "engine.checkpoint"),
+    **dict.fromkeys(["PrunableGroup", "prunable_groups"], "engine.groups"),
+    **dict.fromkeys(["count_flops", "count_params", "latency_ms", "measure", "size_mb"],
+                    "engine.measure"),
+    **dict.fromkeys(["import_paddleslim"], "engine.paddleslim"),
+    **dict.fromkeys(["PruneResult", "prune"], "engine.prune"),
+    **dict.fromkeys(["DEFAULT_RATIOS", "sensitivity"], "engine.sensitivity"),
+    **dict.fromkeys(["load_sensitivities", "merge_sensitivities", "read_record",
+                     "save_sensitivities"], "engine.store"),
+}
 
 __all__ = [
     "AutopruneError", "CheckpointError", "ConfigError", "DEFAULT_RATIOS", "FlopsRatios",
@@ -65,11 +75,20 @@ class _TaskAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, _TaskAlias())
 
 
-def __getattr__(name: str) -> ModuleType:
-    """``autoprune.<task>``: the public API of a registered task, imported when first used."""
+def __getattr__(name: str) -> Any:
+    """The core API (:data:`_EXPORTS`) and ``autoprune.<task>`` (the public API of a registered
+    task), imported when first used."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
     if name in TASKS:
         module = TASKS[name].api()
         sys.modules.setdefault(f"{__name__}.{name}", module)
         globals()[name] = module
         return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS) | set(TASKS))

@@ -302,10 +302,11 @@ def test_bad_input_gives_its_one_line_error(case, tmp_path):
     (None, "no config file at"),
     ("model: [resnet18\n", "is not valid YAML"),
     ("- a list\n", "must hold a mapping of settings"),
-    ("model: resnet18\ntrain_data: x\nlearning_rate: 0.1\n", "unknown setting(s) learning_rate"),
-    ("train_data: x\n", "lacks 'model:'"),
+    ("task: classification\nmodel: resnet18\ntrain_data: x\nlearning_rate: 0.1\n", "unknown setting(s) learning_rate"),
+    ("task: classification\ntrain_data: x\n", "lacks 'model:'"),
     ("task: detection\nmodel: yolov8n.yaml\n", "lacks 'data:' (e.g. model: yolov8n.yaml, data:"),
     ("task: ocr\nmodel: x\n", "unknown task 'ocr'"),
+    ("model: resnet18\ntrain_data: x\n", "lacks 'task:': add one of classification, detection"),
 ])
 def test_cli_bad_config_is_one_line_with_exit_code_2(config, message, tmp_path, capsys):
     path = tmp_path / "run.yaml"

@@ -201,9 +201,13 @@ def test_cli_train_prune_report(base_ckpt, tmp_path, capsys):
                                    "pretrain_weights": str(base_ckpt),
                                    "sensitivities_file": str(sens), "eval_metric_loss": 0.5,
                                    "ratios": [0.4], **SMALL}))
+    capsys.readouterr()
     assert main(["train", str(cfg)]) == 0
     assert (tmp_path / "t" / "report.json").is_file()
-    cfg.write_text(yaml.safe_dump({"model": "resnet18", "train_data": "fashion-mnist",
+    told = capsys.readouterr().out.splitlines()[-1]  # the run ends by saying where it wrote
+    assert told.startswith("[autoprune] outputs: pruned model") and \
+        str(tmp_path / "t" / "pruned" / "best.pt") in told and "report.md" in told
+    cfg.write_text(yaml.safe_dump({"task": "classification", "model": "resnet18", "train_data": "fashion-mnist",
                                    "epochs": 1, "learning_rate": 0.1}))
     assert main(["train", str(cfg)]) == 2
     assert "unknown setting(s) learning_rate" in capsys.readouterr().err

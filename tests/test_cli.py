@@ -118,7 +118,7 @@ def test_config_reads_exponent_numbers_as_numbers(tmp_path, monkeypatch):
 
     monkeypatch.setattr(classification, "train", train)
     config = tmp_path / "run.yaml"
-    config.write_text("model: resnet18\ntrain_data: fashion-mnist\nlr: 1e-3\n"
+    config.write_text("task: classification\nmodel: resnet18\ntrain_data: fashion-mnist\nlr: 1e-3\n"
                       "eval_metric_loss: 5E-2\nsave_dir: '1e-3'\n")
     assert main(["train", str(config)]) == 0
     assert seen["lr"] == 0.001 and seen["eval_metric_loss"] == 0.05 and seen["save_dir"] == "1e-3"

@@ -129,7 +129,7 @@ def test_cli_ctrl_c_names_where_progress_is_and_exits_130(tmp_path, monkeypatch,
 
     _interrupt(monkeypatch, "autoprune.classification.train")
     config = tmp_path / "run.yaml"
-    config.write_text(f"model: resnet18\ntrain_data: fashion-mnist\nsave_dir: {tmp_path / 'run'}\n")
+    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: fashion-mnist\nsave_dir: {tmp_path / 'run'}\n")
     assert main(["train", str(config)]) == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"autoprune: interrupted: progress is saved in {tmp_path / 'run'}; add "

@@ -63,7 +63,10 @@ def convert(args: argparse.Namespace) -> None:
 
 def train(args: argparse.Namespace) -> None:
     cfg = load_config(args.config)
-    task = get_task(cfg.pop("task", "classification"))
+    if "task" not in cfg:
+        raise ConfigError(f"{args.config} lacks 'task:': add one of {', '.join(TASKS)} "
+                          f"(`autoprune train --help` lists each task's keys)")
+    task = get_task(cfg.pop("task"))
     api = task.api()
     allowed = set(inspect.signature(api.train).parameters)
     unknown = sorted(set(cfg) - allowed)

@@ -3,13 +3,14 @@ one line (exit code 2)."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
+import textwrap
 from typing import Sequence
 
 from .. import __version__
 from ..errors import AutopruneError
 from ..tasks.registry import TASKS
-from . import commands
 from .config_file import load_config
 from .doctor import MAIN_PACKAGES, check_stack, difference_warning, version_text
 
@@ -24,6 +25,30 @@ class _VersionAction(argparse.Action):
         if warning:
             print(f"autoprune: {warning}", file=sys.stderr)
         parser.exit()
+
+
+class _TrainHelp(argparse.Action):
+    """``train --help``: the usage, then each task's YAML keys with their defaults and an example
+    (read from the task's ``train``, which loads its libraries: only when asked)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help()
+        print(config_keys())
+        parser.exit()
+
+
+def config_keys() -> str:
+    """Every registered task's ``train`` keys with their defaults, and a YAML example each."""
+    lines = ["\nYAML keys per task (the arguments of autoprune.<task>.train):"]
+    for task in TASKS.values():
+        params = inspect.signature(task.api().train).parameters.values()
+        keys = [p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+                for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD
+                and p.name not in getattr(task.api(), "DEPRECATED", ())]
+        lines += [f"\n  task: {task.name}   e.g. task: {task.name}, {task.config_example}",
+                  textwrap.fill(", ".join(keys), width=96, initial_indent="    ",
+                                subsequent_indent="    ")]
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--strict", action="store_true", help="exit with code 1 when a tested "
                     "package differs (what scripts/setup.sh checks)")
     dr.add_argument("--quiet", action="store_true", help="print only what differs")
-    dr.set_defaults(func=commands.doctor)
+    dr.set_defaults(func="doctor")
 
     d = sub.add_parser("demo", help="the one-call flow on Fashion-MNIST: train, analyse, prune "
                        "and retrain a model (CPU, a few minutes) and print the before/after table")
@@ -58,13 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tolerated relative top-1 loss per group (default: 0.05)")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    d.set_defaults(func=commands.demo)
+    d.set_defaults(func="demo")
 
-    t = sub.add_parser("train", help="train (and prune, when sensitivities_file is set) from a "
-                       "YAML config: task, model, train_data, eval_data, epochs, save_dir, "
-                       "sensitivities_file, eval_metric_loss or pruned_flops, ...")
-    t.add_argument("config", help="YAML file; keys are the arguments of autoprune.<task>.train")
-    t.set_defaults(func=commands.train)
+    t = sub.add_parser("train", add_help=False, help="train (and prune, when sensitivities_file "
+                       "is set) from a YAML config: task, model, train_data, eval_data, epochs, "
+                       "save_dir, sensitivities_file, eval_metric_loss or pruned_flops, ...")
+    t.add_argument("-h", "--help", action=_TrainHelp, nargs=0,
+                   help="show this help, with every task's keys and their defaults, and exit")
+    t.add_argument("config", help="YAML file; keys are the arguments of autoprune.<task>.train "
+                   f"and 'task:' ({', '.join(TASKS)})")
+    t.set_defaults(func="train")
 
     se = sub.add_parser("sensitivity", help="measure the sensitivities of a trained checkpoint "
                         "on validation data (resumable; `torchrun --nproc_per_node N -m autoprune "
@@ -85,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "= masked on a GPU, prune on a CPU")
     se.add_argument("--batch-variants", type=int, default=8,
                     help="ratios of one group per forward pass with masked variants (default 8)")
-    se.set_defaults(func=commands.sensitivity)
+    se.set_defaults(func="sensitivity")
 
     pr = sub.add_parser("prune", help="prune a checkpoint with a sensitivity file (no retraining)")
     pr.add_argument("checkpoint")
@@ -98,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--criterion", default="l1_norm")
     pr.add_argument("--round-to", type=int, help="keep multiples of this many channels")
     _overwrite_option(pr)
-    pr.set_defaults(func=commands.prune)
+    pr.set_defaults(func="prune")
 
     ex = sub.add_parser("export", help="export a checkpoint (pruned or not) to ONNX")
     ex.add_argument("checkpoint")
@@ -108,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--static", action="store_true", help="fix the batch size to 1 (default: "
                     "any batch size, axis 0 named 'batch')")
     _overwrite_option(ex)
-    ex.set_defaults(func=commands.export)
+    ex.set_defaults(func="export")
 
     rp = sub.add_parser("report", help="compare a baseline and a pruned checkpoint: size, FLOPs, "
                         "metrics, latency")
@@ -118,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--save-dir", default=".", help="where report.json/md/csv go (default .)")
     rp.add_argument("--limit", type=int, help="use only this many validation images")
     rp.add_argument("--device", default="auto")
-    rp.set_defaults(func=commands.report)
+    rp.set_defaults(func="report")
 
     pf = sub.add_parser("profiles", help="list the DEFAULT sensitivity profiles, or build one "
                         "on public data (Fashion-MNIST; its scenes for detection/segmentation)")
@@ -141,17 +169,17 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda")
     pf.add_argument("--skip-existing", action="store_true",
                     help="do nothing if --out already lists this architecture")
-    pf.set_defaults(func=commands.profiles)
+    pf.set_defaults(func="profiles")
 
     s = sub.add_parser("show", help="print a sensitivity file as a table")
     s.add_argument("file")
-    s.set_defaults(func=commands.show)
+    s.set_defaults(func="show")
 
     m = sub.add_parser("merge", help="merge sensitivity files (union; later files win)")
     m.add_argument("inputs", nargs="+", help="sensitivity files to merge")
     m.add_argument("-o", "--output", required=True, help="the merged file to write")
     _overwrite_option(m)
-    m.set_defaults(func=commands.merge)
+    m.set_defaults(func="merge")
 
     c = sub.add_parser("convert-paddleslim", help="convert a PaddleSlim sensitivities pickle to "
                        "an autoprune JSON file (needs --allow-pickle)")
@@ -161,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confirm that you trust the file: pickle files can run code when read")
     c.add_argument("--arch", default=None, help="architecture to record in the file")
     _overwrite_option(c)
-    c.set_defaults(func=commands.convert)
+    c.set_defaults(func="convert")
     return p
 
 
@@ -198,8 +226,12 @@ def _interrupted_message(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoprune`` console script."""
     args = build_parser().parse_args(argv)
+    # the subcommands load torch and the model libraries (seconds): imported once a command runs,
+    # so that --help and --version answer at once
+    from . import commands
+
     try:
-        args.func(args)
+        getattr(commands, args.func)(args)
     except AutopruneError as e:
         print(f"autoprune: error: {e}", file=sys.stderr)
         return 2

@@ -93,6 +93,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
 
     if mode == "none":  # plain training
         model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False}, **resuming)
+        _log(f"[autoprune] outputs: model {save_dir / 'best.pt'}")
         return TrainResult(model, baseline_path=save_dir / "best.pt",
                            metrics=_on_rank0(lambda: adapter.evaluate(model))
                            if _has_eval(adapter) else {})
@@ -143,6 +144,9 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         return report
 
     report = _on_rank0(finish)  # latency is measured by one process, alone
+    _log(f"[autoprune] outputs: pruned model {save_dir / 'pruned' / 'best.pt'}, base model "
+         f"{baseline_path}, sensitivities {sens_path}, report {save_dir / 'report.md'} (.json, "
+         f".csv), plot {save_dir / 'sensitivity.png'}")
     return TrainResult(model, report=report, baseline_path=baseline_path,
                        pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
                        ratios=dict(chosen), metrics=report["pruned"]["metrics"])

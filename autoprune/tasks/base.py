@@ -9,10 +9,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn as nn
+if TYPE_CHECKING:  # annotations only: the contract (and the CLI's task lists) load without torch
+    import torch
+    import torch.nn as nn
 
 
 class TaskAdapter(ABC):

@@ -5,7 +5,8 @@ models.py: YOLO graphs made prunable and the trainer that keeps the pruned modul
 YOLO families and their names; profile.py: how its DEFAULT profiles are measured.
 """
 from .adapter import DetectionAdapter
-from .api import TrainResult, analyze_sensitivity, export_onnx, load_model, resume, train
+from .api import (DEPRECATED, TrainResult, analyze_sensitivity, export_onnx, load_model, resume,
+                  train)
 
 __all__ = ["DetectionAdapter", "TrainResult", "analyze_sensitivity", "export_onnx", "load_model",
            "resume", "train"]

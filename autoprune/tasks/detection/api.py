@@ -105,6 +105,7 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
 
 # Ultralytics' names of three settings, accepted for one release beside autoprune's own
 _ULTRALYTICS_NAMES = {"imgsz": "input_size", "batch": "batch_size", "workers": "num_workers"}
+DEPRECATED = tuple(_ULTRALYTICS_NAMES)  # left out of `autoprune train --help`
 
 
 def _settings(given: dict[str, Any], old: dict[str, Any],
