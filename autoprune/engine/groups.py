@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -17,6 +18,7 @@ import torch.nn as nn
 import torch_pruning as tp
 
 from .attributes import sync_attributes
+from .removal import pruned_temporarily
 from ..errors import ConfigError, NoPrunableGroupsError
 
 CRITERIA = ("l1_norm", "l2_norm", "fpgm", "bn_scale")
@@ -121,11 +123,16 @@ class PruningGraph:
 
     Building it traces the model once with ``example_inputs``; the model's train/eval mode is kept.
     Groups that would change the model's output shape (the classifier, a detection head's last
-    conv) and groups with grouped (non-depthwise) convolutions are left out.
+    conv) and groups with grouped (non-depthwise) convolutions are left out, and so (``probe``)
+    are groups whose removal breaks the model: each group loses half its channels once, for a
+    forward pass, and is left whole, with a warning, if that fails or changes the output shapes
+    (attention layouts, weight-standardised convs... that the graph does not describe). The
+    probe's verdict is kept per architecture and input shape for the life of the process.
     """
 
     def __init__(self, model: nn.Module, example_inputs: Any, ignored_layers: Iterable[Any] = (),
-                 unwrapped_parameters: Sequence[tuple[nn.Parameter, int]] | None = None):
+                 unwrapped_parameters: Sequence[tuple[nn.Parameter, int]] | None = None,
+                 probe: bool = True):
         self.model = model
         self.ignored = _resolve_ignored(model, ignored_layers)
         was_training = model.training
@@ -141,7 +148,10 @@ class PruningGraph:
         self.names = {m: n for n, m in model.named_modules()}
         self._order = {n: i for i, n in enumerate(self.names.values())}
         self.modules = dict(model.named_modules())
+        self.example_inputs = example_inputs
         self.groups = self._list_groups()
+        if probe:
+            self.groups = self._safe(self.groups)
         if not self.groups:
             raise NoPrunableGroupsError(
                 f"{type(model).__name__} has no prunable channel group (no Conv/Linear whose outputs "
@@ -182,6 +192,43 @@ class PruningGraph:
             groups.append(PrunableGroup(members[0], tuple(members), len(group[0].idxs), root))
         groups.sort(key=lambda g: self._order[g.name])
         return groups
+
+    def _safe(self, groups: list[PrunableGroup]) -> list[PrunableGroup]:
+        """``groups`` without those whose removal breaks a forward pass (see the class doc)."""
+        key = (type(self.model).__module__, type(self.model).__qualname__,
+               group_fingerprint(groups), str(_shapes(self.example_inputs)))
+        if key not in _UNSAFE:
+            _UNSAFE[key] = self._probe(groups)
+        unsafe = _UNSAFE[key]
+        if unsafe:
+            names = ", ".join(unsafe[:4]) + (", ..." if len(unsafe) > 4 else "")
+            warnings.warn(f"{len(unsafe)} of {len(groups)} channel groups of "
+                          f"{type(self.model).__name__} cannot lose channels without breaking the "
+                          f"model and are left whole: {names}", stacklevel=3)
+        return [g for g in groups if g.name not in unsafe]
+
+    def _probe(self, groups: list[PrunableGroup]) -> list[str]:
+        """Names of the groups whose half removal makes a forward pass fail or change shapes."""
+        was_training = self.model.training
+        self.model.eval()
+        args = self.example_inputs if isinstance(self.example_inputs, (list, tuple)) \
+            else (self.example_inputs,)
+        unsafe = []
+        try:
+            with torch.no_grad():
+                want = _shapes(self.model(*args))
+                for group in groups:
+                    try:
+                        idxs = self.channels_to_remove(group, 0.5)
+                        with pruned_temporarily(self, group, idxs):
+                            fits = _shapes(self.model(*args)) == want
+                    except Exception:  # noqa: BLE001 - any failure means: not safe to prune
+                        fits = False
+                    if not fits:
+                        unsafe.append(group.name)
+        finally:
+            self.model.train(was_training)
+        return unsafe
 
     @staticmethod
     def _norms_fit(group) -> bool:
@@ -287,6 +334,20 @@ class PruningGraph:
         """Tell the graph that channel counts changed (a removal, or one undone): torch-pruning's
         index mapping is computed again before the next group is formed."""
         self.dg._autoprune_mapping_fresh = False
+
+
+_UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
+
+
+def _shapes(value: Any) -> Any:
+    """The shapes of the tensors in a (nested) output, in its structure."""
+    if torch.is_tensor(value):
+        return tuple(value.shape)
+    if isinstance(value, dict):
+        return {k: _shapes(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shapes(v) for v in value]
+    return None
 
 
 def _gathers_channels(node) -> bool:

@@ -8,10 +8,9 @@ check against a real prune allows it.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import numbers
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -21,6 +20,7 @@ from ..errors import MetricError
 from .groups import PrunableGroup, PruningGraph
 from .masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
 from .prefix_cache import PrefixCache
+from .removal import pruned_temporarily
 
 EvalFn = Callable[[nn.Module], Any]
 EVALUATIONS = ("auto", "masked", "prune")
@@ -48,46 +48,6 @@ def relative_loss(baseline: float, metric: float, higher_is_better: bool = True)
     """``(baseline - metric) / |baseline|``; the sign is flipped when lower is better."""
     drop = baseline - metric if higher_is_better else metric - baseline
     return drop / abs(baseline)
-
-
-@contextlib.contextmanager
-def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence[int]) -> Iterator[None]:
-    """Remove channels ``idxs`` of ``group`` for the duration of the block, then restore exactly."""
-    modules = graph.touched_modules(group)
-    # a layer that resizes its own sub-layers (MultiheadAttention's out_proj) is restored with them
-    modules += [sub for m in modules if m is not graph.model for sub in m.modules()
-                if sub is not m and sub not in modules]
-    saved = [(m, dict(m._parameters), dict(m._buffers),
-              {k: v for k, v in m.__dict__.items() if not k.startswith("_")}) for m in modules]
-    dg = graph.dg
-    # torch-pruning's own op nodes (concat, split, slice) keep channel sizes that pruning edits,
-    # some in place (ConcatPruner decrements concat_sizes): without this, the next group's
-    # channel indices would be mapped through the sizes of an already restored prune
-    ops = [(node.module, {k: copy.deepcopy(v) if isinstance(v, (list, tuple, dict)) else v
-                          for k, v in node.module.__dict__.items() if not k.startswith("_")})
-           for node in dg.module2node.values()
-           if isinstance(node.module, nn.Module) and node.module not in graph.names]
-    param_names, module2node = dict(dg._param_to_name), dict(dg.module2node)
-    param_nodes = {node: node.module for node in module2node.values()
-                   if isinstance(node.module, nn.Parameter)}
-    history = len(dg._pruning_history)
-    try:
-        graph.remove(group, idxs)
-        yield
-    finally:
-        for m, params, buffers, attrs in saved:
-            m._parameters.clear()
-            m._parameters.update(params)
-            m._buffers.clear()
-            m._buffers.update(buffers)
-            m.__dict__.update(attrs)
-        for op, attrs in ops:
-            op.__dict__.update(attrs)
-        dg._param_to_name, dg.module2node = param_names, module2node
-        for node, param in param_nodes.items():
-            node.module = param
-        del dg._pruning_history[history:]
-        graph.resized()  # a mapping computed while pruned no longer holds
 
 
 def _evaluate(model: nn.Module, eval_fn: EvalFn, where: str, finite: bool = True) -> float:

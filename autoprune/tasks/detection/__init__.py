@@ -8,5 +8,5 @@ from .adapter import DetectionAdapter
 from .api import (DEPRECATED, TrainResult, analyze_sensitivity, export_onnx, load_model, resume,
                   train)
 
-__all__ = ["DetectionAdapter", "TrainResult", "analyze_sensitivity", "export_onnx", "load_model",
+__all__ = ["DEPRECATED", "DetectionAdapter", "TrainResult", "analyze_sensitivity", "export_onnx", "load_model",
            "resume", "train"]

@@ -1,0 +1,77 @@
+"""Groups whose removal breaks the model (a layout the dependency graph does not describe) are
+found by a probe, left whole with a warning, and the model comes back unchanged."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autoprune
+from autoprune.engine import groups as groups_module
+from autoprune.engine.groups import PruningGraph
+
+
+class FixedView(nn.Module):
+    """conv1's 8 channels are read through a view with a hard-coded count (as attention blocks
+    read their heads), which pruning conv1 breaks; conv2 prunes fine."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 6, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(6)
+        self.head = nn.Conv2d(6, 2, 1)
+        self.channels = 8
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        n, _, h, w = y.shape
+        y = y.view(n, 2, self.channels // 2, h, w).flatten(1, 2)  # the layout the graph misses
+        return self.head(torch.relu(self.bn2(self.conv2(y))))
+
+
+@pytest.fixture(autouse=True)
+def fresh_verdicts(monkeypatch):
+    monkeypatch.setattr(groups_module, "_UNSAFE", {})
+
+
+def test_a_group_that_breaks_the_model_is_left_whole_with_a_warning():
+    torch.manual_seed(0)
+    model = FixedView().eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        before = model(x)
+    with pytest.warns(UserWarning, match="1 of 2 channel groups of FixedView .* left whole: conv1"):
+        names = [g.name for g in autoprune.prunable_groups(model, x)]
+    assert names == ["conv2"]
+    with torch.no_grad():
+        assert torch.equal(model(x), before)  # the probe restored everything
+    result = autoprune.prune(model, x, {"conv2": 0.5})
+    assert model.conv2.out_channels == 3 and model.conv1.out_channels == 8
+    assert result.flops_reduction > 0 and model(x).shape == before.shape
+
+
+def test_without_the_probe_the_group_is_listed_and_pruning_it_breaks_the_model():
+    model = FixedView().eval()
+    x = torch.randn(2, 3, 16, 16)
+    graph = PruningGraph(model, x, probe=False)
+    assert [g.name for g in graph.groups] == ["conv1", "conv2"]
+    graph.remove(graph.group("conv1"), [0, 1])
+    with pytest.raises(RuntimeError):
+        model(x)
+
+
+def test_the_verdict_is_kept_per_architecture_and_input(monkeypatch):
+    calls = []
+    original = PruningGraph._probe
+    monkeypatch.setattr(PruningGraph, "_probe", lambda self, g: calls.append(1) or original(self, g))
+    x = torch.randn(1, 3, 16, 16)
+    with pytest.warns(UserWarning):
+        PruningGraph(FixedView().eval(), x)
+    with pytest.warns(UserWarning):
+        PruningGraph(FixedView().eval(), x)
+    assert len(calls) == 1
+    with pytest.warns(UserWarning):
+        PruningGraph(FixedView().eval(), torch.randn(1, 3, 24, 24))
+    assert len(calls) == 2
