@@ -403,3 +403,22 @@ def test_deeplab_concat_group_keeps_a_channel_of_each_input():
     autoprune.prune(model, x, {group.name: 0.9}, ignored_layers=ignored)
     assert model.decoder.block1[0].out_channels == 1
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 4, 64, 64)
+
+
+def test_a_model_too_deep_for_the_input_size_is_refused_in_one_line():
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    adapter = SegmentationAdapter(num_classes=3, input_size=64)
+    model = adapter.build(adapter.arch_key("smp/pan/resnet18"))
+    with pytest.raises(autoprune.ConfigError, match="cannot take 64 px inputs .*: pass a larger "
+                                                    "input_size, e.g. 128"):
+        adapter.check_model(model)
+    SegmentationAdapter(num_classes=3, input_size=128).check_model(model)
+
+
+def test_manet_is_refused_by_name_before_any_work():
+    from autoprune.tasks.segmentation.models import resolve_arch
+
+    with pytest.raises(autoprune.ConfigError, match="'MAnet' cannot be pruned by autoprune: .* use "
+                                                    "unet, unetplusplus or fpn"):
+        resolve_arch("MAnet/resnet18")

@@ -160,11 +160,24 @@ class SegmentationAdapter(SupervisedFit):
                 "class_names": self.class_names, "ignore_index": self.ignore_index}
 
     def check_model(self, model: nn.Module) -> None:
-        """Refuse a model whose class maps do not match the data's classes."""
+        """Refuse a model whose class maps do not match the data's classes, or that cannot take
+        inputs of ``input_size`` (PAN's pyramid pooling needs 128 px)."""
         out = output_classes(model)
         if self.num_classes is not None and out is not None and out != self.num_classes:
             raise ConfigError(f"the model predicts {out} classes but the data has "
                               f"{self.num_classes}: build it with classes={self.num_classes}")
+        x = self.example_inputs(model).to(next(model.parameters()).device)
+        was_training = model.training
+        try:
+            with torch.no_grad():
+                model.eval()(x)
+        except RuntimeError as e:
+            first = (str(e).strip().splitlines() or ["failed"])[0][:120]
+            raise ConfigError(f"{type(model).__name__} cannot take {self.input_size} px inputs "
+                              f"({first}): pass a larger input_size, e.g. "
+                              f"{max(128, 2 * self.input_size)}") from None
+        finally:
+            model.train(was_training)
 
     def example_inputs(self, model: nn.Module) -> torch.Tensor:
         return torch.randn(1, self.in_channels, self.input_size, self.input_size,
