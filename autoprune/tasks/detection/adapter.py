@@ -218,6 +218,11 @@ class DetectionAdapter(TaskAdapter):
                 save_pruned(model, save_dir / dst, **meta, epoch=best_epoch if best else epochs,
                             metrics=self._ultralytics_metrics(trainer) if best else {},
                             ultralytics_weights=str(Path(src)))
+        if any(isinstance(m, yolo.SPLIT_FREE) for m in model.modules()) and \
+                rank_and_world()[0] == 0 and Path(trainer.best).is_file():
+            print(f"[autoprune] note: {trainer.best} holds autoprune's split-free blocks: YOLO() "
+                  f"loads it where autoprune is installed; elsewhere deploy the ONNX export "
+                  f"(autoprune export {save_dir / 'best.pt'} model.onnx)", flush=True)
         return model.to(self.device).eval()
 
     def _resumed(self, model: nn.Module, last: Path, epochs: int, save_dir: Path):
