@@ -125,7 +125,8 @@ class PruningGraph:
     Groups that would change the model's output shape (the classifier, a detection head's last
     conv) and groups with grouped (non-depthwise) convolutions are left out, and so (``probe``)
     are groups whose removal breaks the model: each group loses half its channels once, for a
-    forward pass, and is left whole, with a warning, if that fails or changes the output shapes
+    forward pass, and is left whole, with a warning, if that fails or changes the prediction's
+    shape
     (attention layouts, weight-standardised convs... that the graph does not describe). The
     probe's verdict is kept per architecture and input shape for the life of the process.
     """
@@ -208,7 +209,8 @@ class PruningGraph:
         return [g for g in groups if g.name not in unsafe]
 
     def _probe(self, groups: list[PrunableGroup]) -> list[str]:
-        """Names of the groups whose half removal makes a forward pass fail or change shapes."""
+        """Names of the groups whose half removal makes a forward pass fail or changes the shape
+        of the prediction (the first tensor the model returns)."""
         was_training = self.model.training
         self.model.eval()
         args = self.example_inputs if isinstance(self.example_inputs, (list, tuple)) \
@@ -339,14 +341,17 @@ class PruningGraph:
 _UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
 
 
-def _shapes(value: Any) -> Any:
-    """The shapes of the tensors in a (nested) output, in its structure."""
+def _shapes(value: Any) -> tuple | None:
+    """The shape of the first tensor of a (nested) output: the model's prediction (later ones
+    may be intermediate feature maps, whose widths pruning changes legitimately)."""
     if torch.is_tensor(value):
         return tuple(value.shape)
-    if isinstance(value, dict):
-        return {k: _shapes(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_shapes(v) for v in value]
+    items = value.values() if isinstance(value, dict) else value \
+        if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        shape = _shapes(item)
+        if shape is not None:
+            return shape
     return None
 
 

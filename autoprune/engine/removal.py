@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch.nn as nn
 
-if TYPE_CHECKING:
-    from .groups import PrunableGroup, PruningGraph
-
 
 @contextlib.contextmanager
-def pruned_temporarily(graph: PruningGraph, group: PrunableGroup, idxs: Sequence[int]) -> Iterator[None]:
-    """Remove channels ``idxs`` of ``group`` for the duration of the block, then restore exactly."""
+def pruned_temporarily(graph: Any, group: Any, idxs: Sequence[int]) -> Iterator[None]:
+    """Remove channels ``idxs`` of ``group`` (a :class:`~autoprune.engine.groups.PrunableGroup` of
+    the :class:`~autoprune.engine.groups.PruningGraph` ``graph``) for the duration of the block,
+    then restore exactly."""
     modules = graph.touched_modules(group)
     # a layer that resizes its own sub-layers (MultiheadAttention's out_proj) is restored with them
     modules += [sub for m in modules if m is not graph.model for sub in m.modules()

@@ -18,7 +18,7 @@ def check_save_dir(save_dir: str | os.PathLike) -> Path:
     path = Path(save_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".autoprune-write-test"
+        probe = path / f".autoprune-write-test-{os.getpid()}"  # one per process: torchrun ranks
         probe.write_text("")
         probe.unlink()
     except OSError as e:

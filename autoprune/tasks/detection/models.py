@@ -31,7 +31,7 @@ def _writable_dir(*candidates: Path) -> Path:
     for path in candidates:
         try:
             path.mkdir(parents=True, exist_ok=True)
-            probe = path / ".autoprune-write-test"
+            probe = path / f".autoprune-write-test-{os.getpid()}"
             probe.write_text("")
             probe.unlink()
             return path
