@@ -99,16 +99,17 @@ def skip_unused_modules(model: nn.Module, size: int = 64, in_channels: int = 3) 
     was_training = model.training
     model.eval()
     try:
-        for side in (size, 2 * size, 4 * size):  # a deep pyramid (PAN) needs 128 px or more
-            x = torch.randn(1, in_channels, side, side, generator=torch.Generator().manual_seed(0))
-            try:
-                with torch.enable_grad():
+        with torch.enable_grad():  # also when called under no_grad (loading a checkpoint)
+            for side in (size, 2 * size, 4 * size):  # a deep pyramid (PAN) needs 128 px or more
+                x = torch.randn(1, in_channels, side, side,
+                                generator=torch.Generator().manual_seed(0))
+                try:
                     out = model(x.to(next(model.parameters()).device))
-                break
-            except RuntimeError:
-                if side == 4 * size:
-                    raise
-        grads = torch.autograd.grad(out.float().sum(), params, allow_unused=True)
+                    break
+                except RuntimeError:
+                    if side == 4 * size:
+                        raise
+            grads = torch.autograd.grad(out.float().sum(), params, allow_unused=True)
     finally:
         for h in hooks:
             h.remove()

@@ -1,0 +1,339 @@
+"""Sweep the model zoos autoprune builds: timm (the smallest member of every family), torchvision
+classifiers, segmentation-models-pytorch architectures x the four documented encoders, and the
+YOLO detection families (smallest scale). Each model untrained, 0.3 removed from every prunable
+group, forward, save_pruned / load_model round trip with identical outputs. One model per
+subprocess with a time limit; prints a line per model (name, input size, status, groups, FLOPs
+removed, seconds) and a last line ``ok=<n> refused=<r> failed=<f> total=<t>``.
+
+    python benchmarks/zoo.py --quick                          # 11 models, four sources (~3 min)
+    python benchmarks/zoo.py --only timm --jsonl zoo.jsonl    # one source (comma list allowed)
+    python benchmarks/zoo.py timm/resnet18 smp/fpn/resnet34 yolov8n torchvision/alexnet
+    python benchmarks/zoo.py                                  # all four sources (hours, 2 cores)
+
+Status: ``ok`` (pruned, runs, reloads to identical outputs), ``refused`` (autoprune refuses the
+name with a ConfigError at ``arch_key`` / ``build``: one line with the reason), ``failed``
+(any other exception, outputs that differ after the round trip, or no result within
+``--timeout`` seconds).
+
+Which models:
+
+- timm: ``timm.list_models()`` grouped into families. A family is the name up to its first ``_``
+  or digit, a version tag ``v<digits>`` included (``resnet18d`` -> resnet, ``mobilenetv3_small_100``
+  -> mobilenetv3, ``vit_tiny_patch16_224`` -> vit); the modifier prefixes ``tf_``, ``nf_``, ``dm_``,
+  ``gc_``, ``eca_`` and ``legacy_`` join the next part (``tf_efficientnet``, ``eca_nfnet``), and
+  timm's ``test_*`` miniatures are left out. Each family is represented by its member with the
+  fewest parameters, counted on the meta device (no memory, no weights; ties: the name first in
+  alphabetical order). A member that cannot be built on the meta device counts as the largest.
+- torchvision: ``torchvision.models.list_models(module=torchvision.models)`` (the classifiers,
+  as ``benchmarks/zoo_torchvision.py``), at that script's sizes.
+- smp: every ``segmentation_models_pytorch`` architecture x resnet18, resnet34, mobilenet_v2,
+  efficientnet-b0 (the encoders README.md names), 64 px (PAN: 128 px, the least it takes).
+- yolo: the smallest scale of every family of ``autoprune.tasks.yolo_names.YOLO_FAMILIES``, 64 px.
+
+Input size: 64 px; a classifier whose unpruned forward fails at 64 px (a ViT's fixed position
+embedding, a window size) runs at its native size, timm's ``pretrained_cfg["input_size"]``.
+Explicit names: ``timm/<name>``, ``torchvision/<name>``, ``smp/<arch>/<encoder>``, a YOLO name
+(``yolov8n``, ``yolo/yolo26n``); a bare name goes to the classification task (timm first).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+SOURCES = ("timm", "torchvision", "smp", "yolo")
+SMALL = 64
+SMP_ENCODERS = ("resnet18", "resnet34", "mobilenet_v2", "efficientnet-b0")
+TIMM_MODIFIERS = ("tf", "nf", "dm", "gc", "eca", "legacy")
+# a fixed sample across the four sources: models that prune today, plus one refused by name
+QUICK = ["timm/resnet10t", "timm/mobilenetv3_small_050", "timm/efficientnet_b0",
+         "timm/cs3darknet_focus_s", "torchvision/mobilenet_v3_small", "torchvision/squeezenet1_1",
+         "smp/unet/resnet18", "smp/fpn/mobilenet_v2", "smp/manet/resnet18", "yolo/yolov8n",
+         "yolo/yolo12n"]
+SMP_NATIVE = {"pan": 128}  # PAN's pyramid pooling needs 128 px
+
+
+# -- the per-model worker (runs in a child process) ----------------------------------------------
+def sweep_one(name: str, state: dict | None = None) -> dict:
+    """Build, prune 0.3 of every group, run and round-trip one model; its figures and stage times.
+    ``state`` gets the input size and the stage reached (build, groups, prune, forward, reload),
+    so a failure says where it happened.
+
+    Every autoprune import is here (the adapters, the core, the checkpoint reader), so a move of
+    an import path is one edit."""
+    import torch
+
+    from autoprune import prunable_groups, prune, save_pruned
+    from autoprune.flow.checkpoints import load_model
+    from autoprune.tasks import get_adapter
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    source, bare = split_name(name)
+    start, times = time.time(), {}
+    state = {} if state is None else state
+
+    def reach(stage: str) -> None:  # also printed: a timed-out child says where it was
+        state["stage"] = stage
+        print("STAGE " + json.dumps(state), flush=True)
+
+    reach("build")
+
+    def adapter_for(size: int):
+        if source == "smp":
+            return get_adapter("segmentation", num_classes=3, input_size=size)
+        if source == "yolo":
+            return get_adapter("detection", nc=3, input_size=size)
+        return get_adapter("classification", num_classes=10, input_size=size)
+
+    size = TORCHVISION_NATIVE.get(bare, SMALL) if source == "torchvision" else \
+        SMP_NATIVE.get(bare.split("/")[0].lower(), SMALL) if source == "smp" else SMALL
+    state["size"] = size
+    adapter = adapter_for(size)
+    arch = adapter.arch_key(bare if source in ("smp", "yolo") else name)
+    model = adapter.build(arch).eval()
+    adapter.check_model(model)  # e.g. an input size the model cannot take: a one-line refusal
+    if source in ("timm", "torchvision"):  # the native size where 64 px does not run
+        try:
+            with torch.no_grad():
+                model(adapter.example_inputs(model))
+        except Exception:  # noqa: BLE001 - retried at the model's own size
+            native = _native_size(model)
+            if not native or native == size:
+                raise
+            size, adapter = native, adapter_for(native)
+            state["size"] = size
+    times["build"] = time.time() - start
+    reach("groups")
+    x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    groups = prunable_groups(model, x, ignored)
+    state["groups"] = len(groups)
+    times["groups"] = time.time() - start
+    reach("prune")
+    result = prune(model, x, {g.name: 0.3 for g in groups}, ignored_layers=ignored)
+    times["prune"] = time.time() - start
+    reach("forward")
+    model.eval()
+    with torch.no_grad():
+        y = _tensors(model(x))
+    reach("reload")
+    path = Path(tempfile.mkdtemp()) / "m.pt"
+    save_pruned(model, path, task=adapter.task, arch=arch, build=adapter.build_kwargs(model),
+                input_size=size, pruned=True)
+    with torch.no_grad():
+        z = _tensors(load_model(path, adapter).eval()(x))
+    same = len(y) == len(z) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(y, z))
+    finite = all(torch.isfinite(a).all() for a in y if a.is_floating_point())
+    times["total"] = time.time() - start
+    error = None if same and finite else ("outputs differ after the round trip" if not same
+                                          else "non-finite outputs after pruning")
+    return {"status": "failed" if error else "ok", "size": size, "groups": len(groups),
+            "flops_red": round(result.flops_reduction, 3), **({"error": error} if error else {}),
+            "t": {k: round(v, 1) for k, v in times.items()}}
+
+
+def _native_size(model) -> int | None:
+    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
+    size = cfg.get("input_size") if isinstance(cfg, dict) else None
+    return int(size[-1]) if size else None
+
+
+def _tensors(out) -> list:
+    """Every tensor of a (nested) model output, in order."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+def _child(name: str) -> None:
+    warnings.filterwarnings("ignore")
+    state: dict = {}
+    try:
+        res = sweep_one(name, state)
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        first = (str(e).strip().splitlines() or [""])[0]
+        refused = type(e).__name__ == "ConfigError"
+        res = {"status": "refused" if refused else "failed",
+               "error": f"{'' if refused else type(e).__name__ + ': '}{first[:300]}",
+               "where": f"{where.filename.split('site-packages/')[-1]}:{where.lineno}", **state}
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+# -- which models --------------------------------------------------------------------------------
+TORCHVISION_NATIVE = {"maxvit_t": 224, "inception_v3": 96, "vit_b_16": 224, "vit_b_32": 224,
+                      "vit_l_16": 224, "vit_l_32": 224, "vit_h_14": 224}
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """(source, name within the source) of ``timm/x``, ``torchvision/x``, ``smp/arch/enc``,
+    ``yolo/x`` or a bare name (a YOLO name, else classification: timm first)."""
+    head, _, rest = name.partition("/")
+    if head in SOURCES and rest:
+        return head, rest
+    if re.match(r"yolo", name, re.I):
+        return "yolo", name
+    return "timm", name  # the classification adapter looks a bare name up (timm, then torchvision)
+
+
+def timm_family(name: str) -> str:
+    """``resnet18d`` -> resnet, ``mobilenetv3_small_100`` -> mobilenetv3, ``tf_efficientnet_b0``
+    -> tf_efficientnet (see the module docstring)."""
+    parts = name.split("_")
+    if parts[0] in TIMM_MODIFIERS and len(parts) > 1:
+        return parts[0] + "_" + timm_family("_".join(parts[1:]))
+    m = re.match(r"[a-z]+?(?:v\d+)?(?=\d|_|$)", name)
+    return m.group(0) if m else parts[0]
+
+
+def timm_params(names: list[str]) -> dict[str, float]:
+    """Parameter count of each model, built on the meta device (inf where that fails)."""
+    import timm
+    import torch
+
+    counts = {}
+    for n in names:
+        try:
+            with torch.device("meta"):
+                model = timm.create_model(n, pretrained=False, num_classes=10)
+            counts[n] = float(sum(p.numel() for p in model.parameters()))
+        except Exception:  # noqa: BLE001 - counted as the largest of its family
+            counts[n] = float("inf")
+    return counts
+
+
+def timm_names() -> list[str]:
+    """The smallest member (by parameter count) of every timm family, by family name."""
+    import timm
+
+    families: dict[str, list[str]] = {}
+    for n in timm.list_models():
+        fam = timm_family(n)
+        if fam != "test":
+            families.setdefault(fam, []).append(n)
+    counts = timm_params([n for members in families.values() for n in members])
+    return [f"timm/{min(members, key=lambda n: (counts[n], n))}"
+            for _, members in sorted(families.items())]
+
+
+def torchvision_names() -> list[str]:
+    import torchvision
+
+    return [f"torchvision/{n}" for n in torchvision.models.list_models(module=torchvision.models)]
+
+
+def smp_names() -> list[str]:
+    import segmentation_models_pytorch as smp
+
+    return [f"smp/{a}/{e}" for a in smp.MODEL_ARCHITECTURES_MAPPING for e in SMP_ENCODERS]
+
+
+def yolo_names() -> list[str]:
+    from autoprune.tasks.detection.names import YOLO_FAMILIES, resolve_arch
+
+    return [f"yolo/{resolve_arch(fam + scales[:1])}" for fam, scales in YOLO_FAMILIES.items()]
+
+
+LISTS = {"timm": timm_names, "torchvision": torchvision_names, "smp": smp_names,
+         "yolo": yolo_names}
+
+
+# -- the sweep -----------------------------------------------------------------------------------
+def run_one(name: str, timeout: int) -> dict:
+    """Sweep ``name`` in a child process; its result, or a failure (a crash, a timeout)."""
+    start = time.time()
+    try:
+        run = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
+                             text=True, timeout=timeout,
+                             env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
+        stdout, results = run.stdout, _tagged(run.stdout, "RESULT ")
+        if results:
+            res = results[-1]
+        else:
+            tail = [ln.strip() for ln in run.stderr.strip().splitlines() if ln.strip()]
+            res = {"status": "failed", "error": f"exit code {run.returncode}: "
+                                                f"{(tail or ['no output'])[-1][:300]}"}
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout or ""
+        stdout = out.decode(errors="replace") if isinstance(out, bytes) else out
+        res = {"status": "failed", "error": f"no result within {timeout} s"}
+    stages = _tagged(stdout, "STAGE ")
+    res = {**(stages[-1] if stages else {}), **res}
+    res.update(name=name, source=split_name(name)[0], wall=round(time.time() - start, 1))
+    return res
+
+
+def _tagged(stdout: str, tag: str) -> list[dict]:
+    return [json.loads(ln[len(tag):]) for ln in stdout.splitlines() if ln.startswith(tag)]
+
+
+def line(res: dict) -> str:
+    """``<name> <size> px  ok: <groups> groups, FLOPs -<x> %  (<s> s)``, ``refused: <reason>`` or
+    ``failed (<stage>): <error>``."""
+    size = f"{res['size']:4d} px" if res.get("size") else "   - px"
+    if res["status"] == "ok":
+        detail = f"ok: {res['groups']} groups, FLOPs -{100 * res['flops_red']:.0f} %"
+    elif res["status"] == "refused":
+        detail = f"refused: {res.get('error', '')}"
+    else:
+        stage = f" ({res['stage']})" if res.get("stage") else ""
+        detail = f"failed{stage}: {res.get('error', '')}"
+    return f"{res['name']:44s} {size}  {detail}  ({res['wall']} s)"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", help="models (default: every model of the sources)")
+    p.add_argument("--quick", action="store_true", help=f"a fixed sample of {len(QUICK)} models")
+    p.add_argument("--only", help="sources, comma-separated: " + ", ".join(SOURCES))
+    p.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
+    p.add_argument("--jsonl", help="also append each result to this file")
+    p.add_argument("--child", metavar="NAME", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        _child(args.child)
+        return {}
+    sources = [s.strip() for s in (args.only or ",".join(SOURCES)).split(",") if s.strip()]
+    unknown = [s for s in sources if s not in SOURCES]
+    if unknown:
+        p.error(f"unknown source(s) {', '.join(unknown)}: choose from {', '.join(SOURCES)}")
+    if args.names:
+        names = args.names
+    elif args.quick:
+        names = [n for n in QUICK if split_name(n)[0] in sources]
+    else:
+        names = [n for s in sources for n in LISTS[s]()]
+    out = open(args.jsonl, "a") if args.jsonl else None
+    counts = {"ok": 0, "refused": 0, "failed": 0}
+    start = time.time()
+    for name in names:
+        res = run_one(name, args.timeout)
+        counts[res["status"]] += 1
+        print(line(res), flush=True)
+        if out:
+            out.write(json.dumps(res) + "\n")
+            out.flush()
+    if out:
+        out.close()
+    print(f"# {len(names)} models in {time.time() - start:.0f} s", flush=True)
+    print(f"ok={counts['ok']} refused={counts['refused']} failed={counts['failed']} "
+          f"total={sum(counts.values())}", flush=True)
+    return counts
+
+
+if __name__ == "__main__":
+    main()
