@@ -24,6 +24,7 @@ from types import ModuleType
 from .engine.allocate import FlopsRatios, ratios_by_flops, ratios_by_loss
 from .engine.checkpoint import export_onnx, load_pruned, read_pruned_metadata, save_pruned
 from .engine.groups import PrunableGroup, prunable_groups
+from .engine.latency import measure_latencies
 from .engine.measure import count_flops, count_params, latency_ms, measure, size_mb
 from .engine.paddleslim import import_paddleslim
 from .engine.prune import PruneResult, prune
@@ -41,8 +42,8 @@ __all__ = [
     "MetricError", "NoPrunableGroupsError", "NotAutopruneCheckpointError", "PrunableGroup",
     "PruneResult", "SensitivityFileError", "TrainingDivergedError", "UnreadableCheckpointError",
     "WriteError", "count_flops", "count_params", "export_onnx", "import_paddleslim", "latency_ms",
-    "load_pruned", "load_sensitivities", "measure", "merge_sensitivities", "prunable_groups",
-    "prune", "ratios_by_flops", "ratios_by_loss", "read_pruned_metadata", "read_record",
+    "load_pruned", "load_sensitivities", "measure", "measure_latencies", "merge_sensitivities",
+    "prunable_groups", "prune", "ratios_by_flops", "ratios_by_loss", "read_pruned_metadata", "read_record",
     "save_pruned", "save_sensitivities", "sensitivity", "size_mb",
 ]
 

@@ -10,8 +10,9 @@ from .. import __version__
 from ..engine.distributed import init_from_env, rank_and_world
 from ..engine.sensitivity import DEFAULT_RATIOS
 from ..engine.paddleslim import import_paddleslim
-from ..engine.store import (check_output, merge_sensitivities, read_record,
-                            save_sensitivities)
+from ..engine.outputs import check_output
+from ..engine.latency import merge_records
+from ..engine.store import read_record, save_sensitivities, write_record
 from ..errors import AutopruneError, ConfigError
 from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_checkpoint,
                                 prune_checkpoint)
@@ -46,12 +47,11 @@ def show(args: argparse.Namespace) -> None:
 
 def merge(args: argparse.Namespace) -> None:
     check_output(args.output, args.inputs, "a sensitivity file", args.overwrite)
-    first = read_record(args.inputs[0])
-    merged = merge_sensitivities(args.inputs)
-    save_sensitivities(merged, args.output, **first.model, criterion=first.criterion,
-                       metric_name=first.metric.get("name"), baseline=first.metric.get("baseline"),
-                       higher_is_better=first.metric.get("higher_is_better", True))
-    print(f"merged {len(args.inputs)} files into {args.output} ({len(merged)} groups)")
+    merged = merge_records(args.inputs)
+    write_record(merged, args.output)
+    timed = " with latencies" if merged.latency else ""
+    print(f"merged {len(args.inputs)} files into {args.output} ({len(merged.sensitivities)} "
+          f"groups{timed})")
 
 
 def convert(args: argparse.Namespace) -> None:

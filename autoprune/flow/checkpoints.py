@@ -14,7 +14,8 @@ from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.checkpoint import damaged, load_pruned, read_pruned_metadata, save_pruned
 from ..engine.groups import check_criterion
 from ..engine.prune import prune
-from ..engine.store import read_record, same_file
+from ..engine.outputs import same_file
+from ..engine.store import read_record
 from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
                       SensitivityFileError, UnreadableCheckpointError)
 from ..tasks.base import TaskAdapter
