@@ -5,6 +5,7 @@ The core works on any ``nn.Module`` plus an evaluation function (PaddleSlim-styl
     groups = autoprune.prunable_groups(model, example)
     sens = autoprune.sensitivity(model, example, eval_fn, sensitivities_file="sens.json")
     ratios = autoprune.ratios_by_loss(sens, 0.05)        # or ratios_by_flops(model, example, sens, 0.4)
+    # or, with sensitivity(..., latency=True): ratios_by_latency(model, example, sens, 0.4)
     result = autoprune.prune(model, example, ratios)     # in place; result.flops_reduction
     autoprune.save_pruned(result.model, "pruned.pt")
 
@@ -25,6 +26,7 @@ from .engine.allocate import FlopsRatios, ratios_by_flops, ratios_by_loss
 from .engine.checkpoint import export_onnx, load_pruned, read_pruned_metadata, save_pruned
 from .engine.groups import PrunableGroup, prunable_groups
 from .engine.latency import measure_latencies
+from .engine.latency_target import LatencyRatios, ratios_by_latency
 from .engine.measure import count_flops, count_params, latency_ms, measure, size_mb
 from .engine.paddleslim import import_paddleslim
 from .engine.prune import PruneResult, prune
@@ -39,11 +41,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutopruneError", "CheckpointError", "ConfigError", "DEFAULT_RATIOS", "FlopsRatios",
-    "MetricError", "NoPrunableGroupsError", "NotAutopruneCheckpointError", "PrunableGroup",
+    "LatencyRatios", "MetricError", "NoPrunableGroupsError", "NotAutopruneCheckpointError", "PrunableGroup",
     "PruneResult", "SensitivityFileError", "TrainingDivergedError", "UnreadableCheckpointError",
     "WriteError", "count_flops", "count_params", "export_onnx", "import_paddleslim", "latency_ms",
     "load_pruned", "load_sensitivities", "measure", "measure_latencies", "merge_sensitivities",
-    "prunable_groups", "prune", "ratios_by_flops", "ratios_by_loss", "read_pruned_metadata", "read_record",
+    "prunable_groups", "prune", "ratios_by_flops", "ratios_by_latency", "ratios_by_loss", "read_pruned_metadata", "read_record",
     "save_pruned", "save_sensitivities", "sensitivity", "size_mb",
 ]
 

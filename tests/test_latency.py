@@ -2,7 +2,9 @@
 ratios_by_latency (greedy on loss per millisecond saved, corrected against measurements)."""
 from __future__ import annotations
 
+import itertools
 import json
+import math
 
 import pytest
 import torch
@@ -11,7 +13,11 @@ import torch.nn as nn
 import autoprune as ap
 from autoprune.cli.main import main
 from autoprune.engine import latency as latency_mod
-from autoprune.engine.latency import PairedTimer
+from autoprune.engine import latency_target
+from autoprune.engine.groups import PruningGraph
+from autoprune.engine.latency import PairedTimer, latency_setting
+from autoprune.engine.latency_target import allocation, curves, greedy_path
+from autoprune.engine.store import SensitivityRecord, write_record
 from conftest import RefEval, assert_one_line, assert_same_state, make_input, make_model, snapshot
 
 RATIOS = (0.25, 0.5)
@@ -125,6 +131,10 @@ def test_file_timed_in_another_setting_is_refused(toy, x, tmp_path, counted, cha
     msg = assert_one_line(info)
     assert "another setting" in msg and ("batch" in msg or "threads" in msg)
     assert evaluations.calls == 0  # refused before any point was measured
+    with pytest.raises(ap.SensitivityFileError) as info:
+        ap.ratios_by_latency(toy, x, path, 0.3, threads=change.get("latency_threads", 1),
+                             batch=change.get("latency_batch", 1))
+    assert "another setting" in assert_one_line(info)
 
 
 def test_masked_evaluation_times_a_real_prune(x, tmp_path, counted):
@@ -200,3 +210,172 @@ def test_measure_latencies_side_file_for_a_given_table(toy, x, tmp_path, counted
     assert ap.read_record(side).latency == record.latency
     ap.measure_latencies(toy, x, table, path=side, progress=False)
     assert len(counted) == 3  # reused
+
+
+# ---- step 2: ratios_by_latency --------------------------------------------------------------
+
+def _brute_force(table, goal):
+    """The least summed loss over measured points with a saving of at least ``goal``."""
+    best = (math.inf, None)
+    for combo in itertools.product(*table.values()):
+        saved = sum(p[2] for p in combo)
+        if saved >= goal - 1e-9:
+            best = min(best, (sum(p[1] for p in combo), tuple(p[0] for p in combo)))
+    return best
+
+
+def _convex_table(seed):
+    g = torch.Generator().manual_seed(seed)
+    table = {}
+    for name in ("a", "b", "c"):
+        steps = sorted(torch.rand(4, generator=g).tolist())  # increasing loss increments
+        points, loss = [(0.0, 0.0, 0.0)], 0.0
+        for i, step in enumerate(steps, 1):
+            loss += step
+            points.append((i / 5, loss, 0.05 * i))
+        table[name] = points
+    return table
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("k", [1, 3, 6, 9, 12])
+def test_greedy_is_optimal_on_convex_tables(seed, k):
+    table = _convex_table(seed)
+    goal = 0.05 * k
+    ratios, saved, loss = allocation(greedy_path(table), goal)
+    assert saved == pytest.approx(goal)
+    assert loss == pytest.approx(_brute_force(table, goal)[0])
+
+
+def test_greedy_looks_past_a_flat_stretch():
+    # a: the first step is dear, two steps cheap per saving; b: cheap first step, then dear
+    table = {"a": [(0.0, 0.0, 0.0), (0.25, 0.05, 0.1), (0.5, 0.05, 0.2)],
+             "b": [(0.0, 0.0, 0.0), (0.25, 0.03, 0.1), (0.5, 0.09, 0.2)]}
+    ratios, saved, loss = allocation(greedy_path(table), 0.2)
+    assert ratios == {"a": 0.5} and loss == pytest.approx(0.05)
+    assert _brute_force(table, 0.2) == (pytest.approx(0.05), (0.5, 0.0))
+
+
+def test_curves_monotone_losses_and_loss_cap():
+    record = SensitivityRecord(sensitivities={"g": {0.25: 0.02, 0.5: 0.01, 0.75: 0.4}},
+                               latency={"g": {0.25: 0.9, 0.5: 0.8, 0.75: 0.6}})
+    assert curves(record)["g"] == [(0.0, 0.0, 0.0), (0.25, 0.02, pytest.approx(0.1)),
+                                   (0.5, 0.02, pytest.approx(0.2)), (0.75, 0.4, pytest.approx(0.4))]
+    assert [p[0] for p in curves(record, max_loss=0.1)["g"]] == [0.0, 0.25, 0.5]
+
+
+# a synthetic table over ToyNet's groups: (loss, latency saved) per ratio
+SYNTHETIC = {
+    "stem.0": {0.25: (0.01, 0.1), 0.5: (0.02, 0.2), 0.75: (0.03, 0.3)},     # 0.1 loss per saving
+    "fuse.0": {0.25: (0.001, 0.05), 0.5: (0.002, 0.1), 0.75: (0.5, 0.15)},  # cheap, then dear
+    "block_conv1": {0.25: (0.05, 0.01), 0.5: (0.1, 0.02), 0.75: (0.2, 0.03)},
+    "branch_a.0": {0.25: (0.2, 0.01), 0.5: (0.4, 0.02), 0.75: (0.6, 0.03)},
+    "branch_b.0": {0.25: (0.3, 0.02), 0.5: (0.5, 0.04), 0.75: (0.7, 0.05)},
+}
+
+
+def _synthetic_record(toy, x):
+    graph = PruningGraph(toy, x)
+    record = SensitivityRecord(model={"fingerprint": graph.fingerprint})
+    for g, points in SYNTHETIC.items():
+        for r, (loss, saved) in points.items():
+            record.set_point(g, r, loss)
+            record.set_latency(g, r, 1.0 - saved)
+    record.extra["latency"] = {**latency_setting(x), "baseline_ms": 10.0}
+    return record
+
+
+def _saving(ratios):
+    """The synthetic table's saving for ``ratios``, interpolated between its ratios."""
+    total = 0.0
+    for g, r in ratios.items():
+        pts = [(0.0, 0.0)] + [(q, s) for q, (_, s) in SYNTHETIC[g].items()]
+        for (r0, s0), (r1, s1) in zip(pts, pts[1:]):
+            if r0 <= r <= r1 + 1e-12:
+                total += s0 + (r - r0) / (r1 - r0) * (s1 - s0)
+                break
+    return total
+
+
+@pytest.fixture
+def mocked(monkeypatch):
+    """Timing replaced by the synthetic table's saving x ``mocked["scale"]`` (a real model saves
+    less than the sum of its groups' savings alone); the measured allocations are collected."""
+    state = {"scale": 1.0, "measured": []}
+
+    def fake(model, example_inputs, ratios, timer, **kwargs):
+        state["measured"].append(dict(ratios))
+        return state["scale"] * _saving(ratios)
+
+    monkeypatch.setattr(latency_target, "measure_reduction", fake)
+    return state
+
+
+def test_known_answer_on_a_synthetic_table(toy, x, mocked):
+    result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3)
+    # fuse.0 to 0.5 (0.002 for 0.1), then stem.0 (0.1 per saving) to 0.5: 0.022 in all
+    assert dict(result) == {"fuse.0": pytest.approx(0.5), "stem.0": pytest.approx(0.5)}
+    assert result.loss == pytest.approx(0.022) and result.predicted == pytest.approx(0.3)
+    assert result.achieved == pytest.approx(0.3) and len(mocked["measured"]) == 1
+    assert result.target == 0.3 and result.baseline_ms > 0
+    assert result.pruned_ms == pytest.approx(result.baseline_ms * 0.7)
+    table = {g: [(0.0, 0.0, 0.0)] + [(r, l, s) for r, (l, s) in p.items()]
+             for g, p in SYNTHETIC.items()}
+    assert _brute_force(table, 0.3)[0] == pytest.approx(0.022)
+
+
+def test_correction_scales_the_goal_until_the_measurement_lands(toy, x, mocked):
+    mocked["scale"] = 0.8  # the real model saves 80 % of what the table predicts
+    result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3)
+    assert abs(result.achieved - 0.3) <= 0.03 and len(mocked["measured"]) >= 2
+    assert result.predicted > 0.33  # asked the table for more than the target
+    # goal 0.375: fuse.0 at 0.5, then stem.0 0.275 of the way from 0.5 to 0.75... exactly:
+    assert result["stem.0"] == pytest.approx(0.5 + 0.25 * 0.075 / 0.1)
+
+
+def test_unreachable_target_says_the_most_the_table_allows(toy, x, mocked):
+    with pytest.raises(ap.ConfigError) as info:
+        ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.8)
+    msg = assert_one_line(info)
+    assert "not reachable" in msg and "the most it allows is 0.560" in msg
+
+
+def test_loss_cap_leaves_dear_points_out(toy, x, mocked):
+    record = _synthetic_record(toy, x)
+    result = ap.ratios_by_latency(toy, x, record, 0.3, max_loss=0.02)
+    assert dict(result) == {"fuse.0": pytest.approx(0.5), "stem.0": pytest.approx(0.5)}
+    with pytest.raises(ap.ConfigError, match="the most it allows is 0.200"):
+        ap.ratios_by_latency(toy, x, record, 0.3, max_loss=0.01)  # stem.0 0.25, fuse.0 0.5
+
+
+def test_refuses_tables_without_latency_and_bad_targets(toy, x, tmp_path):
+    path = tmp_path / "s.json"
+    ap.sensitivity(toy, x, RefEval(toy, x), ratios=RATIOS, sensitivities_file=path,
+                   progress=False)
+    with pytest.raises(ap.SensitivityFileError) as info:
+        ap.ratios_by_latency(toy, x, path, 0.3)
+    assert "no latency" in assert_one_line(info)
+    for bad in (0, 1.0, -0.2, "0.3", True):
+        with pytest.raises(ap.ConfigError) as info:
+            ap.ratios_by_latency(toy, x, path, bad)
+        assert_one_line(info)
+
+
+def test_a_record_of_another_model_is_refused(toy, x, mocked):
+    record = _synthetic_record(toy, x)
+    record.model["fingerprint"] = "0000"
+    with pytest.raises(ap.SensitivityFileError) as info:
+        ap.ratios_by_latency(toy, x, record, 0.3)
+    assert "another model" in assert_one_line(info)
+
+
+def test_real_tiny_model_gets_faster(tmp_path):
+    model, x = make_model("toy"), make_input(batch=2, size=64)
+    sens = ap.sensitivity(model, x, RefEval(model, x), ratios=(0.5, 0.9), latency=True,
+                          progress=False, sensitivities_file=tmp_path / "s.json")
+    # a wide tolerance: this checks the plumbing on a real, timed model, not the machine's load
+    result = ap.ratios_by_latency(model, x, sens, 0.3, tolerance=0.29)
+    assert isinstance(result, ap.LatencyRatios) and result and 0 < result.achieved < 1
+    assert 0 < result.pruned_ms < result.baseline_ms
+    assert result.setting["input_size"] == [1, 3, 64, 64]
+    ap.prune(model, x, result)  # the ratios apply as they are
