@@ -32,7 +32,7 @@ def profile_dir() -> Path:
             return path
     except (ImportError, ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parent.parent / "pretrained_sensitivities"
+    return Path(__file__).resolve().parents[2] / "pretrained_sensitivities"
 
 
 def available_profiles() -> dict[str, dict[str, str]]:
