@@ -17,6 +17,7 @@ from ..errors import AutopruneError, ConfigError
 from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_checkpoint,
                                 prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
+from ..flow.latency import check_unused_settings
 from ..profiles.build import arch_key_of, build_profile
 from ..tasks.registry import TASKS, get_task, task_of
 from .config_file import load_config
@@ -101,9 +102,19 @@ def sensitivity(args: argparse.Namespace) -> None:
                                    eval_limit=args.limit, device=args.device,
                                    sensitivity_options={"early_stop": args.early_stop,
                                                         "evaluation": args.evaluation,
-                                                        "batch_variants": args.batch_variants})
+                                                        "batch_variants": args.batch_variants,
+                                                        **_latency(args)})
     if rank_and_world()[0] == 0:
         print(f"wrote {args.output}: {len(sens)} groups")
+
+
+def _latency(args: argparse.Namespace) -> dict:
+    """The latency options of `autoprune sensitivity` (none without --latency)."""
+    if not args.latency:
+        check_unused_settings(None, args.latency_device, args.latency_threads, args.latency_batch)
+        return {}
+    return {"latency": True, "latency_device": args.latency_device,
+            "latency_threads": args.latency_threads, "latency_batch": args.latency_batch}
 
 
 def prune(args: argparse.Namespace) -> None:
@@ -113,9 +124,15 @@ def prune(args: argparse.Namespace) -> None:
     out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
                            eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
                            criterion=args.criterion, round_to=args.round_to,
-                           overwrite=args.overwrite)
+                           overwrite=args.overwrite, pruned_latency=args.pruned_latency,
+                           latency_device=args.latency_device,
+                           latency_threads=args.latency_threads,
+                           latency_batch=args.latency_batch)
+    timed = out.latency_ratios
+    speed = f", latency -{timed.achieved:.1%} on {args.latency_device} ({timed.baseline_ms:.2f} " \
+            f"-> {timed.pruned_ms:.2f} ms)" if timed is not None else ""
     print(f"wrote {args.output}: FLOPs -{out.flops_reduction:.1%}, params "
-          f"-{out.params_reduction:.1%} (not retrained: run `autoprune train` with "
+          f"-{out.params_reduction:.1%}{speed} (not retrained: run `autoprune train` with "
           f"pretrain_weights to fine-tune)")
 
 

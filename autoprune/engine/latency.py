@@ -110,12 +110,13 @@ def setting_differences(stored: Mapping[str, Any] | None, wanted: Mapping[str, A
                      if stored.get(k) != wanted.get(k))
 
 
-def describe(setting: Mapping[str, Any]) -> str:
+def describe(setting: Mapping[str, Any], with_input: bool = True) -> str:
     """A setting in words: ``cpu, 1 thread, batch 1, input [1, 3, 64, 64]``."""
     threads = setting.get("threads")
     where = setting.get("device", "?") + (f", {threads} thread{'s' if threads != 1 else ''}"
                                           if threads else "")
-    return f"{where}, batch {setting.get('batch')}, input {setting.get('input_size')}"
+    shape = f", input {setting.get('input_size')}" if with_input else ""
+    return f"{where}, batch {setting.get('batch')}{shape}"
 
 
 @contextlib.contextmanager
@@ -258,8 +259,9 @@ def measure_point_latencies(model: nn.Module, example_inputs: Any, graph: Prunin
         bar.close()
 
 
-def measure_latencies(model: nn.Module, example_inputs: Any, table: Mapping[str, Mapping[float, float]],
-                      *, path: Any = None, criterion: str = "l1_norm", device: Any = "cpu",
+def measure_latencies(model: nn.Module, example_inputs: Any,
+                      table: Mapping[str, Mapping[float, float]], *, path: Any = None,
+                      criterion: str = "l1_norm", device: Any = "cpu",
                       threads: int | None = None, batch: int = 1,
                       ignored_layers: Iterable[Any] = (), arch: str | None = None,
                       progress: bool = True) -> SensitivityRecord:
@@ -323,3 +325,14 @@ def merge_records(paths: Iterable[Any]) -> SensitivityRecord:
     if merged is None:
         raise ConfigError("no sensitivity files to merge: pass at least one")
     return merged
+
+
+def paired_reduction(baseline: nn.Module, pruned: nn.Module, example_inputs: Any, *,
+                     device: Any = "cpu", threads: int | None = None,
+                     batch: int = 1) -> dict[str, Any]:
+    """How much faster ``pruned`` is than ``baseline`` (timed in pairs, see :class:`PairedTimer`):
+    ``{"reduction", "baseline_ms", "pruned_ms", "setting"}``."""
+    timer = PairedTimer(baseline, example_inputs, device=device, threads=threads, batch=batch)
+    relative = timer.compare(pruned)
+    return {"reduction": 1.0 - relative, "baseline_ms": timer.baseline_ms,
+            "pruned_ms": relative * timer.baseline_ms, "setting": timer.setting}

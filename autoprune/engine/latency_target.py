@@ -197,7 +197,8 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
                           f"machine?) or the table's steps are coarse: retry, or pass "
                           f"tolerance={max(0.05, round(abs(achieved - target) + 0.01, 2))}")
     result = LatencyRatios(ratios)
-    result.target, result.predicted, result.achieved, result.loss = target, predicted, achieved, loss
+    result.target, result.predicted, result.achieved = target, predicted, achieved
+    result.loss = loss
     result.baseline_ms = timer.baseline_ms
     result.pruned_ms = timer.baseline_ms * (1.0 - achieved)
     result.setting = {**timer.setting, "baseline_ms": result.baseline_ms}
