@@ -3,6 +3,8 @@ stand-in (FLOPs kept over FLOPs of the unpruned model), so these tests check the
 machine's load; tests/test_latency.py times real models."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -15,6 +17,7 @@ from autoprune import classification as cls
 from autoprune.cli import main
 from autoprune.engine.latency import PairedTimer
 from autoprune.engine.measure import count_flops
+from autoprune.flow.report import target_rows, to_console, to_csv, to_markdown
 
 SMALL = dict(epochs=1, batch_size=32, input_size=32, train_limit=160, eval_limit=60,
              progress=False)
@@ -66,6 +69,8 @@ def test_train_to_a_latency_target(base_ckpt, tmp_path, timing):
     assert report["latency_allocation"]["achieved"] == pytest.approx(0.4, abs=0.03)
     assert report["latency_measured"]["input_size"] == [1, 3, 32, 32]
     assert report["ratios"] == r.ratios and r.ratios
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "| target | asked | achieved |" in md and "| 40.0 % |" in md
     assert (tmp_path / "run" / "latency_ratios.json").is_file()
 
     # resumed: the ratios chosen before are kept, even where timing would now choose others
@@ -166,3 +171,33 @@ def test_cli_sensitivity_latency_prune_and_yaml(base_ckpt, tmp_path, capsys, tim
     assert main(["train", str(cfg)]) == 0
     report = json.loads((tmp_path / "t" / "report.json").read_text())
     assert report["target"]["kind"] == "latency"
+
+
+# ---- the report's target rows (no training) -----------------------------------------------
+
+def _report(**extra):
+    side = {"params": 10, "flops": 100, "size_mb": 1.0, "metrics": {"top1": 0.9},
+            "latency_cpu_ms": 2.0, "latency_gpu_ms": None}
+    return {"baseline": side, "pruned": {**side, "flops": 60}, "flops_reduction": 0.4,
+            "latency_reduction": 0.31,
+            "latency_measured": {"device": "cpu", "threads": 1, "batch": 1,
+                                 "input_size": [1, 3, 32, 32]}, **extra}
+
+
+def test_report_tables_show_target_against_achieved():
+    latency = _report(target={"kind": "latency", "value": 0.3, "device": "cpu", "threads": 1,
+                              "batch": 1})
+    assert target_rows(latency) == [
+        ("latency reduction (cpu, 1 thread, batch 1)", "30.0 %", "31.0 %")]
+    md = to_markdown(latency)
+    assert "| target | asked | achieved |" in md and "| 30.0 % | 31.0 % |" in md
+    rows = list(csv.reader(io.StringIO(to_csv(latency))))
+    assert rows[0] == ["metric", "baseline", "pruned", "change"]
+    assert rows[-1] == ["target: latency reduction (cpu, 1 thread, batch 1)", "30.0 %", "31.0 %",
+                        ""]
+    assert "asked" in to_console(latency) and "31.0 %" in to_console(latency)
+    flops = target_rows(_report(target={"kind": "flops", "value": 0.4}))
+    assert flops[0] == ("FLOPs reduction", "40.0 %", "40.0 %") and flops[1][1:] == ("-", "31.0 %")
+    assert target_rows(_report(target={"kind": "loss", "value": 0.05}))[0] == \
+        ("tolerated loss per group", "5.0 %", "-")
+    assert target_rows(_report()) == [] and "target" not in to_markdown(_report())
