@@ -54,6 +54,7 @@ def test_each_point_records_its_latency_next_to_its_loss(toy, x, tmp_path):
     assert setting["device"] == "cpu" and setting["threads"] == torch.get_num_threads()
     assert setting["batch"] == 1 and setting["input_size"] == [1, 3, 32, 32]  # x holds 2 images
     assert setting["torch"] == torch.__version__ and setting["hardware"]
+    assert setting["clock"] == ("thread cpu time" if setting["threads"] == 1 else "wall")
     assert setting["baseline_ms"] > 0
     assert ap.load_sensitivities(path) == dict(sens)  # still {group: {ratio: loss}}
     assert set(record.latency) == set(record.sensitivities)
@@ -179,6 +180,7 @@ def test_paired_timing_cancels_drift_of_the_machine_load(monkeypatch):
     monkeypatch.setitem(_CLOCK, "t", 0.0)
     monkeypatch.setitem(_CLOCK, "calls", 0)
     monkeypatch.setattr(latency_mod, "_clock", lambda: _CLOCK["t"])
+    monkeypatch.setattr(latency_mod, "_cpu_clock", lambda: _CLOCK["t"])
     timer = PairedTimer(_Clocked(2e-3), torch.zeros(1, 3), rounds=7)
     # the pruned model costs half while the load triples over the run: timing all unpruned
     # passes, then all pruned ones, would make it look slower than that; pairing does not
@@ -186,6 +188,26 @@ def test_paired_timing_cancels_drift_of_the_machine_load(monkeypatch):
     assert _CLOCK["calls"] > 40
     assert relative == pytest.approx(0.5, rel=0.01)
     assert timer.baseline_ms > 2.0
+
+
+@pytest.mark.parametrize("threads,clock", [(1, "cpu"), (2, "wall")])
+def test_one_cpu_thread_is_timed_by_its_cpu_time_else_by_the_wall_clock(monkeypatch, threads,
+                                                                        clock):
+    read = {"cpu": 0, "wall": 0}
+
+    def reader(name):
+        def tick():
+            read[name] += 1
+            return float(read[name])
+        return tick
+
+    monkeypatch.setattr(latency_mod, "_cpu_clock", reader("cpu"))
+    monkeypatch.setattr(latency_mod, "_clock", reader("wall"))
+    model = nn.Linear(3, 3)
+    timer = PairedTimer(model, torch.zeros(1, 3), threads=threads, rounds=2, runs=1, warmup=1)
+    timer.compare(model)
+    assert read[clock] > 0 and read["wall" if clock == "cpu" else "cpu"] == 0
+    assert timer.setting["clock"] == ("thread cpu time" if clock == "cpu" else "wall")
 
 
 def test_merge_keeps_latencies_and_refuses_other_settings(toy, x, tmp_path, counted):

@@ -178,8 +178,9 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
             if goal >= most:  # every point of the table taken, still too slow
                 raise ConfigError(
                     f"pruned_latency={target} is not reachable with this table: the most it "
-                    f"allows is {achieved:.3f} (measured on {describe(wanted)}, every group at "
-                    f"its largest timed ratio); lower the target or measure larger ratios")
+                    f"allows is {achieved:.3f} (measured on {describe(wanted)}, each group "
+                    f"pruned as far as its timed points save latency); lower the target or "
+                    f"measure larger ratios")
             low = goal
         else:
             high = goal
