@@ -225,7 +225,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                 prefix_cache: bool = True, evaluation: str = "auto",
                 batch_variants: int = 8, progress: bool = True, latency: bool = False,
                 latency_device: str = "cpu", latency_threads: int | None = None,
-                latency_batch: int = 1) -> SensitivityTable:
+                latency_batch: int = 1) -> Sensitivities:
     """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
 
     For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
@@ -252,8 +252,9 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     float noise; ``extra["evaluation"]`` in the file says what was used.
     Under ``torch.distributed`` (torchrun) the points are shared out over the ranks; each rank
     keeps its points in a shard file and rank 0 merges them into ``sensitivities_file``; every
-    rank returns the full result. Returns the requested groups and the ratios measured, as a dict
-    whose ``.record`` is the whole :class:`~autoprune.engine.store.SensitivityRecord`.
+    rank returns the full result. Returns the requested groups and the ratios measured (with
+    ``latency=True`` a dict whose ``.record`` is the whole
+    :class:`~autoprune.engine.store.SensitivityRecord`, latencies included).
 
     ``latency=True`` also times each point's really pruned model (a temporary prune, whatever
     ``evaluation`` is) on ``latency_device`` with ``latency_threads`` (CPU; None: torch's
@@ -361,7 +362,10 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                                 write=None if path is None else lambda r: write_record(r, path))
     if latency and world > 1:
         barrier()
-    table = SensitivityTable({n: {r: record.sensitivities[n][r] for r in ratios
-                                  if r in record.sensitivities.get(n, {})} for n in names})
-    table.record = record
-    return table
+    table = {n: {r: record.sensitivities[n][r] for r in ratios
+                 if r in record.sensitivities.get(n, {})} for n in names}
+    if not latency:
+        return table
+    timed = SensitivityTable(table)
+    timed.record = record
+    return timed

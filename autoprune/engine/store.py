@@ -169,8 +169,8 @@ class SensitivityRecord:
 
 
 class SensitivityTable(dict):
-    """``{group: {ratio: loss}}`` as :func:`autoprune.sensitivity` returns it; ``.record`` is the
-    whole :class:`SensitivityRecord` (metadata and, when timed, latencies)."""
+    """``{group: {ratio: loss}}`` as ``sensitivity(..., latency=True)`` returns it; ``.record``
+    is the whole :class:`SensitivityRecord` (metadata and latencies)."""
 
     record: SensitivityRecord
 
