@@ -10,12 +10,14 @@ from .. import __version__
 from ..engine.distributed import init_from_env, rank_and_world
 from ..engine.sensitivity import DEFAULT_RATIOS
 from ..engine.paddleslim import import_paddleslim
-from ..engine.store import (check_output, merge_sensitivities, read_record,
-                            save_sensitivities)
+from ..engine.outputs import check_output
+from ..engine.latency import merge_records
+from ..engine.store import read_record, save_sensitivities, write_record
 from ..errors import AutopruneError, ConfigError
 from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_checkpoint,
                                 prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
+from ..flow.latency import check_unused_settings
 from ..profiles.build import arch_key_of, build_profile
 from ..tasks.registry import TASKS, get_task, task_of
 from .config_file import load_config
@@ -46,12 +48,11 @@ def show(args: argparse.Namespace) -> None:
 
 def merge(args: argparse.Namespace) -> None:
     check_output(args.output, args.inputs, "a sensitivity file", args.overwrite)
-    first = read_record(args.inputs[0])
-    merged = merge_sensitivities(args.inputs)
-    save_sensitivities(merged, args.output, **first.model, criterion=first.criterion,
-                       metric_name=first.metric.get("name"), baseline=first.metric.get("baseline"),
-                       higher_is_better=first.metric.get("higher_is_better", True))
-    print(f"merged {len(args.inputs)} files into {args.output} ({len(merged)} groups)")
+    merged = merge_records(args.inputs)
+    write_record(merged, args.output)
+    timed = " with latencies" if merged.latency else ""
+    print(f"merged {len(args.inputs)} files into {args.output} ({len(merged.sensitivities)} "
+          f"groups{timed})")
 
 
 def convert(args: argparse.Namespace) -> None:
@@ -104,9 +105,19 @@ def sensitivity(args: argparse.Namespace) -> None:
                                    eval_limit=args.limit, device=args.device,
                                    sensitivity_options={"early_stop": args.early_stop,
                                                         "evaluation": args.evaluation,
-                                                        "batch_variants": args.batch_variants})
+                                                        "batch_variants": args.batch_variants,
+                                                        **_latency(args)})
     if rank_and_world()[0] == 0:
         print(f"wrote {args.output}: {len(sens)} groups")
+
+
+def _latency(args: argparse.Namespace) -> dict:
+    """The latency options of `autoprune sensitivity` (none without --latency)."""
+    if not args.latency:
+        check_unused_settings(None, args.latency_device, args.latency_threads, args.latency_batch)
+        return {}
+    return {"latency": True, "latency_device": args.latency_device,
+            "latency_threads": args.latency_threads, "latency_batch": args.latency_batch}
 
 
 def prune(args: argparse.Namespace) -> None:
@@ -116,9 +127,15 @@ def prune(args: argparse.Namespace) -> None:
     out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
                            eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
                            criterion=args.criterion, round_to=args.round_to,
-                           overwrite=args.overwrite)
+                           overwrite=args.overwrite, pruned_latency=args.pruned_latency,
+                           latency_device=args.latency_device,
+                           latency_threads=args.latency_threads,
+                           latency_batch=args.latency_batch)
+    timed = out.latency_ratios
+    speed = f", latency -{timed.achieved:.1%} on {args.latency_device} ({timed.baseline_ms:.2f} " \
+            f"-> {timed.pruned_ms:.2f} ms)" if timed is not None else ""
     print(f"wrote {args.output}: FLOPs -{out.flops_reduction:.1%}, params "
-          f"-{out.params_reduction:.1%} (not retrained: run `autoprune train` with "
+          f"-{out.params_reduction:.1%}{speed} (not retrained: run `autoprune train` with "
           f"pretrain_weights to fine-tune)")
 
 

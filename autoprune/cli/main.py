@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "= masked on a GPU, prune on a CPU")
     se.add_argument("--batch-variants", type=int, default=8,
                     help="ratios of one group per forward pass with masked variants (default 8)")
+    se.add_argument("--latency", action="store_true", help="also time each point's pruned model "
+                    "(for --pruned-latency); resumable, recorded with the device it ran on")
+    _latency_options(se)
     se.set_defaults(func="sensitivity")
 
     pr = sub.add_parser("prune", help="prune a checkpoint with a sensitivity file (no retraining)")
@@ -123,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--eval-metric-loss", type=float,
                         help="tolerated relative loss per group (default 0.05)")
     target.add_argument("--pruned-flops", type=float, help="fraction of FLOPs to remove instead")
+    pr.add_argument("--pruned-latency", type=float, help="fraction of measured latency to remove "
+                    "instead (a file timed with `autoprune sensitivity --latency`, or DEFAULT: "
+                    "then timed here); --eval-metric-loss then caps any group's loss")
+    _latency_options(pr)
     pr.add_argument("--criterion", default="l1_norm")
     pr.add_argument("--round-to", type=int, help="keep multiples of this many channels")
     _overwrite_option(pr)
@@ -197,6 +204,15 @@ def _per_task(setting: str) -> str:
     """``3 classification, 30 detection, ...``: a profile-build default of every task."""
     return ", ".join(f"{t.profile_settings[setting]} {t.name}" for t in TASKS.values()
                      if setting in t.profile_settings)
+
+
+def _latency_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--latency-device", default="cpu", help="where latency is timed: cpu "
+                        "(default) or cuda")
+    parser.add_argument("--latency-threads", type=int, help="CPU threads while timing (default: "
+                        "torch's)")
+    parser.add_argument("--latency-batch", type=int, default=1, help="batch size timed "
+                        "(default 1)")
 
 
 def _overwrite_option(parser: argparse.ArgumentParser) -> None:

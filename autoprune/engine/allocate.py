@@ -177,11 +177,11 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
 
 def _measured_reduction(model, example_inputs, ratios, round_to, ignored_layers) -> float:
     result = prune(copy.deepcopy(model), example_inputs, ratios, round_to=round_to,
-                   ignored_layers=_names(model, ignored_layers))
+                   ignored_layers=ignored_names(model, ignored_layers))
     return result.flops_reduction
 
 
-def _names(model: nn.Module, ignored_layers: Iterable[Any]) -> list[str]:
+def ignored_names(model: nn.Module, ignored_layers: Iterable[Any]) -> list[str]:
     """Ignored layers as names, so they can be applied to a copy of the model."""
     names = {m: n for n, m in model.named_modules()}
     return [item if isinstance(item, str) else names[item] for item in ignored_layers or ()]

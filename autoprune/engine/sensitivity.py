@@ -18,13 +18,16 @@ import torch.nn as nn
 
 from ..errors import ConfigError, MetricError, SensitivityFileError
 from .groups import PruningGraph, check_criterion
+from .latency import (check_latency_options, check_latency_table, latency_points, latency_setting,
+                      measure_point_latencies, setting_differences)
 from .measure import flush_denormals
 from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
 from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
 from .prefix_cache import PrefixCache
 from .distributed import barrier, broadcast, gather, rank_and_world, shard
-from .store import (Sensitivities, SensitivityRecord, absorb_shards, check_fingerprint, ratio_key,
-                    read_record, record_from_json, remove_stale_temp_files, shard_path, write_record)
+from .store import (Sensitivities, SensitivityRecord, SensitivityTable, absorb_shards,
+                    check_fingerprint, ratio_key, read_record, record_from_json,
+                    remove_stale_temp_files, shard_path, write_record)
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -220,7 +223,9 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                 metric_name: str = "metric", arch: str | None = None,
                 early_stop: float | None = None, extra: Mapping[str, Any] | None = None,
                 prefix_cache: bool = True, evaluation: str = "auto",
-                batch_variants: int = 8, progress: bool = True) -> Sensitivities:
+                batch_variants: int = 8, progress: bool = True, latency: bool = False,
+                latency_device: str = "cpu", latency_threads: int | None = None,
+                latency_batch: int = 1) -> Sensitivities:
     """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
 
     For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
@@ -247,10 +252,21 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     float noise; ``extra["evaluation"]`` in the file says what was used.
     Under ``torch.distributed`` (torchrun) the points are shared out over the ranks; each rank
     keeps its points in a shard file and rank 0 merges them into ``sensitivities_file``; every
-    rank returns the full result. Returns the requested groups and the ratios measured.
+    rank returns the full result. Returns the requested groups and the ratios measured (with
+    ``latency=True`` a dict whose ``.record`` is the whole
+    :class:`~autoprune.engine.store.SensitivityRecord`, latencies included).
+
+    ``latency=True`` also times each point's really pruned model (a temporary prune, whatever
+    ``evaluation`` is) on ``latency_device`` with ``latency_threads`` (CPU; None: torch's
+    current number) on ``latency_batch`` copies of the first example, paired with the unpruned
+    model (see :mod:`autoprune.engine.latency`): ``record.latency[group][ratio]`` is pruned /
+    unpruned latency, ``extra["latency"]`` the setting and ``baseline_ms``. Resumable like the
+    losses; a file timed in another setting is refused. Under torchrun rank 0 times, alone.
     """
     ratios = check_ratios(ratios)
     check_criterion(criterion)
+    if latency:
+        check_latency_options(latency_device, latency_threads, latency_batch)
     check_analysis_options(evaluation=evaluation, batch_variants=batch_variants,
                            early_stop=early_stop)
     rank, world = rank_and_world()
@@ -266,6 +282,11 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         record = _open_record(path, graph, arch=arch or type(model).__name__,
                               criterion=criterion, higher_is_better=higher_is_better,
                               metric_name=metric_name, weights=weights, extra=how)
+        if latency and record.latency:  # refused before any point is measured
+            wanted = latency_setting(example_inputs, device=latency_device,
+                                     threads=latency_threads, batch=latency_batch)
+            if setting_differences(record.extra.get("latency"), wanted):
+                check_latency_table(record, wanted, path)
         pending = _missing(record, names, ratios, early_stop)
         if pending:
             _check_same_evaluation(record, how, path)
@@ -333,5 +354,18 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
             for r in range(1, world):
                 shard_path(path, r).unlink(missing_ok=True)
         barrier()
-    return {n: {r: record.sensitivities[n][r] for r in ratios if r in record.sensitivities.get(n, {})}
-            for n in names}
+    if latency and rank == 0:
+        measure_point_latencies(model, example_inputs, graph, record,
+                                latency_points(record, names, ratios), criterion=criterion,
+                                device=latency_device, threads=latency_threads,
+                                batch=latency_batch, path=path, progress=progress,
+                                write=None if path is None else lambda r: write_record(r, path))
+    if latency and world > 1:
+        barrier()
+    table = {n: {r: record.sensitivities[n][r] for r in ratios
+                 if r in record.sensitivities.get(n, {})} for n in names}
+    if not latency:
+        return table
+    timed = SensitivityTable(table)
+    timed.record = record
+    return timed

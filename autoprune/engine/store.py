@@ -8,11 +8,17 @@ Layout (format version 1)::
                "weights_sha256": "..."},
      "metric": {"name": "top1", "baseline": 0.91, "higher_is_better": true},
      "criterion": "l1_norm", "created": "...", "updated": "...", "extra": {...},
-     "sensitivities": {"conv1": {"0.10": 0.002, "0.20": 0.011, ...}, ...}}
+     "sensitivities": {"conv1": {"0.10": 0.002, "0.20": 0.011, ...}, ...},
+     "latency": {"conv1": {"0.10": {"ratio": 0.97, "latency_ms": 3.12}, ...}, ...}}
 
 Ratio keys are written with two decimals; losses are ``(baseline - metric) / |baseline|`` (sign
 flipped for lower-is-better metrics). Files are written to a temporary file and renamed, so a crash
 at any moment leaves either the old or the new complete file.
+
+``latency`` is optional (a table measured with ``sensitivity(..., latency=True)``): for each point
+the pruned model's latency over the unpruned model's (``ratio``, timed in pairs) and
+``latency_ms`` = ratio x ``extra.latency.baseline_ms``; ``extra.latency`` records where it was
+timed (device, threads, batch, input size, torch, hardware). Files without it load as before.
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from ..errors import ConfigError, SensitivityFileError, WriteError
+from ..errors import SensitivityFileError, WriteError
 
 FORMAT = "autoprune-sensitivity"
 VERSION = 1
@@ -112,55 +118,6 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
     return atomic_write(path, write)
 
 
-def same_file(a: PathLike, b: PathLike) -> bool:
-    """True when ``a`` and ``b`` name one file: the same path, a symlink or a hard link."""
-    if Path(a).resolve() == Path(b).resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist
-        return False
-
-
-def file_kind(path: PathLike) -> str:
-    """What an existing file holds, as a phrase: "a checkpoint", "a sensitivity file", "an ONNX
-    model" (told by its name), or "another kind of file"."""
-    path = Path(path)
-    if path.is_dir():
-        return "a folder"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        head = b""
-    if head.startswith(b"PK\x03\x04") and b"data.pkl" in head:  # torch.save's zip archive
-        return "a checkpoint"
-    if f'"{FORMAT}"'.encode() in head:
-        return "a sensitivity file"
-    return "an ONNX model" if path.suffix.lower() == ".onnx" else "another kind of file"
-
-
-def check_output(output: PathLike, inputs: Iterable[PathLike], writes: str,
-                 overwrite: bool | None = False) -> Path:
-    """Refuse to let a command write ``output`` (it writes ``writes``, a phrase of
-    :func:`file_kind`) over one of its ``inputs`` (compared as files: hard links too) or over an
-    existing file of another kind, unless ``overwrite``; ``overwrite=None``: the command has no
-    ``--overwrite``. A file of the same kind (an earlier output) may be replaced."""
-    output = Path(output)
-    if overwrite or not output.exists():
-        return output
-    fix = "choose another path" + ("" if overwrite is None else ", or pass --overwrite to "
-                                                                 "replace it")
-    for item in inputs:
-        if same_file(output, item):
-            raise ConfigError(f"output {output} is also the input {item}: {fix}")
-    found = file_kind(output)
-    if found != writes:
-        raise ConfigError(f"output {output} already holds {found} and this command writes "
-                          f"{writes}: {fix}")
-    return output
-
-
 @dataclass
 class SensitivityRecord:
     """A sensitivity file in memory: the points plus what they were measured on."""
@@ -173,20 +130,49 @@ class SensitivityRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     created: str = field(default_factory=now)
 
+    latency: dict[str, dict[float, float]] = field(default_factory=dict)  # pruned / unpruned
+
     def set_point(self, group: str, ratio: float, loss: float) -> None:
         self.sensitivities.setdefault(group, {})[ratio_key(ratio)] = float(loss)
 
     def has_point(self, group: str, ratio: float) -> bool:
         return ratio_key(ratio) in self.sensitivities.get(group, {})
 
+    def set_latency(self, group: str, ratio: float, relative: float) -> None:
+        """Record a point's latency as a fraction of the unpruned model's (timed in pairs)."""
+        self.latency.setdefault(group, {})[ratio_key(ratio)] = float(relative)
+
+    def has_latency(self, group: str, ratio: float) -> bool:
+        return ratio_key(ratio) in self.latency.get(group, {})
+
+    def latency_ms(self) -> dict[str, dict[float, float]]:
+        """``{group: {ratio: ms}}``: each point's relative latency x the baseline latency."""
+        base = (self.extra.get("latency") or {}).get("baseline_ms")
+        if not isinstance(base, (int, float)) or isinstance(base, bool):
+            return {}
+        return {g: {r: v * base for r, v in pts.items()} for g, pts in self.latency.items()}
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT, "version": VERSION,
             "model": self.model, "metric": self.metric, "criterion": self.criterion,
             "created": self.created, "updated": now(), "extra": self.extra,
             "sensitivities": {g: {f"{r:.2f}": loss for r, loss in sorted(points.items())}
                               for g, points in self.sensitivities.items()},
         }
+        if self.latency:
+            ms = self.latency_ms()
+            out["latency"] = {g: {f"{r:.2f}": {"ratio": v, "latency_ms": ms.get(g, {}).get(r)}
+                                  for r, v in sorted(points.items())}
+                              for g, points in self.latency.items()}
+        return out
+
+
+class SensitivityTable(dict):
+    """``{group: {ratio: loss}}`` as ``sensitivity(..., latency=True)`` returns it; ``.record``
+    is the whole :class:`SensitivityRecord` (metadata and latencies)."""
+
+    record: SensitivityRecord
 
 
 def write_record(record: SensitivityRecord, path: PathLike) -> Path:
@@ -245,6 +231,28 @@ def parse_points(path: Path, raw: Any) -> Sensitivities:
     return sens
 
 
+def parse_latency(path: Path, raw: Any) -> dict[str, dict[float, float]]:
+    """The ``latency`` section: ``{group: {ratio: {"ratio": pruned / unpruned, ...}}}`` read as
+    ``{group: {ratio: pruned / unpruned}}`` (each a finite positive number)."""
+    if not isinstance(raw, Mapping):
+        raise SensitivityFileError(f"{path}: 'latency' must map group names to points; the file "
+                                   f"is damaged (delete the 'latency' section to measure it anew)")
+    out: dict[str, dict[float, float]] = {}
+    for group, points in raw.items():
+        for r, point in (points.items() if isinstance(points, Mapping) else [(None, None)]):
+            value = point.get("ratio") if isinstance(point, Mapping) else None
+            try:
+                ratio, value = float(r), float(value)
+            except (TypeError, ValueError):
+                ratio = value = math.nan
+            if not 0.0 < ratio < 1.0 or not math.isfinite(value) or value <= 0:
+                raise SensitivityFileError(f"{path}: group {group!r} has an invalid latency point "
+                                           f"{r!r}: {point!r:.60}; the file is damaged (delete "
+                                           f"the 'latency' section to measure it anew)")
+            out.setdefault(str(group), {})[ratio_key(ratio)] = value
+    return out
+
+
 def read_record(path: PathLike) -> SensitivityRecord:
     """Load and validate a sensitivity file (JSON only; never unpickles)."""
     path = Path(path)
@@ -283,7 +291,8 @@ def record_from_json(data: Any, path: PathLike = "<memory>") -> SensitivityRecor
     record = SensitivityRecord(
         sensitivities=parse_points(path, data.get("sensitivities", {})),
         model=data.get("model", {}), criterion=data.get("criterion", "l1_norm"),
-        extra=data.get("extra", {}), created=data.get("created") or now())
+        extra=data.get("extra", {}), created=data.get("created") or now(),
+        latency=parse_latency(path, data["latency"]) if "latency" in data else {})
     record.metric.update(data.get("metric", {}))
     baseline = record.metric.get("baseline")
     if baseline is not None and (isinstance(baseline, bool) or not isinstance(baseline, (int, float))

@@ -13,12 +13,15 @@ import torch.nn as nn
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.checkpoint import damaged, load_pruned, read_pruned_metadata, save_pruned
 from ..engine.groups import check_criterion
+from ..engine.latency_target import ratios_by_latency
 from ..engine.prune import prune
-from ..engine.store import read_record, same_file
+from ..engine.outputs import same_file
+from ..engine.store import read_record
 from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
                       SensitivityFileError, UnreadableCheckpointError)
 from ..tasks.base import TaskAdapter
 from ..tasks.registry import TASKS, get_adapter
+from .latency import check_unused_settings, latency_target, timed_default
 from .options import check_save_dir, check_targets, sens_mode
 from .report import figures, to_console, write_reports
 from .sensitivities import check_sensitivities_file
@@ -86,14 +89,21 @@ def adapter_for_checkpoint(path: str | os.PathLike, **kwargs: Any) -> tuple[Task
 def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
                      output: str | os.PathLike, *, eval_metric_loss: float | None = None,
                      pruned_flops: float | None = None, criterion: str = "l1_norm",
-                     round_to: int | None = None, overwrite: bool = False):
+                     round_to: int | None = None, overwrite: bool = False,
+                     pruned_latency: float | None = None, latency_device: str = "cpu",
+                     latency_threads: int | None = None, latency_batch: int = 1):
     """Prune a saved model with a sensitivity file (or "DEFAULT") and save it, without retraining.
-    The target is ``eval_metric_loss`` (0.05 when neither is given) or ``pruned_flops``;
-    ``output`` may replace ``checkpoint`` only with ``overwrite=True``."""
+    The target is ``eval_metric_loss`` (0.05 when no target is given), ``pruned_flops`` or
+    ``pruned_latency`` (a file timed with latency in that setting; DEFAULT: the profile's points
+    are timed into ``sensitivities_latency.json`` next to ``output``; ``eval_metric_loss`` then
+    caps any group's loss); ``output`` may replace ``checkpoint`` only with ``overwrite=True``.
+    With a latency target the result's ``latency_ratios`` holds the measured figures."""
     if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
                           f"input is never overwritten)")
-    eval_metric_loss = check_targets(eval_metric_loss, pruned_flops)
+    eval_metric_loss = check_targets(eval_metric_loss, pruned_flops, pruned_latency)
+    check_unused_settings(pruned_latency, latency_device, latency_threads, latency_batch)
+    target = latency_target(pruned_latency, latency_device, latency_threads, latency_batch)
     adapter, meta = adapter_for_checkpoint(checkpoint)
     model = load_model(checkpoint, adapter)
     if sens_mode(sensitivities_file) == "new":
@@ -101,15 +111,26 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
                                    f"with `autoprune sensitivity` first, or pass DEFAULT")
     check_criterion(criterion)
     path = check_sensitivities_file(adapter, model, sensitivities_file, meta.get("arch"), criterion)
-    sens = read_record(path).sensitivities
+    record = read_record(path)
+    sens = record.sensitivities
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
-    chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
-                             ignored_layers=ignored) if pruned_flops is not None \
-        else ratios_by_loss(sens, eval_metric_loss)
+    if target is not None:
+        if sens_mode(sensitivities_file) == "default":
+            record = timed_default(adapter, model, path, target, Path(output).parent,
+                                   arch=meta.get("arch"), criterion=criterion)
+        chosen = ratios_by_latency(model, example, record, target.value, round_to=round_to,
+                                   ignored_layers=ignored, criterion=criterion,
+                                   max_loss=eval_metric_loss, **target.timing())
+    elif pruned_flops is not None:
+        chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
+                                 ignored_layers=ignored)
+    else:
+        chosen = ratios_by_loss(sens, eval_metric_loss)
     result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
                    ignored_layers=ignored)
     previous = meta.get("plan") or {}
     save_pruned(model, output, **{**meta, "pruned": True, "plan": {**previous, **result.plan}})
+    result.latency_ratios = chosen if target is not None else None
     return result
 
 def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, *,

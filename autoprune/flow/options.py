@@ -10,6 +10,8 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError
 from .defaults import DEFAULT
+from ..engine.latency import check_latency_options
+from ..engine.latency_target import check_latency_target
 from ..engine.sensitivity import check_analysis_options
 
 
@@ -65,9 +67,18 @@ def check_numbers(*, whole: bool = False, low: float | None = 0, above: bool = F
                               f"number{bound}: fix it in the call or the config")
 
 
-def check_targets(eval_metric_loss: float | None, pruned_flops: float | None) -> float | None:
-    """Refuse a target out of range, or both given; returns the eval_metric_loss to prune by
-    (None with pruned_flops, 0.05 when neither is given)."""
+def check_targets(eval_metric_loss: float | None, pruned_flops: float | None,
+                  pruned_latency: float | None = None) -> float | None:
+    """Refuse a target out of range, or two given; returns the eval_metric_loss to prune by
+    (None with pruned_flops, 0.05 when no target is given; with ``pruned_latency`` the given
+    eval_metric_loss, a cap on any group's loss, or None)."""
+    if pruned_latency is not None:
+        if pruned_flops is not None:
+            raise ConfigError(f"pruned_flops={pruned_flops!r} and pruned_latency="
+                              f"{pruned_latency!r} are both given: pass only one (a share of "
+                              f"FLOPs or of measured latency to remove)")
+        check_latency_target(pruned_latency)
+        return None if eval_metric_loss is None else check_targets(eval_metric_loss, None)
     if eval_metric_loss is not None and pruned_flops is not None:
         raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} and pruned_flops="
                           f"{pruned_flops!r} are both given: pass only one (a tolerated loss "
@@ -96,19 +107,24 @@ def sens_mode(sensitivities_file: Any) -> str:
 
 
 SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
-                       "eval_images")
+                       "eval_images", "latency", "latency_device", "latency_threads",
+                       "latency_batch")
 
 
 def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The ``sensitivity_options`` of a task API, checked (a ConfigError names an unknown one):
-    keyword arguments of :func:`autoprune.sensitivity`, plus ``eval_images`` (measure on that
-    many evaluation images only; training and the report keep the whole evaluation set)."""
+    keyword arguments of :func:`autoprune.sensitivity` (``latency=True`` and its settings time
+    each point too), plus ``eval_images`` (measure on that many evaluation images only; training
+    and the report keep the whole evaluation set)."""
     options = {k: v for k, v in dict(options or {}).items() if v is not None}
     unknown = sorted(set(options) - set(SENSITIVITY_OPTIONS))
     if unknown:
         raise ConfigError(f"unknown sensitivity option(s) {', '.join(map(repr, unknown))}: use "
                           f"{', '.join(SENSITIVITY_OPTIONS)}")
     check_analysis_options(**options)
+    if options.get("latency"):
+        check_latency_options(options.get("latency_device", "cpu"),
+                              options.get("latency_threads"), options.get("latency_batch", 1))
     n = options.get("eval_images")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ConfigError(f"eval_images={n!r} must be a positive number of images such as 500")

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import torch
 import torch.nn as nn
 
+from ..engine.latency import describe
 from ..engine.measure import measure
 from ..tasks.base import TaskAdapter
 
@@ -50,27 +51,63 @@ def _rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def target_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(what, asked, achieved)`` for the run's target (report ``target``): the latency
+    reduction measured where the target named (CPU for a FLOPs or loss target) and, for a FLOPs
+    target, the FLOPs reduction; none for a report without a target."""
+    target = report.get("target")
+    if not isinstance(target, Mapping):
+        return []
+    kind, value = target.get("kind"), target.get("value")
+    where = describe(report.get("latency_measured") or target, with_input=False)
+    rows = [(f"latency reduction ({where})", _pct(value) if kind == "latency" else "-",
+             _pct(report.get("latency_reduction")))]
+    if kind == "flops":
+        rows.insert(0, ("FLOPs reduction", _pct(value), _pct(report.get("flops_reduction"))))
+    elif kind == "loss":
+        rows.insert(0, ("tolerated loss per group", _pct(value), "-"))
+    elif target.get("max_loss_per_group") is not None:
+        rows.append(("tolerated loss per group (cap)", _pct(target["max_loss_per_group"]), "-"))
+    return rows
+
+
 def to_markdown(report: Mapping[str, Any]) -> str:
-    """The comparison as a Markdown table."""
+    """The comparison as a Markdown table, then the target against what was achieved."""
     lines = ["| | baseline | pruned | change |", "|---|---:|---:|---:|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _rows(report)]
+    targets = target_rows(report)
+    if targets:
+        lines += ["", "| target | asked | achieved |", "|---|---:|---:|"]
+        lines += [f"| {a} | {b} | {c} |" for a, b, c in targets]
     return "\n".join(lines) + "\n"
 
 
 def to_console(report: Mapping[str, Any]) -> str:
-    """The comparison as an aligned plain-text table."""
+    """The comparison as an aligned plain-text table (the target's rows last: what, asked,
+    achieved)."""
     rows = [("", "baseline", "pruned", "change")] + _rows(report)
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    targets = [(f"target: {a}", b, c, "") for a, b, c in target_rows(report)]
+    widths = [max(len(r[i]) for r in rows + targets) for i in range(4)]
     fmt = lambda r: "  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])])
-    return "\n".join([fmt(rows[0]), "-" * (sum(widths) + 6)] + [fmt(r) for r in rows[1:]])
+    lines = [fmt(rows[0]), "-" * (sum(widths) + 6)] + [fmt(r) for r in rows[1:]]
+    if targets:
+        lines += ["-" * (sum(widths) + 6), fmt(("", "asked", "achieved", ""))]
+        lines += [fmt(r) for r in targets]
+    return "\n".join(lines)
 
 
 def to_csv(report: Mapping[str, Any]) -> str:
-    """The comparison as CSV (``metric,baseline,pruned,change``)."""
+    """The comparison as CSV (``metric,baseline,pruned,change``); a target's rows read
+    ``target: <what>,<asked>,<achieved>,`` (asked in the baseline column)."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["metric", "baseline", "pruned", "change"])
     writer.writerows(_rows(report))
+    writer.writerows((f"target: {a}", b, c, "") for a, b, c in target_rows(report))
     return buf.getvalue()
 
 

@@ -21,6 +21,8 @@ from ..engine.store import read_record
 from ..errors import CheckpointError, ConfigError, SensitivityFileError
 from ..tasks.base import TaskAdapter, TrainResult
 from .checkpoints import checkpoint_meta, load_model, load_weights
+from .latency import (check_unused_settings, latency_ratios, latency_target, target_fields,
+                      timed_default)
 from .options import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
                       names_a_missing_file, sens_mode, written_by_run)
 from .plots import plot_sensitivities
@@ -55,15 +57,28 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
           progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
-          resume: bool = False) -> TrainResult:
+          resume: bool = False, pruned_latency: float | None = None,
+          latency_device: str = "cpu", latency_threads: int | None = None,
+          latency_batch: int = 1) -> TrainResult:
     """The PaddleX-style flow for any task (see ``autoprune.classification.train``).
 
     ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
-    continues from its ``train_state.pt``; a finished stage is not trained again."""
+    continues from its ``train_state.pt``; a finished stage is not trained again.
+    ``pruned_latency``: the share of latency to remove, measured on ``latency_device``
+    (``latency_threads``, ``latency_batch``); the analysis then times its points (a DEFAULT
+    profile's points are timed into ``save_dir/sensitivities_latency.json``) and
+    ``eval_metric_loss``, if given, caps any group's loss."""
     mode = sens_mode(sensitivities_file)
     check_numbers(whole=True, low=1, epochs=epochs, pretrain_epochs=pretrain_epochs)
+    check_unused_settings(pruned_latency, latency_device, latency_threads, latency_batch)
+    if pruned_latency is not None and mode == "none":
+        raise ConfigError("pruned_latency needs sensitivities_file: a path to measure the "
+                          "sensitivities and latencies into, or 'DEFAULT'")
+    target = None
     if mode != "none":  # every setting of the later steps, before hours of training
-        eval_metric_loss = check_targets(eval_metric_loss, pruned_flops)  # 0.05 by default
+        # 0.05 by default; with pruned_latency a cap on any group's loss, or None
+        eval_metric_loss = check_targets(eval_metric_loss, pruned_flops, pruned_latency)
+        target = latency_target(pruned_latency, latency_device, latency_threads, latency_batch)
         check_criterion(criterion)
         check_sensitivity_options(sensitivity_options)
         check_ratios(ratios)
@@ -109,12 +124,23 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     _log(f"[autoprune] baseline {adapter.metric} = {base_metrics[adapter.metric]:.4f}")
 
     _log(f"[autoprune] sensitivities ({mode}: {sensitivities_file})")
+    timed = {**dict(sensitivity_options or {}), **target.options()} if target else \
+        sensitivity_options
     sens, sens_path = get_sensitivities(adapter, model, sensitivities_file, arch=arch,
                                         criterion=criterion, ratios=ratios, progress=progress,
-                                        options=sensitivity_options)
+                                        options=timed if mode != "default" else
+                                        sensitivity_options)
     example = adapter.example_inputs(model)
     ignored = adapter.ignored_layers(model)
-    if pruned_flops is not None:
+    if target is not None:
+        record = timed_default(adapter, model, sens_path, target, save_dir, arch=arch,
+                               criterion=criterion, progress=progress) \
+            if mode == "default" else sens.record
+        chosen = latency_ratios(adapter, model, record, target, save_dir, round_to=round_to,
+                                criterion=criterion, max_loss=eval_metric_loss, resume=resume)
+        _log(f"[autoprune] latency target -{target.value:.0%} on {target.device}: measured "
+             f"-{chosen.achieved:.1%} ({chosen.baseline_ms:.2f} -> {chosen.pruned_ms:.2f} ms)")
+    elif pruned_flops is not None:
         chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
                                  ignored_layers=ignored)
     else:
@@ -131,15 +157,18 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     def finish() -> dict[str, Any]:
         report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
                   "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
-                  "pruned_flops_target": pruned_flops, "criterion": criterion,
-                  "round_to": round_to, "ratios": dict(chosen),
+                  "pruned_flops_target": pruned_flops, "pruned_latency_target": pruned_latency,
+                  "criterion": criterion, "round_to": round_to, "ratios": dict(chosen),
                   "flops_reduction": result.flops_reduction,
+                  **target_fields(eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
+                                  target=target, baseline=baseline_model, pruned=model,
+                                  example_inputs=adapter.example_inputs(model), chosen=chosen),
                   "baseline": figures(adapter, baseline_model, base_metrics),
                   "pruned": figures(adapter, model, adapter.evaluate(model))}
         write_reports(report, save_dir)
         plot_sensitivities(sens, save_dir / "sensitivity.png",
                            title=f"Sensitivity: {arch or 'model'}",
-                           threshold=None if pruned_flops is not None else eval_metric_loss)
+                           threshold=eval_metric_loss if pruned_flops is None else None)
         print(to_console(report))
         return report
 

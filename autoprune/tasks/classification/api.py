@@ -35,6 +35,8 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
           lr: float = 0.05, pretrain_weights: str | os.PathLike | None = None,
           sensitivities_file: str | os.PathLike | None = None,
           eval_metric_loss: float | None = None, pruned_flops: float | None = None,
+          pruned_latency: float | None = None, latency_device: str = "cpu",
+          latency_threads: int | None = None, latency_batch: int = 1,
           save_dir: str | os.PathLike = "output",
           device: str = "auto", input_size: int | None = None, optimizer: str = "sgd",
           weight_decay: float = 5e-4, warmup_epochs: float = 0.5,
@@ -54,7 +56,10 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
     measured on eval_data); a new path -> measure and save there (resumable); "DEFAULT" -> the
     bundled profile for this architecture. Ratios come from ``eval_metric_loss`` (tolerated
     relative loss per group, 0.05 by default) or from ``pruned_flops`` (fraction of FLOPs to
-    remove); giving both is an error.
+    remove); giving both is an error. ``pruned_latency`` (the share of measured latency to
+    remove, e.g. 0.5 for 2x faster, on ``latency_device`` with ``latency_threads`` and
+    ``latency_batch``) instead of ``pruned_flops``: each sensitivity point is also timed there,
+    and ``eval_metric_loss``, if given, caps any group's loss.
     Without ``pretrain_weights`` the base model is trained first (``pretrain_epochs``, default
     ``epochs``), then pruned and retrained for ``epochs``. Outputs go to ``save_dir``:
     ``baseline/best.pt``, ``pruned/best.pt``, ``report.json|md|csv`` and ``sensitivity.png``.
@@ -83,6 +88,8 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
     return run.train(adapter, model, epochs=epochs, save_dir=save_dir,
                      pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                      eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
+                     pruned_latency=pruned_latency, latency_device=latency_device,
+                     latency_threads=latency_threads, latency_batch=latency_batch,
                      pretrain_epochs=pretrain_epochs, criterion=criterion,
                      round_to=round_to, ratios=ratios, progress=progress, resume=resume,
                      sensitivity_options=sensitivity_options)

@@ -131,6 +131,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           pretrain_weights: str | os.PathLike | None = None,
           sensitivities_file: str | os.PathLike | None = None,
           eval_metric_loss: float | None = None, pruned_flops: float | None = None,
+          pruned_latency: float | None = None, latency_device: str = "cpu",
+          latency_threads: int | None = None, latency_batch: int = 1,
           save_dir: str | os.PathLike = "output",
           device: str = "auto", eval_data: str | os.PathLike | None = None,
           pretrain_epochs: int | None = None, criterion: str = "l1_norm",
@@ -150,7 +152,9 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
 
     sensitivities_file: None -> plain training; an existing path -> use it (missing points are
     measured); a new path -> measure and save there (resumable); "DEFAULT" -> the bundled profile.
-    Ratios come from ``eval_metric_loss`` (0.05 by default) or ``pruned_flops``, not both. A
+    Ratios come from ``eval_metric_loss`` (0.05 by default) or ``pruned_flops``, not both, or
+    ``pruned_latency`` with ``latency_device`` / ``latency_threads`` / ``latency_batch`` (as in
+    ``autoprune.classification.train``). A
     model that is not trained yet (a YAML name, a module) is trained first for ``pretrain_epochs``
     (default ``epochs``), then pruned and retrained for ``epochs``. ``eval_limit`` measures the
     sensitivities (and every evaluation) on the first that many val images. ``train_args`` go to
@@ -184,6 +188,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     return run.train(adapter, model, epochs=epochs, save_dir=save_dir,
                      pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                      eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
+                     pruned_latency=pruned_latency, latency_device=latency_device,
+                     latency_threads=latency_threads, latency_batch=latency_batch,
                      pretrain_epochs=pretrain_epochs, criterion=criterion,
                      round_to=round_to, ratios=ratios, progress=progress,
                      sensitivity_options=sensitivity_options, resume=resume)

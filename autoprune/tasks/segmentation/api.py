@@ -40,6 +40,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
           batch_size: int = 8, lr: float = 1e-3, pretrain_weights: str | os.PathLike | None = None,
           sensitivities_file: str | os.PathLike | None = None,
           eval_metric_loss: float | None = None, pruned_flops: float | None = None,
+          pruned_latency: float | None = None, latency_device: str = "cpu",
+          latency_threads: int | None = None, latency_batch: int = 1,
           save_dir: str | os.PathLike = "output",
           device: str = "auto", input_size: int | None = None, in_channels: int = 3,
           model_kwargs: dict[str, Any] | None = None, encoder_weights: str | None = None,
@@ -64,7 +66,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
     ``masks/`` folder, or a Dataset. Images are resized to ``input_size`` (a multiple of 32;
     64 for scenes, 256 for folders). ``model_kwargs`` go to the smp constructor.
 
-    sensitivities_file, eval_metric_loss, pruned_flops, pretrain_epochs: as in
+    sensitivities_file, eval_metric_loss, pruned_flops, pruned_latency (and latency_device,
+    latency_threads, latency_batch), pretrain_epochs: as in
     :func:`autoprune.classification.train` (None -> plain training; a new or existing path; or
     "DEFAULT"). Training: Dice + cross-entropy, AdamW, warm-up + cosine, AMP on CUDA; the
     checkpoint with the best mIoU is kept. Outputs in ``save_dir``: ``baseline/best.pt``,
@@ -91,6 +94,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
     return run.train(adapter, model, epochs=epochs, save_dir=save_dir,
                      pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
                      eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
+                     pruned_latency=pruned_latency, latency_device=latency_device,
+                     latency_threads=latency_threads, latency_batch=latency_batch,
                      pretrain_epochs=pretrain_epochs, criterion=criterion,
                      round_to=round_to, ratios=ratios, progress=progress, resume=resume,
                      sensitivity_options=sensitivity_options)

@@ -1,0 +1,350 @@
+"""Measured latency: the timing setting recorded with a table, paired timings that cancel the drift
+of a machine's load, and the latency of each sensitivity point (a real, temporary prune).
+
+A point is never timed alone: :class:`PairedTimer` alternates rounds of the unpruned model and the
+pruned one (warm-up first, the median of a few runs per round) and keeps the median of the
+per-round ratios ``pruned / unpruned``. Load that rises or falls during a run slows both sides of
+a round alike, so the ratio stays put; a point's milliseconds are that ratio x the run's baseline
+median. With one CPU thread the thread's CPU time is timed instead of wall time: on a shared
+machine the waits for other processes then drop out too (measured on two busy cores: a point's
+spread fell from about 10 % to about 1 % of the latency).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import numbers
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import torch
+import torch.nn as nn
+from tqdm.auto import tqdm
+
+from ..errors import ConfigError, SensitivityFileError
+from .groups import PruningGraph
+from .measure import _call, _to, flush_denormals
+from .points import pruned_temporarily
+from .store import SensitivityRecord, check_fingerprint, read_record, write_record
+
+_clock = time.perf_counter      # wall time (a test drives these two)
+_cpu_clock = time.thread_time   # this thread's CPU time: one CPU thread on a shared machine
+# what must match between the table and the allocation (torch's version may differ)
+SAME_SETTING = ("device", "threads", "batch", "input_size", "hardware")
+
+
+def check_latency_options(device: Any = "cpu", threads: Any = None, batch: Any = 1) -> str:
+    """Refuse a bad latency device, thread count or batch (one-line ConfigError); returns the
+    device as a string (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"latency_device={device!r} is not a device: pass 'cpu' or "
+                          f"'cuda'") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"latency_device={device!r} is not supported: pass 'cpu' or 'cuda'")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"latency_device={device!r} was asked but CUDA is not available on "
+                          f"this machine: pass latency_device='cpu'")
+    for name, value in (("latency_threads", threads), ("latency_batch", batch)):
+        if value is None and name == "latency_threads":
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ConfigError(f"{name}={value!r} must be a positive whole number such as 1")
+    return str(dev)
+
+
+def timed_inputs(example_inputs: Any, batch: int) -> Any:
+    """``example_inputs`` with every tensor's first sample repeated ``batch`` times."""
+    if isinstance(example_inputs, torch.Tensor):
+        first = example_inputs[:1]
+        return first.repeat(batch, *([1] * (first.dim() - 1))) if first.dim() else example_inputs
+    if isinstance(example_inputs, Mapping):
+        return {k: timed_inputs(v, batch) for k, v in example_inputs.items()}
+    if isinstance(example_inputs, (tuple, list)):
+        return type(example_inputs)(timed_inputs(v, batch) for v in example_inputs)
+    return example_inputs
+
+
+def input_shape(inputs: Any) -> Any:
+    """The shape(s) of the timed input: ``[1, 3, 64, 64]``, or a list / dict of them."""
+    if isinstance(inputs, torch.Tensor):
+        return list(inputs.shape)
+    if isinstance(inputs, Mapping):
+        return {str(k): input_shape(v) for k, v in inputs.items()}
+    if isinstance(inputs, (tuple, list)):
+        return [input_shape(v) for v in inputs]
+    return None
+
+
+def hardware_name(device: str) -> str:
+    """The processor (``device="cpu"``) or GPU the timings are taken on, in words."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def latency_setting(example_inputs: Any, *, device: Any = "cpu", threads: int | None = None,
+                    batch: int = 1) -> dict[str, Any]:
+    """Where and how latency is timed (recorded with a table as ``extra.latency``): device,
+    threads (CPU; None means torch's current number), batch, input_size (the timed input's
+    shape), torch version and the processor's or GPU's name."""
+    device = check_latency_options(device, threads, batch)
+    cpu = device == "cpu"
+    threads = (threads or torch.get_num_threads()) if cpu else None
+    return {"device": device, "threads": threads, "batch": int(batch),
+            "input_size": input_shape(timed_inputs(example_inputs, batch)),
+            "clock": "thread cpu time" if threads == 1 else "wall",
+            "torch": torch.__version__, "hardware": hardware_name(device)}
+
+
+def setting_differences(stored: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> str:
+    """What differs between a table's latency setting and the one asked for ("" if nothing)."""
+    stored = stored or {}
+    return ", ".join(f"{k} {stored.get(k)!r} (asked: {wanted.get(k)!r})" for k in SAME_SETTING
+                     if stored.get(k) != wanted.get(k))
+
+
+def describe(setting: Mapping[str, Any], with_input: bool = True) -> str:
+    """A setting in words: ``cpu, 1 thread, batch 1, input [1, 3, 64, 64]``."""
+    threads = setting.get("threads")
+    where = setting.get("device", "?") + (f", {threads} thread{'s' if threads != 1 else ''}"
+                                          if threads else "")
+    shape = f", input {setting.get('input_size')}" if with_input else ""
+    return f"{where}, batch {setting.get('batch')}{shape}"
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class PairedTimer:
+    """Times models against an unpruned ``model`` on one device, in alternating rounds.
+
+    ``compare(candidate)`` returns ``candidate``'s latency over the unpruned model's. Each of
+    ``rounds`` times both (the median of ``runs`` passes each), the order alternating from round
+    to round; the ratio of two neighbouring rounds' sums (order AB BA: a steady drift of the load
+    weighs on both alike) is taken for each neighbouring pair, and their median returned.
+    ``baseline_ms`` is the median of every unpruned round. On a CPU with one thread the clock is
+    the thread's CPU time (what a quiet machine's wall clock shows; time the process spends
+    waiting while other processes run is not counted), else wall time (synchronised on a GPU).
+    """
+
+    def __init__(self, model: nn.Module, example_inputs: Any, *, device: Any = "cpu",
+                 threads: int | None = None, batch: int = 1, rounds: int = 5, runs: int = 3,
+                 warmup: int = 3):
+        self.setting = latency_setting(example_inputs, device=device, threads=threads,
+                                       batch=batch)
+        self.device = torch.device(self.setting["device"])
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.threads = self.setting["threads"]
+        self.rounds, self.runs, self.warmup = rounds, runs, warmup
+        self.inputs = _to(timed_inputs(example_inputs, batch), self.device)
+        self.base = copy.deepcopy(model).to(self.device).eval()
+        self.base_rounds: list[float] = []
+        flush_denormals()
+
+    def _time(self, model: nn.Module, n: int) -> float:
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        clock = _cpu_clock if self.setting["clock"] != "wall" else _clock
+        times = []
+        for _ in range(n):
+            sync()
+            start = clock()
+            _call(model, self.inputs)
+            sync()
+            times.append((clock() - start) * 1000.0)
+        return statistics.median(times)
+
+    def compare(self, candidate: nn.Module) -> float:
+        """``candidate``'s latency / the unpruned model's, timed in pairs (see the class)."""
+        on_device = next(candidate.parameters(), torch.empty(0)).device == self.device
+        model = candidate if on_device else copy.deepcopy(candidate).to(self.device)
+        was_training = model.training
+        model.eval()
+        base, pruned = [], []
+        try:
+            # no_grad, not inference_mode: a layer that caches tensors in its forward (a YOLO
+            # head's anchors) is timed in place and must stay usable for training
+            with _threads(self.threads), torch.no_grad():
+                for m in (self.base, model):
+                    self._time(m, self.warmup)
+                for i in range(self.rounds):
+                    first, second = (self.base, model) if i % 2 == 0 else (model, self.base)
+                    a, b = self._time(first, self.runs), self._time(second, self.runs)
+                    base.append(a if i % 2 == 0 else b)
+                    pruned.append(b if i % 2 == 0 else a)
+        finally:
+            model.train(was_training)
+        self.base_rounds += base
+        # two neighbouring rounds (unpruned-pruned, pruned-unpruned) see a steady drift alike
+        pairs = range(len(base) - 1) if len(base) > 1 else [None]
+        ratios = [pruned[0] / base[0] if i is None else
+                  (pruned[i] + pruned[i + 1]) / (base[i] + base[i + 1]) for i in pairs]
+        return statistics.median(ratios)
+
+    @property
+    def baseline_ms(self) -> float:
+        """The median of every unpruned round timed so far (a few are timed if none were)."""
+        if not self.base_rounds:
+            self.compare(self.base)
+        return statistics.median(self.base_rounds)
+
+
+def check_latency_table(record: SensitivityRecord, wanted: Mapping[str, Any], path: Any) -> None:
+    """Refuse a table whose latencies were timed in another setting than ``wanted`` (or that
+    holds none), naming what differs: its milliseconds say nothing about this device."""
+    stored = record.extra.get("latency")
+    if not record.latency or not isinstance(stored, Mapping):
+        raise SensitivityFileError(f"{path} holds no latency measurements: measure them with "
+                                   f"sensitivity(..., latency=True) (CLI: autoprune sensitivity "
+                                   f"--latency)")
+    differs = setting_differences(stored, wanted)
+    if differs:
+        raise SensitivityFileError(f"{path} was timed in another setting ({differs}): measure "
+                                   f"the latencies again with these settings, into a new file")
+
+
+def latency_points(record: SensitivityRecord, names: Iterable[str],
+                   ratios: Iterable[float]) -> list[tuple[str, float]]:
+    """The points of ``names`` x ``ratios`` that have a loss but no latency yet."""
+    ratios = list(ratios)
+    return [(n, r) for n in names for r in ratios
+            if record.has_point(n, r) and not record.has_latency(n, r)]
+
+
+def measure_point_latencies(model: nn.Module, example_inputs: Any, graph: PruningGraph,
+                            record: SensitivityRecord, points: list[tuple[str, float]], *,
+                            criterion: str, device: Any = "cpu", threads: int | None = None,
+                            batch: int = 1, path: Any = None,
+                            write: Callable[[SensitivityRecord], Any] | None = None,
+                            progress: bool = True) -> None:
+    """Time each of ``points`` (group, ratio) on a real, temporary prune of ``model``, paired with
+    the unpruned model, into ``record`` (``record.latency`` and ``record.extra["latency"]``);
+    ``write(record)`` after each. A record timed in another setting is refused."""
+    if not points:
+        return
+    timer = PairedTimer(model, example_inputs, device=device, threads=threads, batch=batch)
+    stored = record.extra.get("latency")
+    if record.latency and setting_differences(stored, timer.setting):
+        check_latency_table(record, timer.setting, path or "the sensitivity file")
+    bar = tqdm(total=len(points), desc="latency", unit="pt", dynamic_ncols=True,
+               disable=not progress or not points)
+    seen: dict[tuple[str, tuple[int, ...]], float] = {}
+    try:
+        for name, ratio in points:
+            group = graph.group(name)
+            idxs = graph.channels_to_remove(group, ratio, criterion)
+            key = (name, tuple(sorted(idxs)))
+            if not idxs:
+                relative = 1.0
+            elif key in seen:  # the same channels as a smaller ratio: the same model
+                relative = seen[key]
+            else:
+                with pruned_temporarily(graph, group, idxs):
+                    relative = timer.compare(model)
+            seen[key] = relative
+            record.set_latency(name, ratio, relative)
+            record.extra["latency"] = {**timer.setting, "baseline_ms": timer.baseline_ms}
+            bar.update()
+            if write is not None:
+                write(record)
+    finally:
+        bar.close()
+
+
+def measure_latencies(model: nn.Module, example_inputs: Any,
+                      table: Mapping[str, Mapping[float, float]], *, path: Any = None,
+                      criterion: str = "l1_norm", device: Any = "cpu",
+                      threads: int | None = None, batch: int = 1,
+                      ignored_layers: Iterable[Any] = (), arch: str | None = None,
+                      progress: bool = True) -> SensitivityRecord:
+    """Time every point of ``table`` (``{group: {ratio: loss}}``, e.g. a DEFAULT profile) on this
+    machine: a record holding ``table``'s losses and the latencies, kept in the file at ``path``
+    (resumable: a rerun times only the points still missing)."""
+    graph = PruningGraph(model, example_inputs, ignored_layers)
+    graph.check_names(table)
+    if path is not None and os.path.exists(path):
+        record = read_record(path)
+        check_fingerprint(record, path, graph.fingerprint)
+        if record.criterion != criterion:
+            raise SensitivityFileError(f"{path} was timed with criterion {record.criterion!r}: "
+                                       f"pass criterion={record.criterion!r} or delete it")
+    else:
+        record = SensitivityRecord(model={"arch": arch or type(model).__name__,
+                                          "fingerprint": graph.fingerprint,
+                                          "groups": {g.name: g.channels for g in graph.groups}},
+                                   criterion=criterion)
+    record.sensitivities = {g: dict(points) for g, points in table.items()}
+    ratios = sorted({r for points in table.values() for r in points})
+    write = (lambda rec: write_record(rec, path)) if path is not None else None
+    measure_point_latencies(model, example_inputs, graph, record,
+                            latency_points(record, list(table), ratios), criterion=criterion,
+                            device=device, threads=threads, batch=batch, path=path, write=write,
+                            progress=progress)
+    if write is not None:
+        write(record)
+    return record
+
+
+def merge_records(paths: Iterable[Any]) -> SensitivityRecord:
+    """Sensitivity files merged, latencies included: losses and latencies are unions where a later
+    file wins a shared point; the first file's metadata is kept. Files of another model, or timed
+    in another setting, are refused."""
+    merged: SensitivityRecord | None = None
+    for path in paths:
+        record = read_record(path)
+        if merged is None:
+            merged = record
+            continue
+        fp = merged.model.get("fingerprint")
+        if fp and record.model.get("fingerprint") not in (None, fp):
+            raise SensitivityFileError(f"cannot merge {path}: it was made for another model "
+                                       f"(fingerprint {record.model.get('fingerprint')} != {fp})")
+        for group, points in record.sensitivities.items():
+            for ratio, loss in points.items():
+                merged.set_point(group, ratio, loss)
+        if record.latency:
+            if merged.latency:
+                differs = setting_differences(merged.extra.get("latency"),
+                                              record.extra.get("latency") or {})
+                if differs:
+                    raise SensitivityFileError(f"cannot merge {path}: its latencies were timed "
+                                               f"in another setting ({differs})")
+            else:
+                merged.extra["latency"] = record.extra.get("latency")
+            for group, points in record.latency.items():
+                for ratio, relative in points.items():
+                    merged.set_latency(group, ratio, relative)
+    if merged is None:
+        raise ConfigError("no sensitivity files to merge: pass at least one")
+    return merged
+
+
+def paired_reduction(baseline: nn.Module, pruned: nn.Module, example_inputs: Any, *,
+                     device: Any = "cpu", threads: int | None = None,
+                     batch: int = 1) -> dict[str, Any]:
+    """How much faster ``pruned`` is than ``baseline`` (timed in pairs, see :class:`PairedTimer`):
+    ``{"reduction", "baseline_ms", "pruned_ms", "setting"}``."""
+    timer = PairedTimer(baseline, example_inputs, device=device, threads=threads, batch=batch)
+    relative = timer.compare(pruned)
+    return {"reduction": 1.0 - relative, "baseline_ms": timer.baseline_ms,
+            "pruned_ms": relative * timer.baseline_ms, "setting": timer.setting}

@@ -1,0 +1,156 @@
+"""A latency target in the flow (``pruned_latency=``): the analysis is asked to time its points,
+a DEFAULT profile's points are timed on this machine into a side file, the ratios come from
+:func:`~autoprune.engine.latency_target.ratios_by_latency` (kept for a resumed run), and the report
+states the target and the speed-up measured where the target named."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from ..engine.distributed import broadcast, rank_and_world
+from ..engine.latency import (check_latency_options, latency_setting, measure_latencies,
+                              paired_reduction, setting_differences)
+from ..engine.latency_target import LatencyRatios, check_latency_target, ratios_by_latency
+from ..engine.store import SensitivityRecord, read_record, write_text_atomic
+from ..errors import ConfigError
+from ..tasks.base import TaskAdapter
+
+SIDE_FILE = "sensitivities_latency.json"  # a DEFAULT profile's points timed on this machine
+RATIOS_FILE = "latency_ratios.json"       # the ratios chosen, reused by a resumed run
+
+
+@dataclass(frozen=True)
+class LatencyTarget:
+    """``pruned_latency`` and where it is measured."""
+
+    value: float
+    device: str = "cpu"
+    threads: int | None = None
+    batch: int = 1
+
+    def timing(self) -> dict[str, Any]:
+        """The keyword arguments of the engine's timing functions."""
+        return {"device": self.device, "threads": self.threads, "batch": self.batch}
+
+    def options(self) -> dict[str, Any]:
+        """The sensitivity options that time each point in this setting."""
+        return {"latency": True, "latency_device": self.device,
+                "latency_threads": self.threads, "latency_batch": self.batch}
+
+
+def latency_target(pruned_latency: Any, device: Any = "cpu", threads: Any = None,
+                   batch: Any = 1) -> LatencyTarget | None:
+    """The checked latency target (None without ``pruned_latency``)."""
+    if pruned_latency is None:
+        return None
+    value = check_latency_target(pruned_latency)
+    return LatencyTarget(value, check_latency_options(device, threads, batch), threads, batch)
+
+
+def timed_default(adapter: TaskAdapter, model: nn.Module, profile: Path, target: LatencyTarget,
+                  save_dir: Path, *, arch: str | None, criterion: str,
+                  progress: bool = True) -> SensitivityRecord:
+    """The DEFAULT ``profile``'s losses with its points timed on this machine, kept in
+    ``save_dir/sensitivities_latency.json`` (reused on rerun; timed anew in another setting)."""
+    side = Path(save_dir) / SIDE_FILE
+    example = adapter.example_inputs(model)
+    losses = read_record(profile)
+    if side.is_file() and rank_and_world()[0] == 0:
+        stored = read_record(side)
+        wanted = latency_setting(example, **target.timing())
+        if stored.model.get("fingerprint") != losses.model.get("fingerprint") or \
+                (stored.latency and setting_differences(stored.extra.get("latency"), wanted)):
+            print(f"[autoprune] {side} was timed for another model or setting: timing anew",
+                  flush=True)
+            side.unlink()
+
+    def measure() -> SensitivityRecord:
+        return measure_latencies(model, example, losses.sensitivities, path=side,
+                                 criterion=criterion, ignored_layers=adapter.ignored_layers(model),
+                                 arch=arch, progress=progress, **target.timing())
+
+    record = _on_rank0(measure)
+    record.metric = dict(losses.metric)
+    return record
+
+
+def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRecord,
+                   target: LatencyTarget, save_dir: Path, *, round_to: int | None,
+                   criterion: str, max_loss: float | None, resume: bool = False) -> LatencyRatios:
+    """:func:`ratios_by_latency` timed by rank 0 alone; the ratios are written to
+    ``save_dir/latency_ratios.json`` and a resumed run with the same target reuses them (timing
+    again could choose other shapes than the interrupted retraining has)."""
+    path = Path(save_dir) / RATIOS_FILE
+    asked = {"target": asdict(target), "round_to": round_to, "criterion": criterion,
+             "max_loss": max_loss}
+    if resume and path.is_file():
+        saved = json.loads(path.read_text())
+        if {k: saved.get(k) for k in asked} == asked:
+            return _restore(saved)
+
+    def choose() -> LatencyRatios:
+        chosen = ratios_by_latency(model, adapter.example_inputs(model), record, target.value,
+                                   round_to=round_to, ignored_layers=adapter.ignored_layers(model),
+                                   criterion=criterion, max_loss=max_loss, **target.timing())
+        write_text_atomic(path, json.dumps({**asked, **figures_of(chosen),
+                                            "ratios": dict(chosen)}, indent=1))
+        return chosen
+
+    return _on_rank0(choose)
+
+
+def figures_of(chosen: LatencyRatios) -> dict[str, Any]:
+    """What the allocation measured (before retraining), for the report."""
+    return {"predicted": chosen.predicted, "achieved": chosen.achieved,
+            "baseline_ms": chosen.baseline_ms, "pruned_ms": chosen.pruned_ms,
+            "loss": chosen.loss, "setting": chosen.setting}
+
+
+def _restore(saved: dict[str, Any]) -> LatencyRatios:
+    chosen = LatencyRatios({str(k): float(v) for k, v in saved["ratios"].items()})
+    for key in ("predicted", "achieved", "baseline_ms", "pruned_ms", "loss"):
+        setattr(chosen, key, saved[key])
+    chosen.target, chosen.setting = saved["target"]["value"], saved["setting"]
+    return chosen
+
+
+def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
+                  target: LatencyTarget | None, baseline: nn.Module, pruned: nn.Module,
+                  example_inputs: Any, chosen: Any = None) -> dict[str, Any]:
+    """The report's ``target`` (``{kind: latency|flops|loss, value}``, with where latency is
+    measured) and ``latency_reduction``, timed in pairs on the target's device (CPU otherwise)."""
+    if target is not None:
+        entry = {"kind": "latency", "value": target.value, **target.timing()}
+        if eval_metric_loss is not None:
+            entry["max_loss_per_group"] = eval_metric_loss
+    elif pruned_flops is not None:
+        entry = {"kind": "flops", "value": pruned_flops}
+    else:
+        entry = {"kind": "loss", "value": eval_metric_loss}
+    timing = target.timing() if target is not None else {"device": "cpu"}
+    measured = paired_reduction(baseline, pruned, example_inputs, **timing)
+    out = {"target": entry, "latency_reduction": measured.pop("reduction"),
+           "latency_measured": {**measured.pop("setting"), **measured}}
+    if isinstance(chosen, LatencyRatios):
+        out["latency_allocation"] = figures_of(chosen)
+    return out
+
+
+def check_unused_settings(pruned_latency: Any, device: Any, threads: Any, batch: Any) -> None:
+    """Refuse latency settings given without a latency target (they would be ignored)."""
+    if pruned_latency is not None:
+        return
+    for name, value, default in (("latency_device", device, "cpu"),
+                                 ("latency_threads", threads, None), ("latency_batch", batch, 1)):
+        if value != default:
+            raise ConfigError(f"{name}={value!r} is given without pruned_latency: set "
+                              f"pruned_latency (e.g. 0.4) or leave {name} out")
+
+
+def _on_rank0(fn):
+    """``fn()`` run by rank 0 alone, its result sent to every rank."""
+    return broadcast(fn() if rank_and_world()[0] == 0 else None)

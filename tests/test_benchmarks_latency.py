@@ -1,0 +1,42 @@
+"""benchmarks/latency_aware.py runs end to end on tiny settings, with timing replaced by FLOPs
+ratios (deterministic: its figures come from real timings in full runs)."""
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from autoprune.engine.latency import PairedTimer
+from autoprune.engine.measure import count_flops
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir() and
+                    not os.environ.get("AUTOPRUNE_FASHION_MNIST"),
+                    reason="dataset-fashion-mnist not installed")
+def test_latency_aware_benchmark_tiny(capsys, monkeypatch):
+    def compare(self, candidate):
+        self.base_rounds.append(10.0)
+        return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
+
+    monkeypatch.setattr(PairedTimer, "compare", compare)
+    spec = importlib.util.spec_from_file_location("bench_latency_aware",
+                                                  BENCH / "latency_aware.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.main(["--arch", "resnet18", "--epochs", "1", "--train-images", "128",
+                         "--val-images", "32", "--size", "32", "--ratios", "0.3,0.6,0.9",
+                         "--pruned-latency", "0.3"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (latency-aware|flops|uniform) \| -([\d.]+)% \([\d.]+ ms\) \| "
+                      r"[\d.]+M \(-[\d.]+%\) \| ([\d.]+) \|$", out, re.M)
+    assert [r[0] for r in rows] == ["latency-aware", "flops", "uniform"]
+    for method, reduction, top1 in rows:  # all three brought to the same measured latency
+        assert float(reduction) == pytest.approx(100 * result["achieved"], abs=3)
+        assert 0 <= float(top1) <= 1
+    assert abs(result["achieved"] - 0.3) <= 0.03
+    last = out.rstrip().splitlines()[-1]
+    assert re.fullmatch(r"target=0\.3 achieved=0\.\d{3} aware_metric=[\d.]+ flops_metric=[\d.]+ "
+                        r"uniform_metric=[\d.]+", last), last
