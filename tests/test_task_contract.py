@@ -14,6 +14,7 @@ import autoprune
 from autoprune.cli import build_parser
 from autoprune.cli.main import _per_task
 from autoprune.flow.checkpoints import load_model
+from autoprune.flow.run import FLOW_SETTINGS
 from autoprune.profiles.build import SETTINGS, build_profile
 from autoprune.tasks import TASKS, Task, TaskAdapter, get_adapter, get_task, register_task, task_of
 
@@ -31,6 +32,8 @@ def test_registry_entry(name):
     assert getattr(autoprune, name) is api  # autoprune.<task> is its public API
     for call in ("train", "analyze_sensitivity", "load_model"):
         assert callable(getattr(api, call)), f"{task.package} lacks {call}()"
+    takes = set(inspect.signature(api.train).parameters)
+    assert not set(FLOW_SETTINGS) - takes, f"{name}.train() does not take every flow setting"
     adapter = task.adapter_class()
     assert issubclass(adapter, TaskAdapter) and not inspect.isabstract(adapter)
     assert adapter.task == name and isinstance(adapter.metric, str)
@@ -175,3 +178,33 @@ def _measure(key, work_dir, s, ratios, *, device="auto", progress=True):
                           sensitivities_file=path, ignored_layers=adapter.ignored_layers(model),
                           progress=progress)
     return path, {"dataset": "nothing"}
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_the_api_forwards_every_flow_setting(name, monkeypatch):
+    """Each task's train() hands the flow what it was given (run.flow_settings(locals()))."""
+    seen = {}
+
+    def fake_train(adapter, model, **settings):
+        seen.update(settings)
+        return "done"
+
+    monkeypatch.setattr("autoprune.flow.run.train", fake_train)
+    task = get_task(name)
+    given = dict(epochs=3, save_dir="somewhere", sensitivities_file="s.json", pruned_flops=0.4,
+                 criterion="l2_norm", round_to=8, ratios=(0.5,), progress=False, resume=True,
+                 pretrain_epochs=2, sensitivity_options={"early_stop": 0.5})
+    api = task.api()
+    monkeypatch.setattr(api.__name__ + ".api.check_save_dir", lambda d: d, raising=False)
+    if name == "detection":
+        monkeypatch.setattr("autoprune.tasks.detection.api._prepare", lambda a, m, w, d: (m, w))
+        monkeypatch.setattr("autoprune.tasks.detection.api.DetectionAdapter",
+                            lambda *a, **k: None)
+        assert api.train("yolov8n.yaml", "data.yaml", **given) == "done"
+    else:
+        adapter = f"autoprune.tasks.{name}.api.{type(get_adapter(name)).__name__}"
+        monkeypatch.setattr(adapter, lambda *a, **k: None)
+        data = {"train_data": "fashion-mnist"} if name == "classification" else \
+            {"train_data": "fashion-scenes"}
+        assert api.train(task.example, **data, **given) == "done"
+    assert {k: seen[k] for k in given} == given

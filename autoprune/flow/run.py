@@ -5,6 +5,7 @@ It talks to a task only through the :class:`~autoprune.tasks.base.TaskAdapter` c
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -180,6 +181,13 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
                        pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
                        ratios=dict(chosen), metrics=report["pruned"]["metrics"])
 
+def flow_settings(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of :func:`train` (after ``adapter`` and ``model``) found in ``arguments``:
+    what a task API forwards from its own, e.g. ``run.train(adapter, model,
+    **flow_settings(locals()))``."""
+    return {k: arguments[k] for k in FLOW_SETTINGS if k in arguments}
+
+
 def _on_rank0(fn: Callable[[], Any]) -> Any:
     """``fn()`` run by rank 0 alone (evaluation, measuring, writing), its result sent to every
     rank; just ``fn()`` in a single process."""
@@ -229,3 +237,6 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
     sens, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
                                 ratios=ratios, progress=progress, options=sensitivity_options)
     return sens
+
+
+FLOW_SETTINGS = tuple(inspect.signature(train).parameters)[2:]  # what a task API forwards

@@ -185,14 +185,7 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
                                progress=progress)
     save_dir = check_save_dir(save_dir)
     model, pretrain_weights = _prepare(adapter, model, pretrain_weights, save_dir)
-    return run.train(adapter, model, epochs=epochs, save_dir=save_dir,
-                     pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
-                     eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
-                     pruned_latency=pruned_latency, latency_device=latency_device,
-                     latency_threads=latency_threads, latency_batch=latency_batch,
-                     pretrain_epochs=pretrain_epochs, criterion=criterion,
-                     round_to=round_to, ratios=ratios, progress=progress,
-                     sensitivity_options=sensitivity_options, resume=resume)
+    return run.train(adapter, model, **run.flow_settings(locals()))
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,

@@ -91,14 +91,7 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
         model = resolve_arch(model, encoder, default_encoder="resnet18")
     else:
         skip_unused_modules(model, size=adapter.input_size, in_channels=in_channels)
-    return run.train(adapter, model, epochs=epochs, save_dir=save_dir,
-                     pretrain_weights=pretrain_weights, sensitivities_file=sensitivities_file,
-                     eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
-                     pruned_latency=pruned_latency, latency_device=latency_device,
-                     latency_threads=latency_threads, latency_batch=latency_batch,
-                     pretrain_epochs=pretrain_epochs, criterion=criterion,
-                     round_to=round_to, ratios=ratios, progress=progress, resume=resume,
-                     sensitivity_options=sensitivity_options)
+    return run.train(adapter, model, **run.flow_settings(locals()))
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module, eval_data: Any,
