@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from .attributes import sync_attributes, sync_metadata
+from .data import tensors_in
 from ..errors import CheckpointError, NotAutopruneCheckpointError, UnreadableCheckpointError
 from .store import atomic_write
 
@@ -273,7 +274,7 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
     model.eval()
     try:
         with torch.no_grad():
-            outputs = _count_tensors(model(*args))
+            outputs = sum(1 for _ in tensors_in(model(*args)))
         inputs = _names("input", len(args))
         output_names = _names("output", outputs)
         axes = {name: {0: "batch"} for name in inputs + output_names} if dynamic_batch else None
@@ -286,14 +287,3 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
 
 def _names(stem: str, count: int) -> list[str]:
     return [stem] if count == 1 else [f"{stem}{i}" for i in range(count)]
-
-
-def _count_tensors(value: Any) -> int:
-    """How many tensors an output holds (what ONNX exports as separate outputs)."""
-    if torch.is_tensor(value):
-        return 1
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_count_tensors(v) for v in value)
-    return 0

@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch_pruning as tp
 
 from .attributes import sync_attributes
+from .data import tensors_in
 from .removal import pruned_temporarily
 from ..errors import ConfigError, NoPrunableGroupsError
 
@@ -344,15 +345,8 @@ _UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, gro
 def _shapes(value: Any) -> tuple | None:
     """The shape of the first tensor of a (nested) output: the model's prediction (later ones
     may be intermediate feature maps, whose widths pruning changes legitimately)."""
-    if torch.is_tensor(value):
-        return tuple(value.shape)
-    items = value.values() if isinstance(value, dict) else value \
-        if isinstance(value, (list, tuple)) else ()
-    for item in items:
-        shape = _shapes(item)
-        if shape is not None:
-            return shape
-    return None
+    first = next(tensors_in(value), None)
+    return None if first is None else tuple(first.shape)
 
 
 def _gathers_channels(node) -> bool:

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from ..errors import ConfigError, SensitivityFileError
 from .groups import PruningGraph
-from .measure import _call, _to, flush_denormals
+from .measure import _to, flush_denormals, timed_runs
 from .points import pruned_temporarily
 from .store import SensitivityRecord, check_fingerprint, read_record, write_record
 
@@ -163,16 +163,9 @@ class PairedTimer:
         flush_denormals()
 
     def _time(self, model: nn.Module, n: int) -> float:
-        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         clock = _cpu_clock if self.setting["clock"] != "wall" else _clock
-        times = []
-        for _ in range(n):
-            sync()
-            start = clock()
-            _call(model, self.inputs)
-            sync()
-            times.append((clock() - start) * 1000.0)
-        return statistics.median(times)
+        return statistics.median(timed_runs(model, self.inputs, n, device=self.device,
+                                            clock=clock))
 
     def compare(self, candidate: nn.Module) -> float:
         """``candidate``'s latency / the unpruned model's, timed in pairs (see the class)."""

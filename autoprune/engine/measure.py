@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -83,21 +83,29 @@ def latency_ms(model: nn.Module, example_inputs: Any, *, device: str | torch.dev
     was_training = model.training
     inputs = _to(example_inputs, device)
     model.to(device).eval()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times = []
     flush_denormals()
     try:
         with torch.inference_mode():
-            for i in range(warmup + repeats):
-                sync()
-                start = time.perf_counter()
-                _call(model, inputs)
-                sync()
-                if i >= warmup:
-                    times.append((time.perf_counter() - start) * 1000.0)
+            timed_runs(model, inputs, warmup, device=device)
+            times = timed_runs(model, inputs, repeats, device=device)
     finally:
         model.to(original).train(was_training)
     return statistics.median(times)
+
+
+def timed_runs(model: nn.Module, inputs: Any, runs: int, *, device: torch.device,
+               clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Milliseconds each of ``runs`` forward passes of ``model`` on ``inputs`` (both already on
+    ``device``) takes by ``clock``, synchronised on a GPU."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = []
+    for _ in range(runs):
+        sync()
+        start = clock()
+        _call(model, inputs)
+        sync()
+        times.append((clock() - start) * 1000.0)
+    return times
 
 
 def measure(model: nn.Module, example_inputs: Any, *, device: str | torch.device = "cpu",
