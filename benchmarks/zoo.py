@@ -123,11 +123,13 @@ def sweep_one(name: str, state: dict | None = None) -> dict:
     with torch.no_grad():
         y = _tensors(model(x))
     reach("reload")
-    path = Path(tempfile.mkdtemp()) / "m.pt"
+    tmp = tempfile.TemporaryDirectory(prefix="autoprune-zoo-")
+    path = Path(tmp.name) / "m.pt"
     save_pruned(model, path, task=adapter.task, arch=arch, build=adapter.build_kwargs(model),
                 input_size=size, pruned=True)
     with torch.no_grad():
         z = _tensors(load_model(path, adapter).eval()(x))
+    tmp.cleanup()  # a large timm model's checkpoint is GBs; hundreds of them would fill the disk
     same = len(y) == len(z) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(y, z))
     finite = all(torch.isfinite(a).all() for a in y if a.is_floating_point())
     times["total"] = time.time() - start

@@ -47,11 +47,13 @@ def sweep_one(name: str, size: int) -> dict:
     times["prune"] = time.time() - start
     with torch.no_grad():
         y = model(x)
-    path = Path(tempfile.mkdtemp()) / "m.pt"
+    tmp = tempfile.TemporaryDirectory(prefix="autoprune-zoo-")
+    path = Path(tmp.name) / "m.pt"
     save_pruned(model, path, task="classification", arch=arch, build=adapter.build_kwargs(model),
                 input_size=size)
     with torch.no_grad():
         same = torch.equal(y, load_model(path, adapter)(x))
+    tmp.cleanup()
     times["total"] = time.time() - start
     return {"status": "ok" if same else "failed", "groups": len(groups),
             "flops_red": round(result.flops_reduction, 3),
