@@ -1,5 +1,5 @@
 """Latency-aware allocation against a FLOPs allocation and uniform ratios at the same measured
-latency, before retraining.
+latency, before and after the same short retraining.
 
 One base model is trained on Fashion-MNIST and its sensitivities are measured with each point
 timed (``sensitivity_options={"latency": True}``, CPU, one thread, batch 1). Three pruned copies
@@ -12,6 +12,9 @@ then remove the same share of *measured* latency:
   measured latency reduction matches;
 - ``uniform``: one ratio for every group, bisected the same way.
 
+Each of the three pruned models is then retrained the same way (``--retrain-epochs``, same seed,
+data, schedule) and evaluated again.
+
 Every latency is timed against the unpruned model in alternating rounds
 (:class:`autoprune.engine.latency.PairedTimer`), so load on a shared machine cancels out.
 
@@ -19,7 +22,8 @@ Every latency is timed against the unpruned model in alternating rounds
     python benchmarks/latency_aware.py             # 12k training images, 3 epochs
 
 Prints one table row per method and, last, ``target=<t> achieved=<a> aware_metric=<x>
-flops_metric=<y> uniform_metric=<z>`` (top-1 before retraining).
+flops_metric=<y> uniform_metric=<z>`` (top-1 before retraining) followed by
+``aware_retrained=<x> flops_retrained=<y> uniform_retrained=<z>`` (after it).
 """
 from __future__ import annotations
 
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--tolerance", type=float, default=0.03,
                    help="how close ratios_by_latency must land to the target")
     p.add_argument("--epochs", type=int, default=3, help="base training epochs")
+    p.add_argument("--retrain-epochs", type=int, default=1,
+                   help="epochs of the same retraining given to each pruned model (0: none)")
     p.add_argument("--train-images", type=int, default=12000)
     p.add_argument("--val-images", type=int, default=1000)
     p.add_argument("--size", type=int, default=64)
@@ -105,9 +111,9 @@ def main(argv: list[str] | None = None) -> dict:
                                 progress=False, sensitivity_options={
                                     "latency": True, "latency_threads": args.threads})
         record = read_record(sens_path)
-        adapter = cls.ClassificationAdapter(None, "fashion-mnist", num_classes=10,
-                                            input_size=args.size, eval_limit=args.val_images,
-                                            device="cpu", progress=False)
+        adapter = cls.ClassificationAdapter("fashion-mnist", "fashion-mnist", num_classes=10,
+                                            **{k: v for k, v in common.items()
+                                               if k != "input_size"}, input_size=args.size)
         example = adapter.example_inputs(model)
         ignored = [n for n, m in model.named_modules() if m in adapter.ignored_layers(model)]
         base_top1 = adapter.evaluate(model)["top1"]
@@ -130,21 +136,30 @@ def main(argv: list[str] | None = None) -> dict:
         chosen["uniform"] = bisect_to_latency(
             lambda r: {g: r for g in record.sensitivities}, measure, goal, hi=most)
 
-        print("| method | latency reduction (measured) | FLOPs | top-1 before retraining |")
-        print("|---|---:|---:|---:|")
-        metric = {}
+        print(f"| method | latency reduction (measured) | FLOPs | top-1 before retraining | "
+              f"top-1 after {args.retrain_epochs} epoch(s) |")
+        print("|---|---:|---:|---:|---:|")
+        metric, retrained = {}, {}
         for method, (ratios_, reduction) in chosen.items():
             net = pruned_copy(model, example, ratios_, ignored)
             metric[method] = adapter.evaluate(net)["top1"]
             flops = count_flops(net, example)
+            retrained[method] = float("nan")
+            if args.retrain_epochs > 0:
+                torch.manual_seed(args.seed)  # the same retraining for the three
+                net = adapter.fit(net, args.retrain_epochs, tmp / "retrain" / method)
+                retrained[method] = adapter.evaluate(net)["top1"]
             print(f"| {method} | -{reduction:.1%} ({timer.baseline_ms * (1 - reduction):.2f} ms) "
-                  f"| {flops / 1e6:.1f}M (-{1 - flops / flops0:.1%}) | {metric[method]:.4f} |",
-                  flush=True)
+                  f"| {flops / 1e6:.1f}M (-{1 - flops / flops0:.1%}) | {metric[method]:.4f} "
+                  f"| {retrained[method]:.4f} |", flush=True)
         print(f"target={args.pruned_latency} achieved={goal:.3f} "
               f"aware_metric={metric['latency-aware']:.4f} flops_metric={metric['flops']:.4f} "
               f"uniform_metric={metric['uniform']:.4f}")
+        print(f"aware_retrained={retrained['latency-aware']:.4f} "
+              f"flops_retrained={retrained['flops']:.4f} "
+              f"uniform_retrained={retrained['uniform']:.4f}")
         return {"target": args.pruned_latency, "achieved": goal, "metrics": metric,
-                "reductions": {m: c[1] for m, c in chosen.items()}}
+                "retrained": retrained, "reductions": {m: c[1] for m, c in chosen.items()}}
 
 
 if __name__ == "__main__":

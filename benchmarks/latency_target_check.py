@@ -1,0 +1,150 @@
+"""Does ``pruned_latency=0.4`` land where it should? Checked on four models, re-measured in a
+fresh process after the pruned checkpoint is reloaded.
+
+For each model (untrained: latency does not depend on the weights; the losses come from the
+bundled DEFAULT profile, as with ``sensitivities_file="DEFAULT"``):
+
+1. the profile's points are timed on this machine (``measure_latencies``: CPU, one thread,
+   batch 1, each point paired with the unpruned model);
+2. ``ratios_by_latency(..., pruned_latency)`` chooses the ratios and measures its pruned copy;
+3. the pruned model is saved (``save_pruned``) and a **new Python process** rebuilds the unpruned
+   model, loads the checkpoint weights-only and times the two against each other
+   (``paired_reduction``).
+
+Prints one line per model and, last, ``models=<n> within=<k> target=<t> tolerance=<tol>``: ``k``
+counts the models whose fresh-process reduction is within ``tolerance`` of the target.
+
+    python benchmarks/latency_target_check.py                  # the four models (~20 min, 2 cores)
+    python benchmarks/latency_target_check.py --quick          # mobilenetv3 only, 4 ratios
+    python benchmarks/latency_target_check.py --models resnet18 --target 0.3
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# name -> (task, architecture, input size, adapter arguments)
+MODELS = {
+    "mobilenetv3_large_100": ("classification", "timm/mobilenetv3_large_100", 224,
+                              {"num_classes": 10}),
+    "resnet18": ("classification", "timm/resnet18", 128, {"num_classes": 10}),
+    "yolov8n": ("detection", "yolov8n", 160, {"nc": 10}),
+    "unet-resnet18": ("segmentation", "smp/unet/resnet18", 128, {"num_classes": 3}),
+}
+
+
+def _adapter(name: str, size: int | None = None):
+    from autoprune.tasks import get_adapter
+
+    task, _, default, kwargs = MODELS[name]
+    return get_adapter(task, input_size=size or default, **kwargs)
+
+
+def remeasure(name: str, path: str) -> dict:
+    """In this (fresh) process: the unpruned model against the checkpoint at ``path``, timed in
+    pairs on the CPU with one thread."""
+    import torch
+
+    from autoprune import read_pruned_metadata
+    from autoprune.engine.latency import paired_reduction
+    from autoprune.flow.checkpoints import load_model
+
+    torch.manual_seed(0)
+    adapter = _adapter(name, read_pruned_metadata(path).get("input_size"))
+    base = adapter.build(adapter.arch_key(MODELS[name][1])).eval()
+    pruned = load_model(path, adapter).eval()
+    out = paired_reduction(base, pruned, adapter.example_inputs(base), device="cpu", threads=1)
+    return {"reduction": out["reduction"], "baseline_ms": out["baseline_ms"],
+            "pruned_ms": out["pruned_ms"]}
+
+
+def check(name: str, target: float, ratios: list[float] | None, tolerance: float,
+          work: Path) -> dict:
+    """Steps 1-3 of the module docstring for one model; its figures."""
+    import torch
+
+    from autoprune import save_pruned
+    from autoprune.engine.latency import measure_latencies
+    from autoprune.engine.latency_target import ratios_by_latency
+    from autoprune.engine.measure import count_flops
+    from autoprune.engine.prune import prune
+    from autoprune.engine.store import read_record
+    from autoprune.flow.defaults import find_profile
+
+    torch.manual_seed(0)
+    task, arch, size, _ = MODELS[name]
+    adapter = _adapter(name)
+    key = adapter.arch_key(arch)
+    model = adapter.build(key).eval()
+    example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    losses = read_record(find_profile(task, key)).sensitivities
+    if ratios:
+        losses = {g: {r: v for r, v in pts.items() if any(abs(r - q) < 1e-9 for q in ratios)}
+                  for g, pts in losses.items()}
+    start = time.time()
+    record = measure_latencies(model, example, losses, threads=1, ignored_layers=ignored,
+                               arch=key, path=work / f"{name}-latency.json", progress=False)
+    timed = time.time() - start
+    chosen = ratios_by_latency(model, example, record, target, threads=1,
+                               ignored_layers=ignored, tolerance=tolerance)
+    pruned = copy.deepcopy(model)
+    prune(pruned, example, {g: r for g, r in chosen.items() if r > 0}, ignored_layers=ignored)
+    path = save_pruned(pruned, work / f"{name}.pt", task=task, arch=key,
+                       build=adapter.build_kwargs(model), input_size=size, pruned=True)
+    child = subprocess.run([sys.executable, __file__, "--remeasure", name, str(path)],
+                           capture_output=True, text=True, check=False)
+    if child.returncode != 0:
+        raise RuntimeError(f"the fresh process failed: {child.stderr.strip()[-800:]}")
+    fresh = json.loads(child.stdout.strip().splitlines()[-1])
+    flops = count_flops(model, example), count_flops(pruned, example)
+    return {"model": name, "size": size, "target": target, "predicted": chosen.predicted,
+            "achieved": chosen.achieved, "fresh": fresh["reduction"],
+            "baseline_ms": fresh["baseline_ms"], "pruned_ms": fresh["pruned_ms"],
+            "flops_removed": 1 - flops[1] / flops[0],
+            "points": sum(len(p) for p in losses.values()), "timing_s": timed,
+            "within": abs(fresh["reduction"] - target) <= tolerance}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS), help="comma list of " + ", ".join(MODELS))
+    p.add_argument("--target", type=float, default=0.4, help="pruned_latency (default 0.4)")
+    p.add_argument("--tolerance", type=float, default=0.03)
+    p.add_argument("--ratios", default="0.2,0.4,0.6,0.8",
+                   help="the profile's ratios to time ('all' for every one)")
+    p.add_argument("--quick", action="store_true", help="mobilenetv3_large_100 only")
+    p.add_argument("--remeasure", nargs=2, metavar=("MODEL", "CHECKPOINT"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.remeasure:
+        print(json.dumps(remeasure(*args.remeasure)), flush=True)
+        return []
+    names = ["mobilenetv3_large_100"] if args.quick else args.models.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}: pick from {', '.join(MODELS)}")
+    ratios = None if args.ratios == "all" else [float(r) for r in args.ratios.split(",")]
+    rows = []
+    print(f"{'model':24s} {'px':>4s} {'target':>7s} {'predicted':>9s} {'achieved':>8s} "
+          f"{'fresh':>7s} {'ms before -> after':>20s} {'FLOPs':>7s}  within", flush=True)
+    with tempfile.TemporaryDirectory(prefix="autoprune-latcheck-") as tmp:
+        for name in names:
+            r = check(name, args.target, ratios, args.tolerance, Path(tmp))
+            rows.append(r)
+            print(f"{name:24s} {r['size']:4d} {r['target']:7.3f} {r['predicted']:9.3f} "
+                  f"{r['achieved']:8.3f} {r['fresh']:7.3f} "
+                  f"{r['baseline_ms']:8.2f} -> {r['pruned_ms']:7.2f} "
+                  f"{-r['flops_removed']:+7.1%}  {'yes' if r['within'] else 'NO'} "
+                  f"({r['points']} points timed in {r['timing_s']:.0f} s)", flush=True)
+    print(f"models={len(rows)} within={sum(r['within'] for r in rows)} target={args.target} "
+          f"tolerance={args.tolerance}", flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
