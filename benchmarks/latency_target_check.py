@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--ratios", default="0.2,0.4,0.6,0.8",
                    help="the profile's ratios to time ('all' for every one)")
     p.add_argument("--quick", action="store_true", help="mobilenetv3_large_100 only")
+    p.add_argument("--work-dir", help="keep the timed tables and checkpoints here (a rerun reuses "
+                   "the timings) instead of a temporary folder")
+    p.add_argument("-v", "--verbose", action="store_true", help="log each timed allocation")
     p.add_argument("--remeasure", nargs=2, metavar=("MODEL", "CHECKPOINT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.remeasure:
@@ -129,12 +133,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if unknown:
         p.error(f"unknown model(s) {unknown}: pick from {', '.join(MODELS)}")
     ratios = None if args.ratios == "all" else [float(r) for r in args.ratios.split(",")]
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(message)s")
+        logging.getLogger("autoprune").setLevel(logging.DEBUG)
     rows = []
     print(f"{'model':24s} {'px':>4s} {'target':>7s} {'predicted':>9s} {'achieved':>8s} "
           f"{'fresh':>7s} {'ms before -> after':>20s} {'FLOPs':>7s}  within", flush=True)
     with tempfile.TemporaryDirectory(prefix="autoprune-latcheck-") as tmp:
+        work = Path(args.work_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for name in names:
-            r = check(name, args.target, ratios, args.tolerance, Path(tmp))
+            r = check(name, args.target, ratios, args.tolerance, work)
             rows.append(r)
             print(f"{name:24s} {r['size']:4d} {r['target']:7.3f} {r['predicted']:9.3f} "
                   f"{r['achieved']:8.3f} {r['fresh']:7.3f} "
