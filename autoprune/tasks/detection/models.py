@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import importlib
 import logging
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from ...engine.padding import pad_channels, remove_channels
+from ...engine.progress import interactive
 from ...errors import CheckpointError
 
 FONTS = ("Arial.ttf", "Arial.Unicode.ttf")
@@ -467,17 +470,35 @@ def keep_module_trainer(module: nn.Module) -> type[KeepModuleTrainer]:
 
 
 @contextlib.contextmanager
-def quiet(enabled: bool = True) -> Iterator[None]:
-    """Silence Ultralytics' logger (warnings stay) for the duration of the block."""
-    if not enabled:
+def _plain_progress() -> Iterator[None]:
+    """Ultralytics' bars, in a log file or a pipe: drawn once, when done (as on a CI console),
+    instead of a frame every 0.1 s kept in the log."""
+    module = importlib.import_module("ultralytics.utils.tqdm")
+    original = getattr(module, "is_noninteractive_console", None)
+    if original is None or interactive(sys.stdout):  # where Ultralytics' bars go
         yield
         return
-    level = LOGGER.level
-    LOGGER.setLevel(logging.WARNING)
+    module.is_noninteractive_console = lambda: True
     try:
         yield
     finally:
-        LOGGER.setLevel(level)
+        module.is_noninteractive_console = original
+
+
+@contextlib.contextmanager
+def quiet(enabled: bool = True) -> Iterator[None]:
+    """Silence Ultralytics' logger (warnings stay) for the duration of the block; its progress
+    bars are drawn once when they end if stdout is not a terminal."""
+    with _plain_progress():
+        if not enabled:
+            yield
+            return
+        level = LOGGER.level
+        LOGGER.setLevel(logging.WARNING)
+        try:
+            yield
+        finally:
+            LOGGER.setLevel(level)
 
 
 def read_ultralytics(path: str | os.PathLike) -> tuple[nn.Module, dict]:
