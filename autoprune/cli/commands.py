@@ -18,8 +18,10 @@ from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_che
                                 prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
 from ..flow.latency import check_unused_settings
+from ..flow.options import sens_mode
+from ..flow.previous import previous_run
 from ..profiles.build import arch_key_of, build_profile
-from ..tasks.registry import TASKS, get_task, task_of
+from ..tasks.registry import TASKS, get_adapter, get_task, task_of
 from .config_file import load_config
 from .demo import run_demo
 from .doctor import difference_warning, doctor_lines
@@ -79,6 +81,16 @@ def train(args: argparse.Namespace) -> None:
     for key in ("model", data_key):
         if key not in cfg:
             raise ConfigError(f"{args.config} lacks '{key}:' (e.g. {task.config_example})")
+    if args.resume:
+        cfg["resume"] = True
+    if not cfg.get("resume") and not args.overwrite:  # never train over a run by accident
+        save_dir = cfg.get("save_dir", inspect.signature(api.train).parameters["save_dir"].default)
+        sens = cfg.get("sensitivities_file")
+        found = previous_run(get_adapter(task.name), save_dir, sens_mode(sens), sens)
+        if found:
+            raise ConfigError(f"{save_dir} holds {found}: `autoprune train {args.config} --resume` "
+                              f"continues it (a finished stage is not trained again), "
+                              f"--overwrite starts over, or set another save_dir")
     init_from_env()  # under torchrun: DDP training, the sensitivity points shared out
     api.train(**cfg)
 

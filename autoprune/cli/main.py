@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show this help, with every task's keys and their defaults, and exit")
     t.add_argument("config", help="YAML file; keys are the arguments of autoprune.<task>.train "
                    f"and 'task:' ({', '.join(TASKS)})")
+    rerun = t.add_mutually_exclusive_group()
+    rerun.add_argument("--resume", action="store_true", help="continue the run in save_dir where "
+                       "it stopped, a finished stage is not trained again (as `resume: true`)")
+    rerun.add_argument("--overwrite", action="store_true", help="start over when save_dir holds "
+                       "an earlier run (refused without --resume or this)")
     t.set_defaults(func="train")
 
     se = sub.add_parser("sensitivity", help="measure the sensitivities of a trained checkpoint "
@@ -255,7 +260,7 @@ def _interrupted_message(args: argparse.Namespace) -> str:
             cfg = {}
         save_dir = cfg.get("save_dir", "output") if cfg else "the save_dir of the config"
         return (f"interrupted: progress is saved in {save_dir}; add `resume: true` to "
-                f"{args.config} and {again}")
+                f"{args.config} (or pass --resume) and {again}")
     return "interrupted: nothing was saved; run the command again"
 
 

@@ -27,6 +27,7 @@ from .latency import (check_unused_settings, latency_ratios, latency_target, tar
 from .options import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
                       names_a_missing_file, sens_mode, written_by_run)
 from .plots import plot_sensitivities
+from .previous import previous_run
 from .report import figures, to_console, write_reports
 from .sensitivities import check_sensitivities_file, get_sensitivities
 
@@ -88,6 +89,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
             raise ConfigError("pruning needs eval_data: the sensitivities and the report are "
                               "measured on it; pass a validation folder or Dataset")
     save_dir = check_save_dir(save_dir)
+    found = _on_rank0(lambda: previous_run(adapter, save_dir, mode, sensitivities_file))
+    if found:
+        _log(f"[autoprune] {save_dir} holds {found}: " + (
+            "resuming it" if resume else "this run starts over and replaces it (resume=True, or "
+            "`autoprune train --resume`, continues it; another save_dir keeps it)"))
     arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
     if isinstance(model, str):
         model = adapter.build(arch)

@@ -222,6 +222,16 @@ class DetectionAdapter(TaskAdapter):
         write_deployable(save_dir)
         return model.to(self.device).eval()
 
+    def trained_epochs(self, save_dir: Path) -> tuple[int, int] | None:
+        """``(finished, planned)`` epochs of the Ultralytics run in ``save_dir/ultralytics``."""
+        last = Path(save_dir) / "ultralytics" / "weights" / "last.pt"
+        if not last.is_file():
+            return None
+        _, ckpt = yolo.read_ultralytics(last)
+        planned = int((ckpt.get("train_args") or {}).get("epochs") or 0)
+        epoch = ckpt.get("epoch", -1)
+        return (planned, planned) if epoch == -1 else (int(epoch) + 1, planned)
+
     def _resumed(self, model: nn.Module, last: Path, epochs: int, save_dir: Path):
         """Ultralytics' trainer after continuing the run of ``last`` (or what stands for it when
         that run finished before autoprune wrote its checkpoints), or None (``model`` then
