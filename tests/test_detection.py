@@ -166,6 +166,9 @@ def test_one_call_flow_new_file(flow, data_yaml):
                 assert _rel_diff(ul.float().eval()(x)[0], want) <= 1e-5
         assert _shapes(yolo.patch_model(ul)) == _shapes(pruned), name
     assert _params(pruned) < _params(det.load_model(result.baseline_path))
+    # the run's list of outputs names Ultralytics' best.pt of each stage
+    assert DetectionAdapter().deployables(run / "pruned") == \
+        [("Ultralytics model", run / "pruned" / "ultralytics" / "weights" / "best.pt")]
 
 
 def test_existing_file_is_reused(flow, data_yaml, tmp_path, monkeypatch):

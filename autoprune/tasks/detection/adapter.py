@@ -222,6 +222,12 @@ class DetectionAdapter(TaskAdapter):
         write_deployable(save_dir)
         return model.to(self.device).eval()
 
+    def deployables(self, save_dir: Path) -> list[tuple[str, Path]]:
+        """Ultralytics' ``best.pt`` of the stage (``YOLO(path)``; no autoprune needed once
+        written back with native blocks)."""
+        best = Path(save_dir) / "ultralytics" / "weights" / "best.pt"
+        return [("Ultralytics model", best)] if best.is_file() else []
+
     def trained_epochs(self, save_dir: Path) -> tuple[int, int] | None:
         """``(finished, planned)`` epochs of the Ultralytics run in ``save_dir/ultralytics``."""
         last = Path(save_dir) / "ultralytics" / "weights" / "last.pt"
