@@ -164,3 +164,32 @@ def test_pruned_yolo_loads_in_ultralytics_without_autoprune(tmp_path):
         boxes, want_boxes = torch.load(path + ".boxes", weights_only=True), expected[arch + ".boxes"]
         assert boxes.shape == want_boxes.shape and len(boxes) > 0, arch
         assert torch.allclose(boxes, want_boxes, rtol=1e-3, atol=1e-3), arch
+
+
+def test_a_stage_says_in_one_line_whether_its_ultralytics_file_needs_autoprune(tmp_path, capsys,
+                                                                              monkeypatch):
+    """write_deployable (run when a detection stage ends): one line saying that YOLO(path) loads
+    best.pt without autoprune, or, for a block that cannot be written back, which one and that
+    the ONNX export is the way to deploy."""
+    from autoprune.tasks.detection.adapter import write_deployable
+    model = DetectionAdapter(nc=2, input_size=64).build("yolov8n")
+    weights = tmp_path / "run" / "ultralytics" / "weights"
+    weights.mkdir(parents=True)
+    for name in ("best.pt", "last.pt"):
+        _save_like_ultralytics(model, weights / name)
+    monkeypatch.setattr(yolo, "native_block", lambda block: None)  # nothing can be written back
+    write_deployable(tmp_path / "run")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all("\n" not in line for line in lines)  # best.pt, last.pt
+    assert lines[0].startswith(f"[autoprune] note: {weights / 'best.pt'} keeps autoprune's "
+                               f"split-free form in model.2, model.4, model.6, ...: YOLO() "
+                               f"loads it only where autoprune is installed; elsewhere deploy "
+                               f"the ONNX export (autoprune export ")
+    monkeypatch.undo()
+    write_deployable(tmp_path / "run")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"[autoprune] {weights / 'best.pt'} holds Ultralytics' own blocks: YOLO(path) "
+                     f"loads it without autoprune (zero channels that even out split blocks add "
+                     f"0.0% parameters; `autoprune export` writes the exact pruned model)"]
+    write_deployable(tmp_path / "run")  # already written back: nothing to do, nothing said
+    assert capsys.readouterr().out == ""

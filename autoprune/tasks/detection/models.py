@@ -366,7 +366,7 @@ def write_native(path: str | os.PathLike) -> NativeWrite:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    done.left = sorted(set(done.left))
+    done.left = list(dict.fromkeys(done.left))  # in model order, once each
     return done
 
 
