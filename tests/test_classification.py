@@ -204,9 +204,10 @@ def test_cli_train_prune_report(base_ckpt, tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", str(cfg)]) == 0
     assert (tmp_path / "t" / "report.json").is_file()
-    told = capsys.readouterr().out.splitlines()[-1]  # the run ends by saying where it wrote
-    assert told.startswith("[autoprune] outputs: pruned model") and \
-        str(tmp_path / "t" / "pruned" / "best.pt") in told and "report.md" in told
+    told = capsys.readouterr().out.splitlines()[-8:]  # the run ends by saying where it wrote
+    assert told[0] == f"[autoprune] outputs of this run (save_dir {tmp_path / 't'}):"
+    assert told[1].split() == ["pruned", "model", str(tmp_path / "t" / "pruned" / "best.pt")]
+    assert told[2].split() == ["base", "model", str(base_ckpt)]
     cfg.write_text(yaml.safe_dump({"task": "classification", "model": "resnet18", "train_data": "fashion-mnist",
                                    "epochs": 1, "learning_rate": 0.1}))
     assert main(["train", str(cfg)]) == 2

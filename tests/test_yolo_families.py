@@ -110,6 +110,7 @@ def test_pruned_yolo26n_retrains_with_the_kept_module_and_both_heads(tmp_path):
     assert _shapes(trained) == shapes
     assert _shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
     ul, _ = load_checkpoint(str(tmp_path / "run" / "ultralytics" / "weights" / "last.pt"))
-    assert _shapes(ul) == shapes
+    assert not any(isinstance(m, yolo.SPLIT_FREE) for m in ul.modules())  # Ultralytics' blocks
+    assert _shapes(yolo.patch_model(ul)) == shapes
     metrics = adapter.evaluate(trained)
     assert 0.0 <= metrics["map50_95"] <= 1.0

@@ -18,8 +18,10 @@ from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_che
                                 prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
 from ..flow.latency import check_unused_settings
+from ..flow.options import sens_mode
+from ..flow.previous import previous_run
 from ..profiles.build import arch_key_of, build_profile
-from ..tasks.registry import TASKS, get_task, task_of
+from ..tasks.registry import TASKS, get_adapter, get_task, task_of
 from .config_file import load_config
 from .demo import run_demo
 from .doctor import difference_warning, doctor_lines
@@ -28,8 +30,9 @@ from .doctor import difference_warning, doctor_lines
 def demo(args: argparse.Namespace) -> None:
     init_from_env()  # under torchrun: DDP training, the analysis shared out
     run_demo(args.save_dir, arch=args.arch, epochs=args.epochs,
-             pretrain_epochs=args.pretrain_epochs, train_images=args.train_images,
-             val_images=args.val_images, size=args.size, eval_metric_loss=args.eval_metric_loss,
+             pretrain_epochs=args.pretrain_epochs, train_limit=args.train_limit,
+             eval_limit=args.eval_limit, input_size=args.input_size,
+             eval_metric_loss=args.eval_metric_loss,
              seed=args.seed, device=args.device)
 
 
@@ -78,6 +81,16 @@ def train(args: argparse.Namespace) -> None:
     for key in ("model", data_key):
         if key not in cfg:
             raise ConfigError(f"{args.config} lacks '{key}:' (e.g. {task.config_example})")
+    if args.resume:
+        cfg["resume"] = True
+    if not cfg.get("resume") and not args.overwrite:  # never train over a run by accident
+        save_dir = cfg.get("save_dir", inspect.signature(api.train).parameters["save_dir"].default)
+        sens = cfg.get("sensitivities_file")
+        found = previous_run(get_adapter(task.name), save_dir, sens_mode(sens), sens)
+        if found:
+            raise ConfigError(f"{save_dir} holds {found}: `autoprune train {args.config} --resume` "
+                              f"continues it (a finished stage is not trained again), "
+                              f"--overwrite starts over, or set another save_dir")
     init_from_env()  # under torchrun: DDP training, the sensitivity points shared out
     api.train(**cfg)
 
@@ -102,7 +115,7 @@ def sensitivity(args: argparse.Namespace) -> None:
     api = get_task(task or "classification").api()
     sens = api.analyze_sensitivity(args.checkpoint, args.data, args.output,
                                    ratios=_ratios(args.ratios), criterion=args.criterion,
-                                   eval_limit=args.limit, device=args.device,
+                                   eval_limit=args.eval_limit, device=args.device,
                                    sensitivity_options={"early_stop": args.early_stop,
                                                         "evaluation": args.evaluation,
                                                         "batch_variants": args.batch_variants,
@@ -141,15 +154,15 @@ def prune(args: argparse.Namespace) -> None:
 
 def export(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint], "an ONNX model", args.overwrite)
-    out = export_checkpoint(args.checkpoint, args.output, input_size=args.size,
-                            opset_version=args.opset, dynamic_batch=not args.static,
+    out = export_checkpoint(args.checkpoint, args.output, input_size=args.input_size,
+                            opset_version=args.opset_version, dynamic_batch=not args.static,
                             overwrite=args.overwrite)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
 
 
 def report(args: argparse.Namespace) -> None:
     compared = compare_checkpoints(args.baseline, args.pruned, args.data,
-                                   save_dir=args.save_dir, eval_limit=args.limit,
+                                   save_dir=args.save_dir, eval_limit=args.eval_limit,
                                    device=args.device)
     print(f"report written to {args.save_dir}/report.json, report.md, report.csv "
           f"(FLOPs -{compared['flops_reduction']:.1%})")
@@ -186,7 +199,8 @@ def profiles(args: argparse.Namespace) -> None:
             return
     path = build_profile(args.arch, out, task=task, epochs=args.epochs,
                          train_images=args.train_images, val_images=args.val_images,
-                         input_size=args.size, batch_size=args.batch, ratios=_ratios(args.ratios),
+                         input_size=args.input_size, batch_size=args.batch_size,
+                         ratios=_ratios(args.ratios),
                          device=args.device, seed=args.seed)
     print(f"wrote {path}")
 

@@ -12,14 +12,14 @@ from ..tasks.base import TrainResult
 
 
 def run_demo(save_dir: str | Path = "runs/demo", *, arch: str = "resnet18", epochs: int = 2,
-             pretrain_epochs: int = 3, train_images: int = 12000, val_images: int = 1000,
-             size: int = 32, eval_metric_loss: float = 0.05, seed: int = 0,
+             pretrain_epochs: int = 3, train_limit: int = 12000, eval_limit: int = 1000,
+             input_size: int = 32, eval_metric_loss: float = 0.05, seed: int = 0,
              device: str = "auto") -> TrainResult:
     """Run the whole flow into ``save_dir``. It always resumes: run again after an interruption,
     finished epochs and measured sensitivity points are kept (another ``save_dir`` starts over)."""
     save_dir = Path(save_dir)
     return classification.train(
         arch, "fashion-mnist", epochs=epochs, pretrain_epochs=pretrain_epochs, batch_size=128,
-        lr=0.05, input_size=size, train_limit=train_images, eval_limit=val_images,
+        lr=0.05, input_size=input_size, train_limit=train_limit, eval_limit=eval_limit,
         sensitivities_file=save_dir / "sensitivities.json", eval_metric_loss=eval_metric_loss,
         save_dir=save_dir, seed=seed, device=device, resume=True)

@@ -51,6 +51,10 @@ def config_keys() -> str:
     return "\n".join(lines)
 
 
+DATA_HELP = ("validation data: an ImageFolder root or 'fashion-mnist' (classification), a "
+             "data.yaml (detection), an images/masks folder or 'fashion-scenes' (segmentation)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoprune`` command."""
     p = argparse.ArgumentParser(prog="autoprune", description="Sensitivity-driven structured "
@@ -76,9 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--pretrain-epochs", type=int, default=3,
                    help="epochs of the base model (default: 3)")
     d.add_argument("--epochs", type=int, default=2, help="epochs after pruning (default: 2)")
-    d.add_argument("--train-images", type=int, default=12000, help="training subset (default: 12000)")
-    d.add_argument("--val-images", type=int, default=1000, help="validation subset (default: 1000)")
-    d.add_argument("--size", type=int, default=32, help="input size in pixels (default: 32)")
+    _option(d, "--train-limit", "--train-images", type=int, default=12000,
+            help="training images, a class-balanced subset (default: 12000)")
+    _option(d, "--eval-limit", "--val-images", type=int, default=1000,
+            help="validation images, a class-balanced subset (default: 1000)")
+    _option(d, "--input-size", "--size", type=int, default=32,
+            help="input size in pixels (default: 32)")
     d.add_argument("--eval-metric-loss", type=float, default=0.05,
                    help="tolerated relative top-1 loss per group (default: 0.05)")
     d.add_argument("--seed", type=int, default=0)
@@ -92,19 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show this help, with every task's keys and their defaults, and exit")
     t.add_argument("config", help="YAML file; keys are the arguments of autoprune.<task>.train "
                    f"and 'task:' ({', '.join(TASKS)})")
+    rerun = t.add_mutually_exclusive_group()
+    rerun.add_argument("--resume", action="store_true", help="continue the run in save_dir where "
+                       "it stopped, a finished stage is not trained again (as `resume: true`)")
+    rerun.add_argument("--overwrite", action="store_true", help="start over when save_dir holds "
+                       "an earlier run (refused without --resume or this)")
     t.set_defaults(func="train")
 
     se = sub.add_parser("sensitivity", help="measure the sensitivities of a trained checkpoint "
                         "on validation data (resumable; `torchrun --nproc_per_node N -m autoprune "
                         "sensitivity ...` shares the points over N processes/GPUs)")
     se.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
-    se.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
+    se.add_argument("data", help=DATA_HELP)
     se.add_argument("output", help="sensitivity file to write or complete (JSON)")
     se.add_argument("--task", choices=tuple(TASKS), help="the checkpoint's task (default: read "
                     "from the checkpoint)")
     se.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
     se.add_argument("--criterion", default="l1_norm", help="l1_norm, l2_norm, fpgm or bn_scale")
-    se.add_argument("--limit", type=int, help="use only this many validation images")
+    _option(se, "--eval-limit", "--limit", type=int,
+            help="use only this many validation images")
     se.add_argument("--device", default="auto")
     se.add_argument("--early-stop", type=float, help="skip a group's larger ratios once its loss "
                     "passes this (off by default; recorded in the file)")
@@ -119,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.set_defaults(func="sensitivity")
 
     pr = sub.add_parser("prune", help="prune a checkpoint with a sensitivity file (no retraining)")
-    pr.add_argument("checkpoint")
+    pr.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
     pr.add_argument("sensitivities", help="a sensitivity file, or DEFAULT")
     pr.add_argument("output", help="where to write the pruned checkpoint")
     target = pr.add_mutually_exclusive_group()
@@ -136,10 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func="prune")
 
     ex = sub.add_parser("export", help="export a checkpoint (pruned or not) to ONNX")
-    ex.add_argument("checkpoint")
+    ex.add_argument("checkpoint", help="a checkpoint written by autoprune, pruned or not")
     ex.add_argument("output", help="the .onnx file to write")
-    ex.add_argument("--size", type=int, help="input size in px (default: the checkpoint's)")
-    ex.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    _option(ex, "--input-size", "--size", type=int,
+            help="input size in px (default: the checkpoint's)")
+    _option(ex, "--opset-version", "--opset", type=int, default=17,
+            help="ONNX opset (default 17)")
     ex.add_argument("--static", action="store_true", help="fix the batch size to 1 (default: "
                     "any batch size, axis 0 named 'batch')")
     _overwrite_option(ex)
@@ -147,11 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="compare a baseline and a pruned checkpoint: size, FLOPs, "
                         "metrics, latency")
-    rp.add_argument("baseline")
-    rp.add_argument("pruned")
-    rp.add_argument("data", help="validation data: a folder or 'fashion-mnist'")
+    rp.add_argument("baseline", help="the checkpoint before pruning")
+    rp.add_argument("pruned", help="the pruned checkpoint (same architecture)")
+    rp.add_argument("data", help=DATA_HELP)
     rp.add_argument("--save-dir", default=".", help="where report.json/md/csv go (default .)")
-    rp.add_argument("--limit", type=int, help="use only this many validation images")
+    _option(rp, "--eval-limit", "--limit", type=int, help="use only this many validation images")
     rp.add_argument("--device", default="auto")
     rp.set_defaults(func="report")
 
@@ -164,13 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "--arch)")
     pf.add_argument("--out", help="profile folder to write (build) or read (list) (default: the "
                     "bundled one)")
-    for flag, setting, what in (("--epochs", "epochs", "training epochs"),
-                                ("--train-images", "train_images", "training images or scenes"),
-                                ("--val-images", "val_images", "images the sensitivities are "
-                                 "measured on"),
-                                ("--size", "input_size", "input size in pixels"),
-                                ("--batch", "batch_size", "batch size")):
-        pf.add_argument(flag, type=int, help=f"{what} (default per task: {_per_task(setting)})")
+    for flags, setting, what in ((("--epochs",), "epochs", "training epochs"),
+                                 (("--train-images",), "train_images", "training images or scenes"),
+                                 (("--val-images",), "val_images", "images the sensitivities are "
+                                  "measured on"),
+                                 (("--input-size", "--size"), "input_size", "input size in pixels"),
+                                 (("--batch-size", "--batch"), "batch_size", "batch size")):
+        _option(pf, *flags, type=int, help=f"{what} (default per task: {_per_task(setting)})")
     pf.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
     pf.add_argument("--seed", type=int, default=0)
     pf.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda")
@@ -179,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.set_defaults(func="profiles")
 
     s = sub.add_parser("show", help="print a sensitivity file as a table")
-    s.add_argument("file")
+    s.add_argument("file", help="a sensitivity file (JSON)")
     s.set_defaults(func="show")
 
     m = sub.add_parser("merge", help="merge sensitivity files (union; later files win)")
@@ -190,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("convert-paddleslim", help="convert a PaddleSlim sensitivities pickle to "
                        "an autoprune JSON file (needs --allow-pickle)")
-    c.add_argument("input")
-    c.add_argument("output")
+    c.add_argument("input", help="a PaddleSlim sensitivities pickle")
+    c.add_argument("output", help="the autoprune sensitivity file to write (JSON)")
     c.add_argument("--allow-pickle", action="store_true",
                    help="confirm that you trust the file: pickle files can run code when read")
     c.add_argument("--arch", default=None, help="architecture to record in the file")
@@ -204,6 +219,16 @@ def _per_task(setting: str) -> str:
     """``3 classification, 30 detection, ...``: a profile-build default of every task."""
     return ", ".join(f"{t.profile_settings[setting]} {t.name}" for t in TASKS.values()
                      if setting in t.profile_settings)
+
+
+def _option(parser: argparse.ArgumentParser, flag: str, *old: str, **kwargs) -> None:
+    """An option named as the API argument it sets (``--input-size`` for ``input_size``); the
+    ``old`` spellings still work but are not shown in ``--help``."""
+    action = parser.add_argument(flag, **kwargs)
+    for spelling in old:  # no default of its own: the new option's stands
+        parser.add_argument(spelling, **{k: v for k, v in kwargs.items()
+                                         if k not in ("help", "default")},
+                            dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def _latency_options(parser: argparse.ArgumentParser) -> None:
@@ -235,7 +260,7 @@ def _interrupted_message(args: argparse.Namespace) -> str:
             cfg = {}
         save_dir = cfg.get("save_dir", "output") if cfg else "the save_dir of the config"
         return (f"interrupted: progress is saved in {save_dir}; add `resume: true` to "
-                f"{args.config} and {again}")
+                f"{args.config} (or pass --resume) and {again}")
     return "interrupted: nothing was saved; run the command again"
 
 

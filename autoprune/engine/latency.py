@@ -22,11 +22,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 import torch.nn as nn
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError, SensitivityFileError
 from .groups import PruningGraph
 from .measure import _to, flush_denormals, timed_runs
+from .progress import progress_bar
 from .points import pruned_temporarily
 from .store import SensitivityRecord, check_fingerprint, read_record, write_record
 
@@ -239,11 +239,12 @@ def measure_point_latencies(model: nn.Module, example_inputs: Any, graph: Prunin
     stored = record.extra.get("latency")
     if record.latency and setting_differences(stored, timer.setting):
         check_latency_table(record, timer.setting, path or "the sensitivity file")
-    bar = tqdm(total=len(points), desc="latency", unit="pt", dynamic_ncols=True,
-               disable=not progress or not points)
+    bar = progress_bar(total=len(points), desc="latency", unit="pt",
+                       enabled=bool(progress and points))
     seen: dict[tuple[str, tuple[int, ...]], float] = {}
     try:
         for name, ratio in points:
+            bar.set_postfix_str(name)
             group = graph.group(name)
             idxs = graph.channels_to_remove(group, ratio, criterion)
             key = (name, tuple(sorted(idxs)))

@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
+from .progress import progress_bar
+
 from ..errors import MetricError
 from .groups import PrunableGroup, PruningGraph
 from .masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
@@ -121,8 +123,8 @@ class PointRunner:
         # reused: a ratio removing the same channels as a smaller one
         self.unmaskable: list[str] = []            # groups whose masked outputs differed
         self.non_finite: list[str] = []            # "group@ratio" whose metric was NaN or inf
-        self.bar = tqdm(total=total, desc="sensitivity" + label, unit="pt",
-                        disable=not progress or not total, dynamic_ncols=True)
+        self.bar = progress_bar(total=total, desc="sensitivity" + label, unit="pt",
+                                enabled=bool(progress and total))
 
     # -- one way or the other ----------------------------------------------------------------
     def _skipping(self, group: PrunableGroup):

@@ -144,7 +144,7 @@ def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, 
         raise ConfigError(f"output {output} is the input checkpoint: choose another path, e.g. "
                           f"{Path(checkpoint).with_suffix('.onnx')}")
     if input_size is not None and input_size < 1:
-        raise ConfigError(f"--size {input_size} must be a positive number of pixels")
+        raise ConfigError(f"input_size={input_size} must be a positive number of pixels")
     size = {"input_size": input_size} if input_size else {}
     adapter, _ = adapter_for_checkpoint(checkpoint, **size)
     model = load_model(checkpoint, adapter)

@@ -27,6 +27,7 @@ from .latency import (check_unused_settings, latency_ratios, latency_target, tar
 from .options import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
                       names_a_missing_file, sens_mode, written_by_run)
 from .plots import plot_sensitivities
+from .previous import previous_run
 from .report import figures, to_console, write_reports
 from .sensitivities import check_sensitivities_file, get_sensitivities
 
@@ -88,6 +89,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
             raise ConfigError("pruning needs eval_data: the sensitivities and the report are "
                               "measured on it; pass a validation folder or Dataset")
     save_dir = check_save_dir(save_dir)
+    found = _on_rank0(lambda: previous_run(adapter, save_dir, mode, sensitivities_file))
+    if found:
+        _log(f"[autoprune] {save_dir} holds {found}: " + (
+            "resuming it" if resume else "this run starts over and replaces it (resume=True, or "
+            "`autoprune train --resume`, continues it; another save_dir keeps it)"))
     arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
     if isinstance(model, str):
         model = adapter.build(arch)
@@ -109,7 +115,9 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
 
     if mode == "none":  # plain training
         model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False}, **resuming)
-        _log(f"[autoprune] outputs: model {save_dir / 'best.pt'}")
+        _print_outputs(save_dir, [("model", save_dir / "best.pt"),
+                                  ("last epoch", save_dir / "last.pt"),
+                                  *adapter.deployables(save_dir)])
         return TrainResult(model, baseline_path=save_dir / "best.pt",
                            metrics=_on_rank0(lambda: adapter.evaluate(model))
                            if _has_eval(adapter) else {})
@@ -174,9 +182,13 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         return report
 
     report = _on_rank0(finish)  # latency is measured by one process, alone
-    _log(f"[autoprune] outputs: pruned model {save_dir / 'pruned' / 'best.pt'}, base model "
-         f"{baseline_path}, sensitivities {sens_path}, report {save_dir / 'report.md'} (.json, "
-         f".csv), plot {save_dir / 'sensitivity.png'}")
+    _print_outputs(save_dir, [
+        ("pruned model", save_dir / "pruned" / "best.pt"), *adapter.deployables(save_dir / "pruned"),
+        ("base model", baseline_path), ("sensitivities", sens_path),
+        *[("latency table", p) for p in [save_dir / "sensitivities_latency.json"]
+          if mode == "default" and target is not None],
+        ("report", save_dir / "report.md"), ("report data", save_dir / "report.json"),
+        ("report table", save_dir / "report.csv"), ("plot", save_dir / "sensitivity.png")])
     return TrainResult(model, report=report, baseline_path=baseline_path,
                        pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
                        ratios=dict(chosen), metrics=report["pruned"]["metrics"])
@@ -192,6 +204,12 @@ def _on_rank0(fn: Callable[[], Any]) -> Any:
     """``fn()`` run by rank 0 alone (evaluation, measuring, writing), its result sent to every
     rank; just ``fn()`` in a single process."""
     return broadcast(fn() if rank_and_world()[0] == 0 else None)
+
+def _print_outputs(save_dir: Path, outputs: list[tuple[str, Path]]) -> None:
+    """The run's last lines: where each of its outputs is, one a line (rank 0)."""
+    width = max(len(label) for label, _ in outputs)
+    _log(f"[autoprune] outputs of this run (save_dir {save_dir}):\n" + "\n".join(
+        f"  {label.ljust(width)}  {path}" for label, path in outputs))
 
 def _log(line: str) -> None:
     if rank_and_world()[0] == 0:

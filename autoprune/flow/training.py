@@ -15,12 +15,12 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from ..engine.checkpoint import _atomic_save, read_state_dict, save_pruned
 from ..engine.distributed import all_reduce_sum, barrier, rank_and_world
 from ..errors import CheckpointError, ConfigError, TrainingDivergedError
 from ..engine.measure import flush_denormals
+from ..engine.progress import progress_bar
 
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
@@ -162,8 +162,9 @@ def _fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, device: torch.dev
         if hasattr(loader.sampler, "set_epoch"):  # a DistributedSampler: a new shuffle per epoch
             loader.sampler.set_epoch(epoch)
         running, seen = 0.0, 0
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False,
-                   disable=not cfg.progress or rank != 0, dynamic_ncols=True)
+        # a bar on a terminal; in a log, the line per epoch printed after it is enough
+        bar = progress_bar(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False,
+                           enabled=cfg.progress and rank == 0, lines=False)
         for inputs, targets in bar:
             inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
             with torch.autocast(device.type, enabled=use_amp):

@@ -52,7 +52,7 @@ def finish_profile(task: str, key: str, measured: Path, out_dir: str | Path,
 def _command(key: str, task: str, s: dict[str, Any], ratios: tuple[float, ...]) -> str:
     cmd = (f"autoprune profiles build --arch {key} --task {task} --epochs {s['epochs']} "
            f"--train-images {s['train_images']} --val-images {s['val_images']} "
-           f"--size {s['input_size']} --batch {s['batch_size']} --seed {s['seed']}")
+           f"--input-size {s['input_size']} --batch-size {s['batch_size']} --seed {s['seed']}")
     if ratios != tuple(DEFAULT_RATIOS):
         cmd += " --ratios " + ",".join(f"{r:g}" for r in ratios)
     return cmd

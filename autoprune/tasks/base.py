@@ -83,6 +83,18 @@ class TaskAdapter(ABC):
         ``save_dir/best.pt`` with ``meta`` (an autoprune checkpoint); ``resume=True`` continues
         an interrupted run of the same call."""
 
+    def deployables(self, save_dir: Path) -> list[tuple[str, Path]]:
+        """``(what, path)`` of the files a training stage in ``save_dir`` leaves besides
+        autoprune's checkpoints, for the list of outputs a run prints (Ultralytics' own
+        ``best.pt``); none by default."""
+        return []
+
+    def trained_epochs(self, save_dir: Path) -> tuple[int, int] | None:
+        """``(finished, planned)`` epochs of a training run in ``save_dir`` made by the task's
+        own trainer (Ultralytics); None when the task trains with autoprune's loop (its
+        ``train_state.pt`` says) or there is no such run."""
+        return None
+
     @abstractmethod
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Metrics of ``model`` on the evaluation data; includes ``self.metric``."""

@@ -200,6 +200,7 @@ class DetectionAdapter(TaskAdapter):
         if resume and last.is_file():
             trainer = self._resumed(model, last, epochs, save_dir)
             if trainer is None:  # finished before: its best.pt holds the result
+                write_deployable(save_dir)
                 return model.to(self.device).eval()
         else:
             threads = torch.get_num_threads()
@@ -218,12 +219,24 @@ class DetectionAdapter(TaskAdapter):
                 save_pruned(model, save_dir / dst, **meta, epoch=best_epoch if best else epochs,
                             metrics=self._ultralytics_metrics(trainer) if best else {},
                             ultralytics_weights=str(Path(src)))
-        if any(isinstance(m, yolo.SPLIT_FREE) for m in model.modules()) and \
-                rank_and_world()[0] == 0 and Path(trainer.best).is_file():
-            print(f"[autoprune] note: {trainer.best} holds autoprune's split-free blocks: YOLO() "
-                  f"loads it where autoprune is installed; elsewhere deploy the ONNX export "
-                  f"(autoprune export {save_dir / 'best.pt'} model.onnx)", flush=True)
+        write_deployable(save_dir)
         return model.to(self.device).eval()
+
+    def deployables(self, save_dir: Path) -> list[tuple[str, Path]]:
+        """Ultralytics' ``best.pt`` of the stage (``YOLO(path)``; no autoprune needed once
+        written back with native blocks)."""
+        best = Path(save_dir) / "ultralytics" / "weights" / "best.pt"
+        return [("Ultralytics model", best)] if best.is_file() else []
+
+    def trained_epochs(self, save_dir: Path) -> tuple[int, int] | None:
+        """``(finished, planned)`` epochs of the Ultralytics run in ``save_dir/ultralytics``."""
+        last = Path(save_dir) / "ultralytics" / "weights" / "last.pt"
+        if not last.is_file():
+            return None
+        _, ckpt = yolo.read_ultralytics(last)
+        planned = int((ckpt.get("train_args") or {}).get("epochs") or 0)
+        epoch = ckpt.get("epoch", -1)
+        return (planned, planned) if epoch == -1 else (int(epoch) + 1, planned)
 
     def _resumed(self, model: nn.Module, last: Path, epochs: int, save_dir: Path):
         """Ultralytics' trainer after continuing the run of ``last`` (or what stands for it when
@@ -329,9 +342,35 @@ class DetectionAdapter(TaskAdapter):
         return {"map50_95": float(m["metrics/mAP50-95(B)"]), "map50": float(m["metrics/mAP50(B)"])}
 
 
+def write_deployable(save_dir: Path) -> None:
+    """Write the Ultralytics checkpoints of a finished training stage (``save_dir/ultralytics/
+    weights/best.pt``, ``last.pt``) with native Ultralytics blocks, so that ``YOLO(path)`` loads
+    them without autoprune (:func:`~.models.write_native`), and say so in one line (or where that
+    could not be done). Rank 0 only; a file already written back is left as it is."""
+    if rank_and_world()[0] != 0:
+        return
+    for name in ("best.pt", "last.pt"):
+        path = save_dir / "ultralytics" / "weights" / name
+        if not path.is_file():
+            continue
+        done = yolo.write_native(path)
+        if done.left:
+            print(f"[autoprune] note: {path} keeps autoprune's split-free form in "
+                  f"{', '.join(done.left[:3])}{', ...' if len(done.left) > 3 else ''}: YOLO() "
+                  f"loads it only where autoprune is installed; elsewhere deploy the ONNX export "
+                  f"(autoprune export {save_dir / 'best.pt'} model.onnx)", flush=True)
+        elif done.changed and name == "best.pt":
+            extra = done.padded_params / max(done.params, 1) - 1
+            print(f"[autoprune] {path} holds Ultralytics' own blocks: YOLO(path) loads it without "
+                  f"autoprune (zero channels that even out split blocks add {extra:.1%} "
+                  f"parameters; `autoprune export` writes the exact pruned model)", flush=True)
+
+
 def _ema_state(path: Path) -> dict[str, torch.Tensor]:
-    """The (float) EMA weights of an Ultralytics checkpoint this run has just written."""
+    """The (float) EMA weights of an Ultralytics checkpoint this run has written (split-free,
+    or written back with native blocks: then split again, without the padding)."""
     net, _ = yolo.read_ultralytics(path)
+    net = yolo.patch_model(net)
     return {k: v.float() if v.is_floating_point() else v for k, v in net.state_dict().items()}
 
 

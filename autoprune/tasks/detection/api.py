@@ -36,7 +36,7 @@ from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
 from ...engine.sensitivity import DEFAULT_RATIOS
 from . import models as yolo
 from ..base import TrainResult
-from .adapter import DetectionAdapter
+from .adapter import DetectionAdapter, write_deployable
 
 
 def _is_file(x: Any) -> bool:
@@ -275,7 +275,8 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
             target = save_dir / name
             meta = checkpoint_meta(target) if target.is_file() else derived
             net, _ = yolo.read_ultralytics(src)
-            save_pruned(net, target, **{**meta, "resumed": True})
+            save_pruned(yolo.patch_model(net), target, **{**meta, "resumed": True})
+    write_deployable(save_dir)
     return model
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import importlib
 import logging
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -22,6 +25,8 @@ import matplotlib
 import torch
 import torch.nn as nn
 
+from ...engine.padding import pad_channels, remove_channels
+from ...engine.progress import interactive
 from ...errors import CheckpointError
 
 FONTS = ("Arial.ttf", "Arial.Unicode.ttf")
@@ -130,6 +135,7 @@ class _SplitCv1(nn.Module):
     def __init__(self, block: nn.Module):
         super().__init__()
         self.c = block.c
+        self.native = type(block).__name__  # the Ultralytics class it is written back as
         self.cv0, self.cv1 = _split_conv(block.cv1, block.c)
         for name, child in block.named_children():
             if name != "cv1":
@@ -192,9 +198,176 @@ def patch_model(model: nn.Module) -> nn.Module:
         for name, child in list(parent.named_children()):
             for original, twin in TWINS:
                 if isinstance(child, original) and type(child).forward is original.forward:
-                    setattr(parent, name, twin(child))
+                    new = twin(child)
+                    if getattr(child, PADDED, None):  # written back by write_native: unpad
+                        new = _unpadded(new, getattr(child, PADDED))
+                    setattr(parent, name, new)
                     break
     return model
+
+
+# -- writing the native Ultralytics blocks back (a checkpoint that needs no autoprune) ----------
+PADDED = "autoprune_halves"  # on a native block written back: the pruned widths of its two halves
+
+
+def _block_input(block: _SplitCv1) -> torch.Tensor:
+    return torch.zeros(1, block.cv0.conv.in_channels, 8, 8)
+
+
+def _same_outputs(a: nn.Module, b: nn.Module, channels: int) -> bool:
+    """True when the two blocks give the same outputs (float, eval mode) on a random input."""
+    x = torch.randn(2, channels, 16, 16, generator=torch.Generator().manual_seed(0))
+    a, b = copy.deepcopy(a).float().eval(), copy.deepcopy(b).float().eval()
+    with torch.no_grad():
+        want, got = a(x), b(x)
+    return want.shape == got.shape and bool(torch.allclose(
+        got, want, rtol=1e-5, atol=1e-5 * max(1.0, want.abs().max().item())))
+
+
+def _join_convs(first: Conv, second: Conv) -> Conv:
+    """One Conv whose outputs are ``first``'s then ``second``'s (the inverse of _split_conv)."""
+    joined = copy.deepcopy(first)
+    with torch.no_grad():
+        for module, parts in ((joined.conv, (first.conv, second.conv)),
+                              (getattr(joined, "bn", None), (getattr(first, "bn", None),
+                                                             getattr(second, "bn", None)))):
+            if module is None:
+                continue
+            for key in ("weight", "bias", "running_mean", "running_var"):
+                old = getattr(module, key, None)
+                if old is None:
+                    continue
+                value = torch.cat([getattr(p, key) for p in parts], 0)
+                setattr(module, key, nn.Parameter(value, old.requires_grad)
+                        if isinstance(old, nn.Parameter) else value)
+        joined.conv.out_channels = joined.conv.weight.shape[0]
+        if getattr(joined, "bn", None) is not None:
+            joined.bn.num_features = joined.conv.out_channels
+    return joined
+
+
+def _native_class(block: _SplitCv1) -> type:
+    """The Ultralytics class a split-free block was made from (C2f or C3k2, ELAN1...)."""
+    default = next(original for original, twin in TWINS if isinstance(block, twin))
+    from ultralytics.nn.modules import block as blocks
+
+    for name in (getattr(block, "native", None), str(getattr(block, "type", "")).split(".")[-1]):
+        cls = getattr(blocks, name, None) if name else None
+        if isinstance(cls, type) and issubclass(cls, default) and cls.forward is default.forward:
+            return cls
+    return default
+
+
+def native_block(block: _SplitCv1) -> nn.Module | None:
+    """The native Ultralytics block (C2f, C3k2, C2PSA, PSA, RepNCSPELAN4, ELAN1) that computes
+    what the split-free ``block`` computes: the narrower half is padded with zero channels so
+    that ``cv1``'s output splits into two equal halves again (the widths are kept in
+    ``autoprune_halves`` so that :func:`patch_model` takes them off). None when it cannot be done
+    exactly."""
+    a, b = block.cv0.conv.out_channels, block.cv1.conv.out_channels
+    c = max(a, b)
+    dtype = block.cv0.conv.weight.dtype
+    work = copy.deepcopy(block).float()
+    try:
+        pad_channels(work, _block_input(work), work.cv0.conv, c - a)
+        pad_channels(work, _block_input(work), work.cv1.conv, c - b)
+    except (ValueError, RuntimeError):
+        return None
+    cls = _native_class(block)
+    native = cls.__new__(cls)
+    nn.Module.__init__(native)
+    for key, value in work.__dict__.items():
+        if not key.startswith("_") and key not in ("training", "native"):
+            setattr(native, key, value)
+    native.c = c
+    native.cv1 = _join_convs(work.cv0, work.cv1)
+    for name, child in work.named_children():
+        if name not in ("cv0", "cv1"):
+            setattr(native, name, child)
+    if a != b:
+        setattr(native, PADDED, (a, b))
+    native.train(block.training)
+    if not _same_outputs(block, native, block.cv0.conv.in_channels):
+        return None
+    return native.to(dtype)
+
+
+def _unpadded(block: _SplitCv1, halves: tuple[int, int]) -> _SplitCv1:
+    """``block`` (just split from a native block written back) without the zero channels its
+    halves were padded with; ``block`` itself if they are not zero any more (trained since)."""
+    dtype = block.cv0.conv.weight.dtype
+    work = copy.deepcopy(block).float()
+    try:
+        for half, kept in zip((work.cv0, work.cv1), halves):
+            remove_channels(work, _block_input(work), half.conv,
+                            list(range(int(kept), half.conv.out_channels)))
+    except (ValueError, RuntimeError, IndexError):
+        return block
+    if not _same_outputs(block, work, block.cv0.conv.in_channels):
+        return block
+    return work.to(dtype)
+
+
+def to_native(model: nn.Module) -> list[str]:
+    """Replace each split-free block of ``model`` by the native Ultralytics block that gives the
+    same outputs (in place); returns the names of the blocks that could not be (left as they
+    are)."""
+    left = []
+    names = {m: n for n, m in model.named_modules()}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, SPLIT_FREE):
+                native = native_block(child)
+                if native is None:
+                    left.append(f"{names[parent]}.{name}".lstrip("."))
+                else:
+                    setattr(parent, name, native)
+    return left
+
+
+@dataclasses.dataclass
+class NativeWrite:
+    """What :func:`write_native` did: ``left``, the blocks that had to stay split-free (the file
+    then still needs autoprune); ``params`` and ``padded_params`` of the model before and after
+    (the zero channels added to make the halves equal)."""
+
+    left: list[str]
+    params: int = 0
+    padded_params: int = 0
+    changed: bool = False
+
+
+def write_native(path: str | os.PathLike) -> NativeWrite:
+    """Rewrite the Ultralytics checkpoint at ``path`` (a ``best.pt`` this run trained) with native
+    Ultralytics blocks in place of autoprune's split-free ones, so that ``YOLO(path)`` loads it
+    where autoprune is not installed; the outputs stay the same. A file without split-free blocks
+    is left as it is."""
+    torch.serialization.add_safe_globals(list(SPLIT_FREE))
+    with quiet():
+        ckpt, _ = torch_safe_load(str(path), safe_only=True)
+    done, seen = NativeWrite([]), set()
+    for key in ("model", "ema"):
+        net = ckpt.get(key) if isinstance(ckpt, dict) else None
+        if not isinstance(net, nn.Module) or id(net) in seen:
+            continue
+        seen.add(id(net))
+        if any(isinstance(m, SPLIT_FREE) for m in net.modules()):
+            done.params = sum(p.numel() for p in net.parameters())
+            done.left += to_native(net)
+            done.padded_params = sum(p.numel() for p in net.parameters())
+            done.changed = True
+    if done.changed:
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        os.close(fd)
+        try:
+            torch.save(ckpt, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    done.left = list(dict.fromkeys(done.left))  # in model order, once each
+    return done
 
 
 def is_patched(model: nn.Module) -> bool:
@@ -297,17 +470,35 @@ def keep_module_trainer(module: nn.Module) -> type[KeepModuleTrainer]:
 
 
 @contextlib.contextmanager
-def quiet(enabled: bool = True) -> Iterator[None]:
-    """Silence Ultralytics' logger (warnings stay) for the duration of the block."""
-    if not enabled:
+def _plain_progress() -> Iterator[None]:
+    """Ultralytics' bars, in a log file or a pipe: drawn once, when done (as on a CI console),
+    instead of a frame every 0.1 s kept in the log."""
+    module = importlib.import_module("ultralytics.utils.tqdm")
+    original = getattr(module, "is_noninteractive_console", None)
+    if original is None or interactive(sys.stdout):  # where Ultralytics' bars go
         yield
         return
-    level = LOGGER.level
-    LOGGER.setLevel(logging.WARNING)
+    module.is_noninteractive_console = lambda: True
     try:
         yield
     finally:
-        LOGGER.setLevel(level)
+        module.is_noninteractive_console = original
+
+
+@contextlib.contextmanager
+def quiet(enabled: bool = True) -> Iterator[None]:
+    """Silence Ultralytics' logger (warnings stay) for the duration of the block; its progress
+    bars are drawn once when they end if stdout is not a terminal."""
+    with _plain_progress():
+        if not enabled:
+            yield
+            return
+        level = LOGGER.level
+        LOGGER.setLevel(logging.WARNING)
+        try:
+            yield
+        finally:
+            LOGGER.setLevel(level)
 
 
 def read_ultralytics(path: str | os.PathLike) -> tuple[nn.Module, dict]:
@@ -359,7 +550,7 @@ def load_ultralytics(path: str | os.PathLike) -> nn.Module:
 
 __all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
            "ELANSplitFree",
-           "KeepModuleTrainer", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
+           "KeepModuleTrainer", "NativeWrite", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
            "ignored_layers", "is_patched", "keep_module_trainer", "load_ultralytics", "model_nc",
            "patch_model", "read_ultralytics", "resume_training", "quiet", "setup_offline",
-           "ultralytics", "YOLOModel"]
+           "to_native", "ultralytics", "write_native", "YOLOModel"]

@@ -1,0 +1,79 @@
+"""Progress: a tqdm bar on a terminal; in a log file or a pipe, a plain line per finished part
+(a group of the sensitivity analysis, a whole bar) instead of a bar redrawn at every update,
+which would keep every frame in the log."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterable, TextIO
+
+from tqdm.auto import tqdm
+
+
+def interactive(stream: TextIO | None = None) -> bool:
+    """True when ``stream`` (default: stderr, where the bars go) is a terminal, or in a
+    notebook."""
+    if "ipykernel" in sys.modules:  # a notebook: tqdm.auto draws a widget, updated in place
+        return True
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed, or not a real stream
+        return False
+
+
+class PlainProgress:
+    """What a bar says, as plain lines: one when the part named by ``set_postfix_str`` changes
+    (the previous part is done) and one when it closes. The same calls as a tqdm bar."""
+
+    def __init__(self, iterable: Iterable | None = None, *, total: int | None = None,
+                 desc: str = "", unit: str = "it", stream: TextIO | None = None):
+        self.iterable, self.desc, self.unit = iterable, desc, unit
+        self.total = total if total is not None else (len(iterable) if hasattr(iterable, "__len__")
+                                                      else None)
+        self.n, self.part, self.closed = 0, None, False
+        self.stream = stream
+        self.start = time.monotonic()
+
+    def __iter__(self):
+        try:
+            for item in self.iterable:
+                yield item
+                self.update()
+        finally:
+            self.close()
+
+    def _line(self, what: str) -> None:
+        total = f"/{self.total}" if self.total is not None else ""
+        print(f"{self.desc}: {self.n}{total} {self.unit} {what} "
+              f"({time.monotonic() - self.start:.0f} s)",
+              file=self.stream if self.stream is not None else sys.stderr, flush=True)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        if self.part is not None and text != self.part:
+            self._line(f"after {self.part}")
+        self.part = text
+
+    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._line("done")
+
+
+def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
+                 unit: str = "it", enabled: bool = True, lines: bool = True, **tqdm_options: Any):
+    """A tqdm bar when stderr is a terminal; otherwise a :class:`PlainProgress` (``lines=False``:
+    nothing, for a caller that prints its own line per part, e.g. per epoch). ``enabled=False``:
+    nothing at all."""
+    if enabled and interactive():
+        return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True,
+                    **tqdm_options)
+    if enabled and lines:
+        return PlainProgress(iterable, total=total, desc=desc, unit=unit)
+    return tqdm(iterable, total=total, disable=True)
