@@ -61,3 +61,40 @@ def test_reports(tmp_path):
     assert to_csv(report).splitlines()[0] == "metric,baseline,pruned,change"
     paths = write_reports(report, tmp_path / "out")
     assert json.loads(paths["json"].read_text())["flops_reduction"] == 0.5
+
+
+def test_report_times_both_sides_in_pairs_and_shows_the_spread(monkeypatch):
+    """Both latencies of a report come from one paired measurement (no separate timing of each
+    side minutes apart), and the table shows the spread over the paired rounds."""
+    import autoprune.flow.report as report_mod
+    from autoprune.engine.latency import PairedTimer
+    from autoprune.engine.measure import count_flops
+    from autoprune.tasks import get_adapter
+
+    calls = []
+
+    def compare(self, candidate):  # FLOPs ratio stands in for the clock; spread 0.48..0.52
+        calls.append(candidate)
+        self.base_rounds.append(10.0)
+        relative = count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
+        self.last_ratios = [relative - 0.02, relative, relative + 0.02]
+        return relative
+
+    monkeypatch.setattr(PairedTimer, "compare", compare)
+    monkeypatch.setattr(report_mod.torch.cuda, "is_available", lambda: False)
+    torch.manual_seed(0)
+    wide = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 16, 3))
+    narrow = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 16, 3))
+    adapter = get_adapter("classification", num_classes=10, input_size=32)
+    sides = report_mod.compare_sides(adapter, wide, narrow, {"top1": 0.9}, {"top1": 0.8})
+    assert len(calls) == 1  # one paired measurement for both columns
+    paired = sides["latency_paired"]["cpu"]
+    assert sides["baseline"]["latency_cpu_ms"] == pytest.approx(10.0)
+    assert sides["pruned"]["latency_cpu_ms"] == pytest.approx(10.0 * (1 - paired["reduction"]))
+    assert paired["threads"] == torch.get_num_threads() and paired["device"] == "cpu"
+    relative = 1 - paired["reduction"]
+    assert paired["reduction_range"] == pytest.approx([1 - relative - 0.02, 1 - relative + 0.02])
+    report = {"task": "classification", **sides, "flops_reduction": 0.5}
+    change = (relative - 1) * 100
+    row = next(line for line in to_console(report).splitlines() if line.startswith("CPU latency"))
+    assert f"{change:+.1f} % ({change - 2:+.1f} to {change + 2:+.1f})" in row, row

@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from ..errors import ConfigError, SensitivityFileError
 from .groups import PruningGraph
-from .measure import _to, flush_denormals, timed_runs
+from .measure import flush_denormals, timed_runs, to_device
 from .progress import progress_bar
 from .points import pruned_temporarily
 from .store import SensitivityRecord, check_fingerprint, read_record, write_record
@@ -157,9 +157,10 @@ class PairedTimer:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.threads = self.setting["threads"]
         self.rounds, self.runs, self.warmup = rounds, runs, warmup
-        self.inputs = _to(timed_inputs(example_inputs, batch), self.device)
+        self.inputs = to_device(timed_inputs(example_inputs, batch), self.device)
         self.base = copy.deepcopy(model).to(self.device).eval()
         self.base_rounds: list[float] = []
+        self.last_ratios: list[float] = []
         flush_denormals()
 
     def _time(self, model: nn.Module, n: int) -> float:
@@ -192,6 +193,7 @@ class PairedTimer:
         pairs = range(len(base) - 1) if len(base) > 1 else [None]
         ratios = [pruned[0] / base[0] if i is None else
                   (pruned[i] + pruned[i + 1]) / (base[i] + base[i + 1]) for i in pairs]
+        self.last_ratios = ratios  # the spread of the last comparison
         return statistics.median(ratios)
 
     @property
@@ -337,8 +339,11 @@ def paired_reduction(baseline: nn.Module, pruned: nn.Module, example_inputs: Any
                      device: Any = "cpu", threads: int | None = None,
                      batch: int = 1) -> dict[str, Any]:
     """How much faster ``pruned`` is than ``baseline`` (timed in pairs, see :class:`PairedTimer`):
-    ``{"reduction", "baseline_ms", "pruned_ms", "setting"}``."""
+    ``{"reduction", "baseline_ms", "pruned_ms", "setting", "reduction_range", "rounds"}``, the
+    range being the least and the most of the neighbouring round pairs' reductions."""
     timer = PairedTimer(baseline, example_inputs, device=device, threads=threads, batch=batch)
     relative = timer.compare(pruned)
+    spread = timer.last_ratios or [relative]
     return {"reduction": 1.0 - relative, "baseline_ms": timer.baseline_ms,
-            "pruned_ms": relative * timer.baseline_ms, "setting": timer.setting}
+            "pruned_ms": relative * timer.baseline_ms, "setting": timer.setting,
+            "reduction_range": [1.0 - max(spread), 1.0 - min(spread)], "rounds": timer.rounds}

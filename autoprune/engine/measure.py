@@ -29,13 +29,14 @@ def _call(model: nn.Module, inputs: Any):
     return model(inputs)
 
 
-def _to(inputs: Any, device: torch.device) -> Any:
+def to_device(inputs: Any, device: Any) -> Any:
+    """``inputs`` (a tensor, or a dict/list/tuple of them) moved to ``device``."""
     if isinstance(inputs, torch.Tensor):
         return inputs.to(device)
     if isinstance(inputs, dict):
-        return {k: _to(v, device) for k, v in inputs.items()}
+        return {k: to_device(v, device) for k, v in inputs.items()}
     if isinstance(inputs, (tuple, list)):
-        return type(inputs)(_to(v, device) for v in inputs)
+        return type(inputs)(to_device(v, device) for v in inputs)
     return inputs
 
 
@@ -81,7 +82,7 @@ def latency_ms(model: nn.Module, example_inputs: Any, *, device: str | torch.dev
         raise RuntimeError("device='cuda' was asked but CUDA is not available on this machine")
     original = next(model.parameters()).device
     was_training = model.training
-    inputs = _to(example_inputs, device)
+    inputs = to_device(example_inputs, device)
     model.to(device).eval()
     flush_denormals()
     try:

@@ -23,7 +23,7 @@ from ..tasks.base import TaskAdapter
 from ..tasks.registry import TASKS, get_adapter
 from .latency import check_unused_settings, latency_target, timed_default
 from .options import check_save_dir, check_targets, sens_mode
-from .report import figures, to_console, write_reports
+from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file
 
 
@@ -162,9 +162,9 @@ def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, 
     adapter, meta = adapter_for_checkpoint(baseline, eval_data=data, eval_limit=eval_limit,
                                            device=device, progress=False)
     models = [load_model(p, adapter).to(adapter.device) for p in (baseline, pruned)]
-    base, pruned_ = (figures(adapter, m, adapter.evaluate(m)) for m in models)
-    report = {"task": adapter.task, "arch": meta.get("arch"), "baseline": base,
-              "pruned": pruned_, "flops_reduction": 1 - pruned_["flops"] / base["flops"]}
+    sides = compare_sides(adapter, *models, *(adapter.evaluate(m) for m in models))
+    report = {"task": adapter.task, "arch": meta.get("arch"), **sides,
+              "flops_reduction": 1 - sides["pruned"]["flops"] / sides["baseline"]["flops"]}
     write_reports(report, check_save_dir(save_dir))
     print(to_console(report))
     return report

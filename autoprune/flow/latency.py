@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch.nn as nn
 
@@ -120,9 +120,11 @@ def _restore(saved: dict[str, Any]) -> LatencyRatios:
 
 def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
                   target: LatencyTarget | None, baseline: nn.Module, pruned: nn.Module,
-                  example_inputs: Any, chosen: Any = None) -> dict[str, Any]:
+                  example_inputs: Any, chosen: Any = None,
+                  cpu: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The report's ``target`` (``{kind: latency|flops|loss, value}``, with where latency is
-    measured) and ``latency_reduction``, timed in pairs on the target's device (CPU otherwise)."""
+    measured) and ``latency_reduction``, timed in pairs where the target names (for a FLOPs or
+    loss target: on the CPU, or ``cpu``, a :func:`paired_reduction` already taken there)."""
     if target is not None:
         entry = {"kind": "latency", "value": target.value, **target.timing()}
         if eval_metric_loss is not None:
@@ -131,10 +133,14 @@ def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
         entry = {"kind": "flops", "value": pruned_flops}
     else:
         entry = {"kind": "loss", "value": eval_metric_loss}
-    timing = target.timing() if target is not None else {"device": "cpu"}
-    measured = paired_reduction(baseline, pruned, example_inputs, **timing)
+    if target is None and cpu is not None:
+        measured = dict(cpu)
+    else:
+        timing = target.timing() if target is not None else {"device": "cpu"}
+        measured = paired_reduction(baseline, pruned, example_inputs, **timing)
+        measured.update(measured.pop("setting"))
     out = {"target": entry, "latency_reduction": measured.pop("reduction"),
-           "latency_measured": {**measured.pop("setting"), **measured}}
+           "latency_measured": measured}
     if isinstance(chosen, LatencyRatios):
         out["latency_allocation"] = figures_of(chosen)
     return out

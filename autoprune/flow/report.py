@@ -12,20 +12,37 @@ from typing import Any, Mapping
 import torch
 import torch.nn as nn
 
-from ..engine.latency import describe
-from ..engine.measure import measure
+from ..engine.latency import describe, paired_reduction
+from ..engine.measure import count_flops, count_params, size_mb, to_device
 from ..tasks.base import TaskAdapter
 
-def figures(adapter: TaskAdapter, model: nn.Module, metrics: dict[str, float]) -> dict[str, Any]:
-    """Params, FLOPs, file size and CPU (and GPU) latency of ``model`` on the adapter's timing
-    batch, with ``metrics``: one side of a report."""
-    inputs = adapter.timing_inputs(model)
-    cpu = measure(copy.deepcopy(model).cpu(), inputs.cpu() if torch.is_tensor(inputs) else inputs)
-    gpu = None
+def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
+                  base_metrics: dict[str, float], pruned_metrics: dict[str, float]
+                  ) -> dict[str, Any]:
+    """The two sides of a report (params, FLOPs, file size, metrics, CPU and GPU latency) on the
+    adapter's timing batch. The two models' latencies are timed together, in alternating rounds
+    (:func:`~autoprune.engine.latency.paired_reduction`), on the CPU with torch's threads and on
+    the GPU when there is one: ``{"baseline", "pruned", "latency_paired": {"cpu", "gpu"}}``."""
+    inputs = adapter.timing_inputs(baseline)
+    on_cpu = to_device(inputs, "cpu")
+    batch = int(on_cpu.shape[0]) if torch.is_tensor(on_cpu) and on_cpu.dim() else 1
+    models = {"baseline": copy.deepcopy(baseline).cpu(), "pruned": copy.deepcopy(pruned).cpu()}
+    out: dict[str, Any] = {
+        side: {"params": count_params(m), "flops": count_flops(m, on_cpu), "size_mb": size_mb(m),
+               "metrics": metrics}
+        for (side, m), metrics in zip(models.items(), (base_metrics, pruned_metrics))}
+    paired = {"cpu": paired_reduction(models["baseline"], models["pruned"], on_cpu,
+                                      device="cpu", batch=batch), "gpu": None}
     if torch.cuda.is_available():
-        gpu = measure(model, inputs, device="cuda")["latency_ms"]
-    return {"params": cpu["params"], "flops": cpu["flops"], "size_mb": cpu["size_mb"],
-            "metrics": metrics, "latency_cpu_ms": cpu["latency_ms"], "latency_gpu_ms": gpu}
+        paired["gpu"] = paired_reduction(baseline, pruned, inputs, device="cuda", batch=batch)
+    for kind in ("cpu", "gpu"):
+        timed = paired[kind]
+        out["baseline"][f"latency_{kind}_ms"] = timed and timed["baseline_ms"]
+        out["pruned"][f"latency_{kind}_ms"] = timed and timed["pruned_ms"]
+        if timed:
+            timed.update(timed.pop("setting"))
+    out["latency_paired"] = paired
+    return out
 
 
 _ROWS = (("params", "Params", lambda v: f"{v / 1e6:.3f} M"),
@@ -38,11 +55,16 @@ _ROWS = (("params", "Params", lambda v: f"{v / 1e6:.3f} M"),
 def _rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     base, pruned = report["baseline"], report["pruned"]
     rows = []
+    paired = report.get("latency_paired") or {}
     for key, label, fmt in _ROWS:
         b, p = base.get(key), pruned.get(key)
         if b is None or p is None:
             continue
         change = f"{(p / b - 1) * 100:+.1f} %" if b else "n/a"
+        timed = paired.get(key.split("_")[1]) if key.startswith("latency_") else None
+        if isinstance(timed, Mapping) and timed.get("reduction_range"):
+            lo, hi = sorted(-100 * r for r in timed["reduction_range"])
+            change += f" ({lo:+.1f} to {hi:+.1f})"  # the spread over the paired rounds
         rows.append((label, fmt(b), fmt(p), change))
     for name, b in base.get("metrics", {}).items():
         p = pruned.get("metrics", {}).get(name)

@@ -28,7 +28,7 @@ from .options import (check_numbers, check_save_dir, check_sensitivity_options, 
                       names_a_missing_file, sens_mode, written_by_run)
 from .plots import plot_sensitivities
 from .previous import previous_run
-from .report import figures, to_console, write_reports
+from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file, get_sensitivities
 
 
@@ -164,6 +164,8 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
                         meta={**meta, "pruned": True, "plan": result.plan}, **resuming)
 
     def finish() -> dict[str, Any]:
+        sides = compare_sides(adapter, baseline_model, model, base_metrics,
+                              adapter.evaluate(model))
         report = {"task": adapter.task, "arch": arch, "sensitivities_file": str(sens_path),
                   "eval_metric_loss": None if pruned_flops is not None else eval_metric_loss,
                   "pruned_flops_target": pruned_flops, "pruned_latency_target": pruned_latency,
@@ -171,9 +173,9 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
                   "flops_reduction": result.flops_reduction,
                   **target_fields(eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                                   target=target, baseline=baseline_model, pruned=model,
-                                  example_inputs=adapter.example_inputs(model), chosen=chosen),
-                  "baseline": figures(adapter, baseline_model, base_metrics),
-                  "pruned": figures(adapter, model, adapter.evaluate(model))}
+                                  example_inputs=adapter.example_inputs(model), chosen=chosen,
+                                  cpu=sides["latency_paired"]["cpu"]),
+                  **sides}
         write_reports(report, save_dir)
         plot_sensitivities(sens, save_dir / "sensitivity.png",
                            title=f"Sensitivity: {arch or 'model'}",
