@@ -57,6 +57,10 @@ def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
         expected = (out if torch.is_tensor(out) else out[0]).numpy()
         assert got.shape == expected.shape and got.shape[0] == batch
         np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
+    # the declared output shape: the batch axis named, every other axis the real, fixed size (the
+    # exporter's shape inference had named a mask's height "batch")
+    declared = session.get_outputs()[0].shape
+    assert declared[0] == "batch" and declared[1:] == list(expected.shape[1:]), declared
 
 
 def test_static_export_takes_batch_1_only(tmp_path):

@@ -274,15 +274,40 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
     model.eval()
     try:
         with torch.no_grad():
-            outputs = sum(1 for _ in tensors_in(model(*args)))
+            shapes = [tuple(t.shape) for t in tensors_in(model(*args))]
         inputs = _names("input", len(args))
-        output_names = _names("output", outputs)
+        output_names = _names("output", len(shapes))
         axes = {name: {0: "batch"} for name in inputs + output_names} if dynamic_batch else None
         torch.onnx.export(model, args, str(path), opset_version=opset_version, dynamo=False,
                           input_names=inputs, output_names=output_names, dynamic_axes=axes)
     finally:
         model.train(was_training)
+    _declare_output_shapes(path, shapes, dynamic_batch)
     return path
+
+
+def _declare_output_shapes(path: Path, shapes: list[tuple[int, ...]], dynamic_batch: bool) -> None:
+    """Write the outputs' true shapes into the ONNX graph: the exporter's shape inference can name
+    a static axis after the batch (a segmentation mask's height came out as ``batch``). Every axis
+    but the batch is fixed by the example's input size. Needs the ``onnx`` package (the export
+    extra); without it the file is left as exported."""
+    try:
+        import onnx
+    except ImportError:
+        return
+    if path.stat().st_size > 1_900_000_000:  # a protobuf over 2 GB holds external data
+        return
+    graph_model = onnx.load(str(path))
+    for output, shape in zip(graph_model.graph.output, shapes):
+        dims = output.type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            continue
+        for i, (dim, size) in enumerate(zip(dims, shape)):
+            if i == 0 and dynamic_batch:
+                dim.dim_param = "batch"
+            else:
+                dim.dim_value = size
+    onnx.save(graph_model, str(path))
 
 
 def _names(stem: str, count: int) -> list[str]:
