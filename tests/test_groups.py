@@ -230,3 +230,41 @@ def test_a_group_through_a_concat_torch_pruning_cannot_map_is_left_out():
     assert [g.name for g in ap.prunable_groups(model, x)] == ["c0"]
     ap.prune(model, x, {"c0": 0.5})
     assert model.a.in_channels == 3 and model(x).shape == (1, 4)
+
+
+class Folded(nn.Module):
+    """An ECA-style channel attention: a view folds ``a``'s channels into the last axis of a
+    Conv1d's input (torch-pruning maps each channel to all of them) and back."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = nn.Conv2d(3, 16, 3), nn.Conv2d(16, 8, 3), nn.Conv2d(8, 4, 1)
+        self.mix = nn.Conv1d(1, 1, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        y = self.a(x)
+        w = self.mix(y.mean((2, 3)).view(y.shape[0], 1, -1)).view(y.shape[0], -1, 1, 1)
+        return self.head(self.b(y * w.sigmoid()))
+
+
+@pytest.mark.parametrize("limit, value", [("MAX_FOLDED_INDICES", 500), ("MAX_GROUP_ITEMS", 10),
+                                          ("MAX_VISITS", 2)])
+def test_a_group_whose_search_goes_over_its_budget_is_left_whole(limit, value, monkeypatch):
+    # MAnet, YOLO12, ECA-ResNets, FocalNet: torch-pruning's walk for one group ran for minutes;
+    # here the budgets are shrunk so that the walk of the folded group `a` (1056 folded indices,
+    # 25 items, one layer reached 3 times) goes over them and `b`'s (6 items) does not
+    from autoprune.engine import groups as groups_module
+
+    model, x = Folded(), torch.randn(1, 3, 16, 16)
+    assert [g.name for g in PruningGraph(model, x, probe=False).groups] == ["a", "b"]
+    monkeypatch.setattr(groups_module, limit, value)
+    with pytest.warns(UserWarning, match=r"channel group\(s\) of Folded are too entangled for "
+                                         r"the dependency search .* left whole: a"):
+        graph = PruningGraph(model, x, probe=False)
+    # (`mix`, reached from `a`, cannot root a fragment of `a`'s group; with a budget this small
+    # its own walk goes over too)
+    assert [g.name for g in graph.groups] == ["b"] and graph.over_budget[0] == "a"
+    assert groups_module._WALK is None  # the budget is off outside the listing
+    with pytest.warns(UserWarning, match="too entangled"):
+        ap.prune(model, x, {"b": 0.5})  # forming a listed group for removal has no budget
+    assert model.b.out_channels == 4 and model.a.out_channels == 16 and model(x).shape[1] == 4

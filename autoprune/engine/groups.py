@@ -11,7 +11,7 @@ import json
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -57,6 +57,69 @@ def _update_concat_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> Non
 
 tp.dependency.index_mapping.update_index_mapping = _update_index_mapping_when_stale
 tp.dependency.index_mapping.update_concat_index_mapping = _update_concat_index_mapping_or_mark
+
+# The walk that forms one group while a PruningGraph lists its groups has a budget. torch-pruning
+# maps channel indices through every reshape that folds channels into other axes (an ECA or
+# global-context block's view, an area attention's heads): the index lists grow by the folded
+# size at each such step, and on some graphs (MAnet's fusion blocks, YOLO12's area attention,
+# ECA-ResNets, FocalNet's modulation) the walk revisits the same layers with ever new index sets
+# for many minutes. Measured on 2 cores: a healthy group of the zoo (ResNets, DenseNets, ViT-B,
+# YOLOv8) maps no folded index and holds at most ~1000 items (ViT-B/16), each layer reached at
+# most 5 times; the runaway walks pass 2 million folded indices or 169 visits of one layer. A
+# group over budget is left whole (with a warning); the check costs ~1 s per such root.
+MAX_FOLDED_INDICES = 200_000  # indices mapped through reshapes that fold channels, per group
+MAX_GROUP_ITEMS = 5_000  # dependency items of one group
+MAX_VISITS = 64  # times one layer (and pruning direction) is reached in one group
+
+
+class _OverBudget(Exception):
+    """The group being formed went over its budget (see :data:`MAX_FOLDED_INDICES`)."""
+
+
+class _WalkBudget:
+    """What the walk forming one group has spent, and what it reached."""
+
+    def __init__(self) -> None:
+        self.folded = 0
+        self.items = 0
+        self.visits: dict[tuple[int, Any], int] = {}
+        self.reached: list[Any] = []  # the dependency of every item added
+
+    def fold(self, count: int) -> None:
+        self.folded += count
+        if self.folded > MAX_FOLDED_INDICES:
+            raise _OverBudget(f"over {MAX_FOLDED_INDICES} folded channel indices")
+
+    def add(self, dep: Any) -> None:
+        self.items += 1
+        key = (id(dep.target), dep.handler)
+        self.visits[key] = self.visits.get(key, 0) + 1
+        self.reached.append(dep)
+        if self.items > MAX_GROUP_ITEMS:
+            raise _OverBudget(f"over {MAX_GROUP_ITEMS} items")
+        if self.visits[key] > MAX_VISITS:
+            raise _OverBudget(f"one layer reached over {MAX_VISITS} times")
+
+
+_WALK: _WalkBudget | None = None  # the budget of the group a PruningGraph is forming, if any
+_tp_flatten_mapping = tp.dependency.index_mapping._FlattenIndexMapping.__call__
+_tp_add_dep = tp.dependency.Group.add_dep
+
+
+def _flatten_mapping_within_budget(self, idxs):
+    if _WALK is not None:
+        _WALK.fold(len(idxs) * (1 if self.reverse else self._stride))
+    return _tp_flatten_mapping(self, idxs)
+
+
+def _add_dep_within_budget(self, dep, idxs):
+    if _WALK is not None:
+        _WALK.add(dep)
+    return _tp_add_dep(self, dep, idxs)
+
+
+tp.dependency.index_mapping._FlattenIndexMapping.__call__ = _flatten_mapping_within_budget
+tp.dependency.Group.add_dep = _add_dep_within_budget
 
 
 @dataclass(frozen=True)
@@ -151,7 +214,14 @@ class PruningGraph:
         self._order = {n: i for i, n in enumerate(self.names.values())}
         self.modules = dict(model.named_modules())
         self.example_inputs = example_inputs
+        self.over_budget: list[str] = []  # roots whose group's walk went over its budget
         self.groups = self._list_groups()
+        if self.over_budget:
+            names = ", ".join(self.over_budget[:4]) + (", ..." if len(self.over_budget) > 4 else "")
+            warnings.warn(f"{len(self.over_budget)} channel group(s) of {type(model).__name__} are "
+                          f"too entangled for the dependency search (channels folded into other "
+                          f"axes, e.g. by attention or channel-attention reshapes) and are left "
+                          f"whole: {names}", stacklevel=2)
         if probe:
             self.groups = self._safe(self.groups)
         if not self.groups:
@@ -172,9 +242,47 @@ class PruningGraph:
             return False  # cutting the inputs of the last layer leaves the output as it is
         return True
 
+    def _all_groups(self) -> Iterator[Any]:
+        """torch-pruning's ``get_all_groups`` (each coupled group once, from its first root; no
+        group that cuts an ignored layer's outputs), with a budget on each group's walk: a root
+        whose group goes over it is left whole and listed in :attr:`over_budget`, and so are the
+        layers its walk reached: they are not tried as roots (the walk would run away again) and
+        no other group may cut them (it would be a fragment of the group that could not be
+        formed, e.g. a one-channel group from an ECA-ResNet's Conv1d)."""
+        global _WALK
+        visited: set[int] = set()  # ids: a target may be an unwrapped parameter (a tensor)
+        entangled: set[int] = set()  # layers reached by a walk over budget
+        ignored = {id(m) for m in self.ignored + list(self.dg.IGNORED_LAYERS_IN_TRACING)}
+        for module in list(self.dg.module2node):
+            if id(module) in ignored or id(module) in visited or \
+                    not isinstance(module, ROOT_TYPES):
+                continue
+            pruner = self.dg.get_pruner_of_module(module)
+            if pruner is None or pruner.get_out_channels(module) is None:
+                continue
+            _WALK = budget = _WalkBudget()
+            try:
+                group = self.dg.get_pruning_group(module, pruner.prune_out_channels,
+                                                  list(range(pruner.get_out_channels(module))))
+            except _OverBudget:
+                self.over_budget.append(self.names.get(module, type(module).__name__))
+                entangled |= {id(module)} | {id(dep.target.module) for dep in budget.reached
+                                             if self.dg.is_out_channel_pruning_fn(dep.handler)}
+                visited |= entangled
+                continue
+            finally:
+                _WALK = None
+            prunable = True
+            for dep, _ in group:
+                if self.dg.is_out_channel_pruning_fn(dep.handler):
+                    visited.add(id(dep.target.module))
+                    prunable = prunable and id(dep.target.module) not in ignored | entangled
+            if prunable:
+                yield group
+
     def _list_groups(self) -> list[PrunableGroup]:
         groups = []
-        for group in self.dg.get_all_groups(ignored_layers=self.ignored, root_module_types=ROOT_TYPES):
+        for group in self._all_groups():
             if any(self._cuts_output(dep) or _gathers_channels(dep.target) or _unmapped(dep.target)
                    for dep, _ in group):
                 continue
