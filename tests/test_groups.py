@@ -268,3 +268,34 @@ def test_a_group_whose_search_goes_over_its_budget_is_left_whole(limit, value, m
     with pytest.warns(UserWarning, match="too entangled"):
         ap.prune(model, x, {"b": 0.5})  # forming a listed group for removal has no budget
     assert model.b.out_channels == 4 and model.a.out_channels == 16 and model(x).shape[1] == 4
+
+
+class GainConv(nn.Conv2d):
+    """A conv with a per-output-channel gain (as timm's weight-standardised ScaledStdConv2d)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gain = nn.Parameter(torch.rand(self.out_channels, 1, 1, 1) + 0.5)
+
+    def forward(self, x):
+        return self._conv_forward(x, self.weight * self.gain, self.bias)
+
+
+def test_per_output_channel_parameters_of_a_conv_subclass_follow_its_outputs(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(GainConv(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 6, 3, groups=1),
+                          nn.ReLU(), GainConv(6, 6, 3, groups=6), nn.Conv2d(6, 4, 1)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    gains = [model[0].gain.detach().clone(), model[4].gain.detach().clone()]
+    result = ap.prune(model, x, {"0": 0.5, "2": 0.5})
+    kept0 = sorted(set(range(8)) - set(result.plan["0"]["removed"]))
+    kept2 = sorted(set(range(6)) - set(result.plan["2"]["removed"]))
+    assert torch.equal(model[0].gain, gains[0][kept0])
+    assert torch.equal(model[4].gain, gains[1][kept2])  # a depthwise conv: cut through its inputs
+    with torch.no_grad():
+        out = model(x)
+    path = ap.save_pruned(model, tmp_path / "m.pt")
+    fresh = nn.Sequential(GainConv(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 6, 3), nn.ReLU(),
+                          GainConv(6, 6, 3, groups=6), nn.Conv2d(6, 4, 1))
+    with torch.no_grad():
+        assert torch.equal(ap.load_pruned(path, fresh).eval()(x), out)

@@ -437,9 +437,34 @@ class PruningGraph:
         """Physically remove channels ``idxs`` of ``group`` from the model (in place); model
         attributes that repeat a channel count follow (:mod:`autoprune.attributes`)."""
         if idxs:
-            self.tp_group(group, idxs).prune()
+            tp_group = self.tp_group(group, idxs)
+            extra = self._extra_channel_parameters(tp_group)
+            tp_group.prune()
+            for module, name, removed in extra:
+                if _out_channels(module) < module._parameters[name].shape[0]:
+                    _drop_rows(module, name, removed)
             self.resized()
             sync_attributes(self.model)
+
+    def _extra_channel_parameters(self, tp_group) -> list[tuple[nn.Module, str, list[int]]]:
+        """``(layer, parameter name, output channels removed)`` for each parameter of a
+        conv/linear subclass other than ``weight``/``bias`` that holds one row per output channel
+        (timm's weight-standardised ``ScaledStdConv2d.gain``): torch-pruning slices only
+        ``weight`` and ``bias``, so these follow the outputs here (a depthwise conv's input cut
+        removes the same outputs)."""
+        extra = []
+        for dep, idxs in tp_group:
+            module = dep.target.module
+            if not isinstance(module, ROOT_TYPES) or type(module) in ROOT_TYPES or not idxs:
+                continue
+            depthwise = getattr(module, "groups", 1) > 1 and module.groups == module.in_channels
+            if not (self.dg.is_out_channel_pruning_fn(dep.handler) or depthwise):
+                continue
+            for name, param in module._parameters.items():
+                if name not in ("weight", "bias") and param is not None and param.dim() \
+                        and param.shape[0] == _out_channels(module):
+                    extra.append((module, name, list(idxs)))
+        return extra
 
     def resized(self) -> None:
         """Tell the graph that channel counts changed (a removal, or one undone): torch-pruning's
@@ -448,6 +473,20 @@ class PruningGraph:
 
 
 _UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
+
+
+def _out_channels(module: nn.Module) -> int:
+    return module.out_features if isinstance(module, nn.Linear) else module.out_channels
+
+
+def _drop_rows(module: nn.Module, name: str, removed: Sequence[int]) -> None:
+    """Remove rows ``removed`` (dim 0) of ``module``'s parameter ``name``."""
+    param = module._parameters[name]
+    gone = set(removed)
+    keep = torch.tensor([i for i in range(param.shape[0]) if i not in gone], dtype=torch.long,
+                        device=param.device)
+    module._parameters[name] = nn.Parameter(param.data.index_select(0, keep).clone(),
+                                            requires_grad=param.requires_grad)
 
 
 def _shapes(value: Any) -> tuple | None:
