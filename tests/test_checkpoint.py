@@ -320,3 +320,32 @@ def test_tampered_build_metadata_is_named_not_another_architecture(field, change
         msg = assert_one_line(info)
         assert f"metadata field {field!r}" in msg and "is damaged" in msg, msg
         assert "restore a copy or save the model again" in msg and "another" not in msg, msg
+
+
+class RmsNorm(nn.Module):
+    """An RMS norm of its own (as timm's RmsNorm): ``normalized_shape`` and a weight, no
+    torch-pruning support for either."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.normalized_shape = (channels,)
+        self.weight = nn.Parameter(torch.rand(channels) + 0.5)
+
+    def forward(self, x):
+        return nn.functional.rms_norm(x, self.normalized_shape, self.weight, 1e-6)
+
+
+def test_a_norm_of_another_library_keeps_its_normalized_shape_true(tmp_path):
+    def build():
+        return nn.Sequential(nn.Linear(6, 16), RmsNorm(16), nn.GELU(), nn.Linear(16, 3))
+
+    torch.manual_seed(0)
+    model, x = build().eval(), torch.randn(2, 6)
+    ap.prune(model, x, {"0": 0.5})
+    assert model[1].normalized_shape == (8,) == tuple(model[1].weight.shape)
+    with torch.no_grad():
+        out = model(x)
+    loaded = ap.load_pruned(ap.save_pruned(model, tmp_path / "m.pt"), build()).eval()
+    assert loaded[1].normalized_shape == (8,)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), out)
