@@ -299,3 +299,41 @@ def test_per_output_channel_parameters_of_a_conv_subclass_follow_its_outputs(tmp
                           GainConv(6, 6, 3, groups=6), nn.Conv2d(6, 4, 1))
     with torch.no_grad():
         assert torch.equal(ap.load_pruned(path, fresh).eval()(x), out)
+
+
+class Flat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 6, 3), nn.Linear(6 * 4, 2)
+
+    def forward(self, x):
+        return self.head(self.b(self.a(x)).flatten(1))
+
+
+def test_a_reshape_torch_pruning_cannot_map_leaves_its_groups_out(monkeypatch):
+    # SHViT: torch-pruning's reshape mapping divided by zero while the graph was built
+    from autoprune.engine import groups as groups_module
+
+    def fails(graph, node):
+        raise ZeroDivisionError("integer division or modulo by zero")
+
+    model, x = Flat(), torch.randn(1, 3, 6, 6)
+    assert [g.name for g in ap.prunable_groups(model, x)] == ["a", "b"]
+    monkeypatch.setattr(groups_module, "_tp_update_reshape_index_mapping", fails)
+    assert [g.name for g in ap.prunable_groups(model, x)] == ["a"]  # b's outputs are flattened
+
+
+def test_a_group_whose_walk_torch_pruning_cannot_map_is_left_whole(monkeypatch):
+    # EfficientViM: an IndexError inside torch-pruning's concat mapping, for some roots only
+    import torch_pruning as tp
+
+    def fails(self, idxs):
+        raise IndexError("list index out of range")
+
+    model, x = make_model("toy"), make_input()
+    monkeypatch.setattr(tp.dependency.index_mapping._ConcatIndexMapping, "__call__", fails)
+    with pytest.warns(UserWarning, match=r"cannot be mapped by the dependency search and are "
+                                         r"left whole: branch_b.0, branch_a.0"):
+        graph = PruningGraph(model, x, probe=False)
+    assert graph.unmappable == ["branch_b.0", "branch_a.0"]  # (torch-pruning's order)
+    assert [g.name for g in graph.groups] == ["stem.0", "block_conv1", "fuse.0"]

@@ -55,8 +55,24 @@ def _update_concat_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> Non
         node.autoprune_unmapped = True
 
 
+_tp_update_reshape_index_mapping = tp.dependency.index_mapping.update_reshape_index_mapping
+
+
+def _update_reshape_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> None:
+    """torch-pruning's reshape mapping, which divides by zero where a reshape makes fewer
+    channels than there are input channels and does not divide them (SHViT's single-head
+    attention); such a reshape is marked instead, and a group through it is left out."""
+    try:
+        _tp_update_reshape_index_mapping(graph, node)
+    except ZeroDivisionError:
+        if not hasattr(graph, "_autoprune_mapping_fresh"):  # not a PruningGraph's
+            raise
+        node.autoprune_unmapped = True
+
+
 tp.dependency.index_mapping.update_index_mapping = _update_index_mapping_when_stale
 tp.dependency.index_mapping.update_concat_index_mapping = _update_concat_index_mapping_or_mark
+tp.dependency.index_mapping.update_reshape_index_mapping = _update_reshape_index_mapping_or_mark
 
 # The walk that forms one group while a PruningGraph lists its groups has a budget. torch-pruning
 # maps channel indices through every reshape that folds channels into other axes (an ECA or
@@ -215,13 +231,16 @@ class PruningGraph:
         self.modules = dict(model.named_modules())
         self.example_inputs = example_inputs
         self.over_budget: list[str] = []  # roots whose group's walk went over its budget
+        self.unmappable: list[str] = []  # roots whose walk torch-pruning could not map
         self.groups = self._list_groups()
-        if self.over_budget:
-            names = ", ".join(self.over_budget[:4]) + (", ..." if len(self.over_budget) > 4 else "")
-            warnings.warn(f"{len(self.over_budget)} channel group(s) of {type(model).__name__} are "
-                          f"too entangled for the dependency search (channels folded into other "
-                          f"axes, e.g. by attention or channel-attention reshapes) and are left "
-                          f"whole: {names}", stacklevel=2)
+        for roots, why in ((self.over_budget, "are too entangled for the dependency search "
+                                              "(channels folded into other axes, e.g. by attention "
+                                              "or channel-attention reshapes)"),
+                           (self.unmappable, "cannot be mapped by the dependency search")):
+            if roots:
+                names = ", ".join(roots[:4]) + (", ..." if len(roots) > 4 else "")
+                warnings.warn(f"{len(roots)} channel group(s) of {type(model).__name__} {why} "
+                              f"and are left whole: {names}", stacklevel=2)
         if probe:
             self.groups = self._safe(self.groups)
         if not self.groups:
@@ -245,13 +264,14 @@ class PruningGraph:
     def _all_groups(self) -> Iterator[Any]:
         """torch-pruning's ``get_all_groups`` (each coupled group once, from its first root; no
         group that cuts an ignored layer's outputs), with a budget on each group's walk: a root
-        whose group goes over it is left whole and listed in :attr:`over_budget`, and so are the
-        layers its walk reached: they are not tried as roots (the walk would run away again) and
-        no other group may cut them (it would be a fragment of the group that could not be
-        formed, e.g. a one-channel group from an ECA-ResNet's Conv1d)."""
+        whose group goes over it (or whose walk torch-pruning cannot map) is left whole and listed
+        in :attr:`over_budget` (:attr:`unmappable`), and so are the layers its walk reached: they
+        are not tried as roots (the walk would run away again) and no other group may cut them
+        (it would be a fragment of the group that could not be formed, e.g. a one-channel group
+        from an ECA-ResNet's Conv1d)."""
         global _WALK
         visited: set[int] = set()  # ids: a target may be an unwrapped parameter (a tensor)
-        entangled: set[int] = set()  # layers reached by a walk over budget
+        entangled: set[int] = set()  # layers reached by a walk that failed
         ignored = {id(m) for m in self.ignored + list(self.dg.IGNORED_LAYERS_IN_TRACING)}
         for module in list(self.dg.module2node):
             if id(module) in ignored or id(module) in visited or \
@@ -264,8 +284,10 @@ class PruningGraph:
             try:
                 group = self.dg.get_pruning_group(module, pruner.prune_out_channels,
                                                   list(range(pruner.get_out_channels(module))))
-            except _OverBudget:
-                self.over_budget.append(self.names.get(module, type(module).__name__))
+            except Exception as e:  # noqa: BLE001 - over budget, or torch-pruning's own error
+                # in a mapping it cannot do (EfficientViM's concat offsets): the group is unknown
+                (self.over_budget if isinstance(e, _OverBudget) else self.unmappable).append(
+                    self.names.get(module, type(module).__name__))
                 entangled |= {id(module)} | {id(dep.target.module) for dep in budget.reached
                                              if self.dg.is_out_channel_pruning_fn(dep.handler)}
                 visited |= entangled
@@ -276,7 +298,8 @@ class PruningGraph:
             for dep, _ in group:
                 if self.dg.is_out_channel_pruning_fn(dep.handler):
                     visited.add(id(dep.target.module))
-                    prunable = prunable and id(dep.target.module) not in ignored | entangled
+                    prunable = prunable and id(dep.target.module) not in ignored \
+                        and id(dep.target.module) not in entangled
             if prunable:
                 yield group
 
