@@ -256,8 +256,10 @@ def test_a_group_whose_search_goes_over_its_budget_is_left_whole(limit, value, m
     from autoprune.engine import groups as groups_module
 
     model, x = Folded(), torch.randn(1, 3, 16, 16)
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})  # no verdict of another test
     assert [g.name for g in PruningGraph(model, x, probe=False).groups] == ["a", "b"]
     monkeypatch.setattr(groups_module, limit, value)
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
     with pytest.warns(UserWarning, match=r"channel group\(s\) of Folded are too entangled for "
                                          r"the dependency search .* left whole: a"):
         graph = PruningGraph(model, x, probe=False)
@@ -327,13 +329,37 @@ def test_a_group_whose_walk_torch_pruning_cannot_map_is_left_whole(monkeypatch):
     # EfficientViM: an IndexError inside torch-pruning's concat mapping, for some roots only
     import torch_pruning as tp
 
+    from autoprune.engine import groups as groups_module
+
     def fails(self, idxs):
         raise IndexError("list index out of range")
 
     model, x = make_model("toy"), make_input()
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
     monkeypatch.setattr(tp.dependency.index_mapping._ConcatIndexMapping, "__call__", fails)
     with pytest.warns(UserWarning, match=r"cannot be mapped by the dependency search and are "
                                          r"left whole: branch_b.0, branch_a.0"):
         graph = PruningGraph(model, x, probe=False)
     assert graph.unmappable == ["branch_b.0", "branch_a.0"]  # (torch-pruning's order)
     assert [g.name for g in graph.groups] == ["stem.0", "block_conv1", "fuse.0"]
+
+
+def test_a_later_graph_of_the_same_model_skips_the_failed_walks(monkeypatch):
+    # prune() after prunable_groups(), or the sensitivity analysis, builds the graph again: the
+    # walks that went over budget (~1 s each on YOLO12) are not repeated, with the same groups
+    from autoprune.engine import groups as groups_module
+
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
+    monkeypatch.setattr(groups_module, "MAX_FOLDED_INDICES", 500)
+    walks = []
+    original = PruningGraph._walk
+    monkeypatch.setattr(PruningGraph, "_walk", lambda self, *a: walks.append(1) or original(self, *a))
+    model, x = Folded(), torch.randn(1, 3, 16, 16)
+    with pytest.warns(UserWarning, match="too entangled"):
+        first = PruningGraph(model, x, probe=False)
+    assert walks
+    walks.clear()
+    with pytest.warns(UserWarning, match="too entangled"):
+        again = PruningGraph(Folded(), x, probe=False)
+    assert not walks and again.over_budget == first.over_budget == ["a"]
+    assert [g.name for g in again.groups] == [g.name for g in first.groups] == ["b"]

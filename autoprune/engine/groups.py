@@ -269,10 +269,15 @@ class PruningGraph:
         are not tried as roots (the walk would run away again) and no other group may cut them
         (it would be a fragment of the group that could not be formed, e.g. a one-channel group
         from an ECA-ResNet's Conv1d)."""
-        global _WALK
         visited: set[int] = set()  # ids: a target may be an unwrapped parameter (a tensor)
         entangled: set[int] = set()  # layers reached by a walk that failed
         ignored = {id(m) for m in self.ignored + list(self.dg.IGNORED_LAYERS_IN_TRACING)}
+        key = (type(self.model).__module__, type(self.model).__qualname__,
+               str(_shapes(self.example_inputs)), _tensor_shapes(self.model),
+               tuple(sorted(self.names.get(m, "") for m in self.ignored)))
+        known = _FAILED_WALKS.get(key)  # this architecture's failed walks, from an earlier graph
+        failed: dict[str, tuple[str, list[str]]] = {}
+        by_name = {**dict(self.model.named_parameters()), **self.modules}
         for module in list(self.dg.module2node):
             if id(module) in ignored or id(module) in visited or \
                     not isinstance(module, ROOT_TYPES):
@@ -280,20 +285,21 @@ class PruningGraph:
             pruner = self.dg.get_pruner_of_module(module)
             if pruner is None or pruner.get_out_channels(module) is None:
                 continue
-            _WALK = budget = _WalkBudget()
-            try:
-                group = self.dg.get_pruning_group(module, pruner.prune_out_channels,
-                                                  list(range(pruner.get_out_channels(module))))
-            except Exception as e:  # noqa: BLE001 - over budget, or torch-pruning's own error
-                # in a mapping it cannot do (EfficientViM's concat offsets): the group is unknown
-                (self.over_budget if isinstance(e, _OverBudget) else self.unmappable).append(
-                    self.names.get(module, type(module).__name__))
-                entangled |= {id(module)} | {id(dep.target.module) for dep in budget.reached
-                                             if self.dg.is_out_channel_pruning_fn(dep.handler)}
+            name = self.names.get(module, type(module).__name__)
+            channels = list(range(pruner.get_out_channels(module)))
+            if known is None:
+                group, reason, reached = self._walk(module, pruner.prune_out_channels, channels)
+            elif name in known:
+                group, (reason, reached) = None, known[name]
+            else:  # walked before, within the budget
+                group, reason, reached = self.dg.get_pruning_group(
+                    module, pruner.prune_out_channels, channels), "", []
+            if reason:
+                (self.over_budget if reason == "budget" else self.unmappable).append(name)
+                entangled |= {id(module)} | {id(by_name[n]) for n in reached if n in by_name}
                 visited |= entangled
+                failed[name] = (reason, reached)
                 continue
-            finally:
-                _WALK = None
             prunable = True
             for dep, _ in group:
                 if self.dg.is_out_channel_pruning_fn(dep.handler):
@@ -302,6 +308,27 @@ class PruningGraph:
                         and id(dep.target.module) not in entangled
             if prunable:
                 yield group
+        _FAILED_WALKS[key] = failed
+
+    def _walk(self, module: nn.Module, pruning_fn: Any, idxs: list[int]
+              ) -> tuple[Any, str, list[str]]:
+        """Form ``module``'s group within the walk budget: ``(group, "", [])``, or ``(None,
+        "budget" or "unmappable", names of the layers and parameters whose outputs the walk
+        reached)`` when it goes over the budget or torch-pruning fails inside it (EfficientViM's
+        concat offsets)."""
+        global _WALK
+        _WALK = budget = _WalkBudget()
+        try:
+            return self.dg.get_pruning_group(module, pruning_fn, idxs), "", []
+        except Exception as e:  # noqa: BLE001 - over budget, or torch-pruning's own error
+            names = {**{id(m): n for m, n in self.names.items()},
+                     **{id(p): n for p, n in self.dg._param_to_name.items()}}
+            reached = {names[id(dep.target.module)] for dep in budget.reached
+                       if self.dg.is_out_channel_pruning_fn(dep.handler)
+                       and id(dep.target.module) in names}
+            return None, "budget" if isinstance(e, _OverBudget) else "unmappable", sorted(reached)
+        finally:
+            _WALK = None
 
     def _list_groups(self) -> list[PrunableGroup]:
         groups = []
@@ -496,6 +523,14 @@ class PruningGraph:
 
 
 _UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
+# the roots whose walk failed, per (architecture, input, tensor shapes, ignored layers): {root:
+# ("budget" or "unmappable", names of the layers its walk reached)}; a later graph of the same
+# model (prune after prunable_groups, the sensitivity analysis) skips those walks (~1 s each)
+_FAILED_WALKS: dict[tuple, dict[str, tuple[str, list[str]]]] = {}
+
+
+def _tensor_shapes(model: nn.Module) -> tuple:
+    return tuple((k, tuple(v.shape)) for k, v in model.state_dict().items())
 
 
 def _out_channels(module: nn.Module) -> int:
