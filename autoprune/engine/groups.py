@@ -80,9 +80,10 @@ tp.dependency.index_mapping.update_reshape_index_mapping = _update_reshape_index
 # size at each such step, and on some graphs (MAnet's fusion blocks, YOLO12's area attention,
 # ECA-ResNets, FocalNet's modulation) the walk revisits the same layers with ever new index sets
 # for many minutes. Measured on 2 cores: a healthy group of the zoo (ResNets, DenseNets, ViT-B,
-# YOLOv8) maps no folded index and holds at most ~1000 items (ViT-B/16), each layer reached at
-# most 5 times; the runaway walks pass 2 million folded indices or 169 visits of one layer. A
-# group over budget is left whole (with a warning); the check costs ~1 s per such root.
+# YOLOv8) maps no folded index (the most: VGG-11's last conv at 224 px, flattened into its
+# classifier, 150k) and holds at most ~1000 items (ViT-B/16), each layer reached at most 6 times;
+# the runaway walks pass 2 million folded indices or 169 visits of one layer. A group over budget
+# is left whole (with a warning); the check costs ~1 s per such root.
 MAX_FOLDED_INDICES = 200_000  # indices mapped through reshapes that fold channels, per group
 MAX_GROUP_ITEMS = 5_000  # dependency items of one group
 MAX_VISITS = 64  # times one layer (and pruning direction) is reached in one group
@@ -507,7 +508,8 @@ class PruningGraph:
             module = dep.target.module
             if not isinstance(module, ROOT_TYPES) or type(module) in ROOT_TYPES or not idxs:
                 continue
-            depthwise = getattr(module, "groups", 1) > 1 and module.groups == module.in_channels
+            depthwise = getattr(module, "groups", 1) > 1 and \
+                module.groups == module.in_channels == module.out_channels
             if not (self.dg.is_out_channel_pruning_fn(dep.handler) or depthwise):
                 continue
             for name, param in module._parameters.items():
