@@ -1,8 +1,8 @@
 """Every Ultralytics YOLO detection family autoprune names (yolo_names.YOLO_FAMILIES), at its two
-smallest scales (YOLO12: its smallest): untrained, 64 px, 0.3 removed from every group, forward
-in eval and train mode, save/reload through the detection task equal, ONNX export of the smallest
-scale; families and variants it does not prune are refused by name before any work; a pruned
-YOLO26n retrains through the kept-module trainer."""
+smallest scales: untrained, 64 px, 0.3 removed from every group, forward in eval and train mode,
+save/reload through the detection task equal, ONNX export of the smallest scale; families and
+variants it does not prune are refused by name before any work; a pruned YOLO26n retrains through
+the kept-module trainer."""
 from __future__ import annotations
 
 import re
@@ -18,14 +18,8 @@ from autoprune.tasks.detection import DetectionAdapter
 from autoprune.tasks.detection.names import YOLO_FAMILIES, resolve_arch
 
 
-# YOLO12's area attention leaves 16 groups whole after a group search ~10x a YOLO11's (26 s for
-# yolo12n on the loaded 2-core machine): its smallest scale only
-ONE_SCALE = {"yolo12"}
-
-
 def _two_smallest(family: str, scales: str) -> list[str]:
-    scales = scales[:1] if family in ONE_SCALE else scales[:2]
-    return [resolve_arch(family + s) for s in (scales or [""])]
+    return [resolve_arch(family + s) for s in (scales[:2] or [""])]
 
 
 ARCHS = [a for family, scales in YOLO_FAMILIES.items() for a in _two_smallest(family, scales)]
