@@ -5,7 +5,7 @@ group, forward, save_pruned / load_model round trip with identical outputs. One 
 subprocess with a time limit; prints a line per model (name, input size, status, groups, FLOPs
 removed, seconds) and a last line ``ok=<n> refused=<r> failed=<f> total=<t>``.
 
-    python benchmarks/zoo.py --quick                          # 7 models, four sources (~2 min)
+    python benchmarks/zoo.py --quick                          # 8 models, four sources (~1 min)
     python benchmarks/zoo.py --only timm --jsonl zoo.jsonl    # one source (comma list allowed)
     python benchmarks/zoo.py timm/resnet18 smp/fpn/resnet34 yolov8n torchvision/alexnet
     python benchmarks/zoo.py                                  # all four sources (hours, 2 cores)
@@ -53,9 +53,11 @@ SOURCES = ("timm", "torchvision", "smp", "yolo")
 SMALL = 64
 SMP_ENCODERS = ("resnet18", "resnet34", "mobilenet_v2", "efficientnet-b0")
 TIMM_MODIFIERS = ("tf", "nf", "dm", "gc", "eca", "legacy")
-# a fixed sample across the four sources: models that prune today, plus one refused by name
-QUICK = ["timm/mobilenetv3_small_050", "timm/cs3darknet_focus_s", "torchvision/squeezenet1_1",
-         "smp/unet/resnet18", "smp/manet/resnet18", "yolo/yolov8n", "yolo/yolo12n"]
+# a fixed sample across the four sources: models that prune today (a CSP stage, an attention
+# model), plus two refused by name
+QUICK = ["timm/mobilenetv3_small_050", "timm/cs3darknet_focus_s", "timm/edgenext_xx_small",
+         "timm/dpn48b", "torchvision/squeezenet1_1", "smp/unet/resnet18", "yolo/yolov8n",
+         "yolo/yolov9c"]
 SMP_NATIVE = {"pan": 128}  # PAN's pyramid pooling needs 128 px
 
 

@@ -320,3 +320,59 @@ def test_tampered_build_metadata_is_named_not_another_architecture(field, change
         msg = assert_one_line(info)
         assert f"metadata field {field!r}" in msg and "is damaged" in msg, msg
         assert "restore a copy or save the model again" in msg and "another" not in msg, msg
+
+
+class Recurrent(nn.Module):
+    """A linear feeding a bidirectional LSTM (timm's Sequencer mixes tokens with these)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.rnn, self.head = nn.Linear(6, 16), nn.LSTM(16, 8, batch_first=True,
+                                                                 bidirectional=True), \
+            nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(self.fc(x))[0][:, -1])
+
+
+def test_a_pruned_lstm_reloads_with_its_input_size(tmp_path):
+    # sequencer2d: the reloaded LSTM kept input_size=192 where its weights had 134 columns
+    torch.manual_seed(0)
+    model, x = Recurrent().eval(), torch.randn(2, 5, 6)
+    ap.prune(model, x, {"fc": 0.5})
+    assert model.rnn.input_size == model.fc.out_features == 8
+    with torch.no_grad():
+        out = model(x)
+    loaded = ap.load_pruned(ap.save_pruned(model, tmp_path / "m.pt"), Recurrent()).eval()
+    assert loaded.rnn.input_size == 8
+    with torch.no_grad():
+        assert torch.equal(loaded(x), out)
+
+
+class RmsNorm(nn.Module):
+    """An RMS norm of its own (as timm's RmsNorm): ``normalized_shape`` and a weight, no
+    torch-pruning support for either."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.normalized_shape = (channels,)
+        self.weight = nn.Parameter(torch.rand(channels) + 0.5)
+
+    def forward(self, x):
+        return nn.functional.rms_norm(x, self.normalized_shape, self.weight, 1e-6)
+
+
+def test_a_norm_of_another_library_keeps_its_normalized_shape_true(tmp_path):
+    def build():
+        return nn.Sequential(nn.Linear(6, 16), RmsNorm(16), nn.GELU(), nn.Linear(16, 3))
+
+    torch.manual_seed(0)
+    model, x = build().eval(), torch.randn(2, 6)
+    ap.prune(model, x, {"0": 0.5})
+    assert model[1].normalized_shape == (8,) == tuple(model[1].weight.shape)
+    with torch.no_grad():
+        out = model(x)
+    loaded = ap.load_pruned(ap.save_pruned(model, tmp_path / "m.pt"), build()).eval()
+    assert loaded[1].normalized_shape == (8,)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), out)

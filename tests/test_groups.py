@@ -230,3 +230,136 @@ def test_a_group_through_a_concat_torch_pruning_cannot_map_is_left_out():
     assert [g.name for g in ap.prunable_groups(model, x)] == ["c0"]
     ap.prune(model, x, {"c0": 0.5})
     assert model.a.in_channels == 3 and model(x).shape == (1, 4)
+
+
+class Folded(nn.Module):
+    """An ECA-style channel attention: a view folds ``a``'s channels into the last axis of a
+    Conv1d's input (torch-pruning maps each channel to all of them) and back."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = nn.Conv2d(3, 16, 3), nn.Conv2d(16, 8, 3), nn.Conv2d(8, 4, 1)
+        self.mix = nn.Conv1d(1, 1, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        y = self.a(x)
+        w = self.mix(y.mean((2, 3)).view(y.shape[0], 1, -1)).view(y.shape[0], -1, 1, 1)
+        return self.head(self.b(y * w.sigmoid()))
+
+
+@pytest.mark.parametrize("limit, value", [("MAX_FOLDED_INDICES", 500), ("MAX_GROUP_ITEMS", 10),
+                                          ("MAX_VISITS", 2)])
+def test_a_group_whose_search_goes_over_its_budget_is_left_whole(limit, value, monkeypatch):
+    # MAnet, YOLO12, ECA-ResNets, FocalNet: torch-pruning's walk for one group ran for minutes;
+    # here the budgets are shrunk so that the walk of the folded group `a` (1056 folded indices,
+    # 25 items, one layer reached 3 times) goes over them and `b`'s (6 items) does not
+    from autoprune.engine import groups as groups_module
+
+    model, x = Folded(), torch.randn(1, 3, 16, 16)
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})  # no verdict of another test
+    assert [g.name for g in PruningGraph(model, x, probe=False).groups] == ["a", "b"]
+    monkeypatch.setattr(groups_module, limit, value)
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
+    with pytest.warns(UserWarning, match=r"channel group\(s\) of Folded are too entangled for "
+                                         r"the dependency search .* left whole: a"):
+        graph = PruningGraph(model, x, probe=False)
+    # (`mix`, reached from `a`, cannot root a fragment of `a`'s group; with a budget this small
+    # its own walk goes over too)
+    assert [g.name for g in graph.groups] == ["b"] and graph.over_budget[0] == "a"
+    assert groups_module._WALK is None  # the budget is off outside the listing
+    with pytest.warns(UserWarning, match="too entangled"):
+        ap.prune(model, x, {"b": 0.5})  # forming a listed group for removal has no budget
+    assert model.b.out_channels == 4 and model.a.out_channels == 16 and model(x).shape[1] == 4
+
+
+class GainConv(nn.Conv2d):
+    """A conv with a per-output-channel gain (as timm's weight-standardised ScaledStdConv2d)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gain = nn.Parameter(torch.rand(self.out_channels, 1, 1, 1) + 0.5)
+
+    def forward(self, x):
+        return self._conv_forward(x, self.weight * self.gain, self.bias)
+
+
+def test_per_output_channel_parameters_of_a_conv_subclass_follow_its_outputs(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(GainConv(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 6, 3, groups=1),
+                          nn.ReLU(), GainConv(6, 6, 3, groups=6), nn.Conv2d(6, 4, 1)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    gains = [model[0].gain.detach().clone(), model[4].gain.detach().clone()]
+    result = ap.prune(model, x, {"0": 0.5, "2": 0.5})
+    kept0 = sorted(set(range(8)) - set(result.plan["0"]["removed"]))
+    kept2 = sorted(set(range(6)) - set(result.plan["2"]["removed"]))
+    assert torch.equal(model[0].gain, gains[0][kept0])
+    assert torch.equal(model[4].gain, gains[1][kept2])  # a depthwise conv: cut through its inputs
+    with torch.no_grad():
+        out = model(x)
+    path = ap.save_pruned(model, tmp_path / "m.pt")
+    fresh = nn.Sequential(GainConv(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 6, 3), nn.ReLU(),
+                          GainConv(6, 6, 3, groups=6), nn.Conv2d(6, 4, 1))
+    with torch.no_grad():
+        assert torch.equal(ap.load_pruned(path, fresh).eval()(x), out)
+
+
+class Flat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 6, 3), nn.Linear(6 * 4, 2)
+
+    def forward(self, x):
+        return self.head(self.b(self.a(x)).flatten(1))
+
+
+def test_a_reshape_torch_pruning_cannot_map_leaves_its_groups_out(monkeypatch):
+    # SHViT: torch-pruning's reshape mapping divided by zero while the graph was built
+    from autoprune.engine import groups as groups_module
+
+    def fails(graph, node):
+        raise ZeroDivisionError("integer division or modulo by zero")
+
+    model, x = Flat(), torch.randn(1, 3, 6, 6)
+    assert [g.name for g in ap.prunable_groups(model, x)] == ["a", "b"]
+    monkeypatch.setattr(groups_module, "_tp_update_reshape_index_mapping", fails)
+    assert [g.name for g in ap.prunable_groups(model, x)] == ["a"]  # b's outputs are flattened
+
+
+def test_a_group_whose_walk_torch_pruning_cannot_map_is_left_whole(monkeypatch):
+    # EfficientViM: an IndexError inside torch-pruning's concat mapping, for some roots only
+    import torch_pruning as tp
+
+    from autoprune.engine import groups as groups_module
+
+    def fails(self, idxs):
+        raise IndexError("list index out of range")
+
+    model, x = make_model("toy"), make_input()
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
+    monkeypatch.setattr(tp.dependency.index_mapping._ConcatIndexMapping, "__call__", fails)
+    with pytest.warns(UserWarning, match=r"cannot be mapped by the dependency search and are "
+                                         r"left whole: branch_b.0, branch_a.0"):
+        graph = PruningGraph(model, x, probe=False)
+    assert graph.unmappable == ["branch_b.0", "branch_a.0"]  # (torch-pruning's order)
+    assert [g.name for g in graph.groups] == ["stem.0", "block_conv1", "fuse.0"]
+
+
+def test_a_later_graph_of_the_same_model_skips_the_failed_walks(monkeypatch):
+    # prune() after prunable_groups(), or the sensitivity analysis, builds the graph again: the
+    # walks that went over budget (~1 s each on YOLO12) are not repeated, with the same groups
+    from autoprune.engine import groups as groups_module
+
+    monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
+    monkeypatch.setattr(groups_module, "MAX_FOLDED_INDICES", 500)
+    walks = []
+    original = PruningGraph._walk
+    monkeypatch.setattr(PruningGraph, "_walk", lambda self, *a: walks.append(1) or original(self, *a))
+    model, x = Folded(), torch.randn(1, 3, 16, 16)
+    with pytest.warns(UserWarning, match="too entangled"):
+        first = PruningGraph(model, x, probe=False)
+    assert walks
+    walks.clear()
+    with pytest.warns(UserWarning, match="too entangled"):
+        again = PruningGraph(Folded(), x, probe=False)
+    assert not walks and again.over_budget == first.over_budget == ["a"]
+    assert [g.name for g in again.groups] == [g.name for g in first.groups] == ["b"]

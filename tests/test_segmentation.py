@@ -68,6 +68,10 @@ def _write_pairs(root: Path, n: int = 4, size: int = 40, classes: int = 3) -> Pa
 @pytest.mark.parametrize("encoder", ENCODERS)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_prune_train_step_and_reload(arch, encoder, tmp_path):
+    _prune_train_step_and_reload(arch, encoder, tmp_path)
+
+
+def _prune_train_step_and_reload(arch, encoder, tmp_path):
     torch.manual_seed(0)
     adapter = SegmentationAdapter(num_classes=4, input_size=64, progress=False)
     key = adapter.arch_key(f"{arch}/{encoder}")
@@ -419,9 +423,9 @@ def test_a_model_too_deep_for_the_input_size_is_refused_in_one_line():
     SegmentationAdapter(num_classes=3, input_size=128).check_model(model)
 
 
-def test_manet_is_refused_by_name_before_any_work():
-    from autoprune.tasks.segmentation.models import resolve_arch
-
-    with pytest.raises(autoprune.ConfigError, match="'MAnet' cannot be pruned by autoprune: .* use "
-                                                    "unet, unetplusplus or fpn"):
-        resolve_arch("MAnet/resnet18")
+def test_manet_prunes_with_its_entangled_fusion_groups_left_whole(tmp_path):
+    # MAnet's multi-scale fusion blocks fold channels into other axes: torch-pruning's group
+    # search did not finish in 400 s (MAnet was refused by name); with the walk budget its groups
+    # are listed in seconds, a few left whole (measured: 38 groups, FLOPs -47 %, ~8 s in all)
+    with pytest.warns(UserWarning, match="too entangled for the dependency search"):
+        _prune_train_step_and_reload("manet", "resnet18", tmp_path)

@@ -26,14 +26,30 @@ DERIVED: dict[tuple[str, str], dict[str, str]] = {
 
 
 def sync_attributes(model: nn.Module) -> None:
-    """Set every attribute of :data:`DERIVED` in ``model`` from the layer it repeats (in place)."""
+    """Set every attribute of :data:`DERIVED` in ``model`` from the layer it repeats (in place),
+    and every norm's ``normalized_shape`` from its weight (:func:`_sync_normalized_shape`)."""
     for module in model.modules():
+        _sync_normalized_shape(module)
         for attr, source in DERIVED.get((type(module).__module__, type(module).__name__),
                                         {}).items():
             value = module
             for part in source.split("."):
                 value = getattr(value, part)
             setattr(module, attr, value)
+
+
+def _sync_normalized_shape(module: nn.Module) -> None:
+    """A norm's ``normalized_shape`` is the shape of its elementwise weight by definition; the
+    norms torch-pruning knows (``nn.LayerNorm``) it resizes itself, others (timm's ``RmsNorm``,
+    ``RmsNorm2d``, ``SimpleNorm``...) only get their weight pruned: set the shape from it."""
+    shape = getattr(module, "normalized_shape", None)
+    weight = module._parameters.get("weight")
+    if weight is None or not isinstance(shape, (tuple, list, int)):
+        return
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    if len(dims) == weight.dim() and dims != tuple(weight.shape):
+        new = tuple(weight.shape)
+        module.normalized_shape = new[0] if isinstance(shape, int) else type(shape)(new)
 
 
 MetadataSync = Callable[[nn.Module], None]

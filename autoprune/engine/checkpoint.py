@@ -38,6 +38,7 @@ _CHANNEL_ATTRS = {
     nn.LayerNorm: ("normalized_shape",),
     nn.PReLU: ("num_parameters",),
     nn.MultiheadAttention: ("embed_dim", "kdim", "vdim", "head_dim"),
+    nn.RNNBase: ("input_size", "hidden_size", "proj_size"),  # LSTM/GRU/RNN (timm Sequencer)
 }
 
 
@@ -235,6 +236,9 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
     for name, attrs in layers.items():
         for key, value in attrs.items():
             setattr(modules[name], key, tuple(value) if isinstance(value, list) else value)
+    for module in base_model.modules():
+        if isinstance(module, nn.RNNBase):  # its forward reads the weights it listed when built
+            module._init_flat_weights()
     sync_attributes(base_model)
     sync_metadata(base_model)
     versions = meta.get("module_versions") or _module_versions(base_model.state_dict())

@@ -11,7 +11,7 @@ import json
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -55,8 +55,88 @@ def _update_concat_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> Non
         node.autoprune_unmapped = True
 
 
+_tp_update_reshape_index_mapping = tp.dependency.index_mapping.update_reshape_index_mapping
+
+
+def _update_reshape_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> None:
+    """torch-pruning's reshape mapping, which divides by zero where a reshape makes fewer
+    channels than there are input channels and does not divide them (SHViT's single-head
+    attention); such a reshape is marked instead, and a group through it is left out."""
+    try:
+        _tp_update_reshape_index_mapping(graph, node)
+    except ZeroDivisionError:
+        if not hasattr(graph, "_autoprune_mapping_fresh"):  # not a PruningGraph's
+            raise
+        node.autoprune_unmapped = True
+
+
 tp.dependency.index_mapping.update_index_mapping = _update_index_mapping_when_stale
 tp.dependency.index_mapping.update_concat_index_mapping = _update_concat_index_mapping_or_mark
+tp.dependency.index_mapping.update_reshape_index_mapping = _update_reshape_index_mapping_or_mark
+
+# The walk that forms one group while a PruningGraph lists its groups has a budget. torch-pruning
+# maps channel indices through every reshape that folds channels into other axes (an ECA or
+# global-context block's view, an area attention's heads): the index lists grow by the folded
+# size at each such step, and on some graphs (MAnet's fusion blocks, ECA-ResNets, FocalNet's
+# modulation, YOLO12's area attention unless ignored) the walk revisits the same layers with
+# ever new index sets for many minutes. Measured on 2 cores: a healthy group of the zoo (ResNets, DenseNets, ViT-B,
+# YOLOv8) maps no folded index (the most: VGG-11's last conv at 224 px, flattened into its
+# classifier, 150k) and holds at most ~1000 items (ViT-B/16), each layer reached at most 6 times;
+# the runaway walks pass 2 million folded indices or 169 visits of one layer. A group over budget
+# is left whole (with a warning); the check costs ~1 s per such root.
+MAX_FOLDED_INDICES = 200_000  # indices mapped through reshapes that fold channels, per group
+MAX_GROUP_ITEMS = 5_000  # dependency items of one group
+MAX_VISITS = 64  # times one layer (and pruning direction) is reached in one group
+
+
+class _OverBudget(Exception):
+    """The group being formed went over its budget (see :data:`MAX_FOLDED_INDICES`)."""
+
+
+class _WalkBudget:
+    """What the walk forming one group has spent, and what it reached."""
+
+    def __init__(self) -> None:
+        self.folded = 0
+        self.items = 0
+        self.visits: dict[tuple[int, Any], int] = {}
+        self.reached: list[Any] = []  # the dependency of every item added
+
+    def fold(self, count: int) -> None:
+        self.folded += count
+        if self.folded > MAX_FOLDED_INDICES:
+            raise _OverBudget(f"over {MAX_FOLDED_INDICES} folded channel indices")
+
+    def add(self, dep: Any) -> None:
+        self.items += 1
+        key = (id(dep.target), dep.handler)
+        self.visits[key] = self.visits.get(key, 0) + 1
+        self.reached.append(dep)
+        if self.items > MAX_GROUP_ITEMS:
+            raise _OverBudget(f"over {MAX_GROUP_ITEMS} items")
+        if self.visits[key] > MAX_VISITS:
+            raise _OverBudget(f"one layer reached over {MAX_VISITS} times")
+
+
+_WALK: _WalkBudget | None = None  # the budget of the group a PruningGraph is forming, if any
+_tp_flatten_mapping = tp.dependency.index_mapping._FlattenIndexMapping.__call__
+_tp_add_dep = tp.dependency.Group.add_dep
+
+
+def _flatten_mapping_within_budget(self, idxs):
+    if _WALK is not None:
+        _WALK.fold(len(idxs) * (1 if self.reverse else self._stride))
+    return _tp_flatten_mapping(self, idxs)
+
+
+def _add_dep_within_budget(self, dep, idxs):
+    if _WALK is not None:
+        _WALK.add(dep)
+    return _tp_add_dep(self, dep, idxs)
+
+
+tp.dependency.index_mapping._FlattenIndexMapping.__call__ = _flatten_mapping_within_budget
+tp.dependency.Group.add_dep = _add_dep_within_budget
 
 
 @dataclass(frozen=True)
@@ -151,7 +231,17 @@ class PruningGraph:
         self._order = {n: i for i, n in enumerate(self.names.values())}
         self.modules = dict(model.named_modules())
         self.example_inputs = example_inputs
+        self.over_budget: list[str] = []  # roots whose group's walk went over its budget
+        self.unmappable: list[str] = []  # roots whose walk torch-pruning could not map
         self.groups = self._list_groups()
+        for roots, why in ((self.over_budget, "are too entangled for the dependency search "
+                                              "(channels folded into other axes, e.g. by attention "
+                                              "or channel-attention reshapes)"),
+                           (self.unmappable, "cannot be mapped by the dependency search")):
+            if roots:
+                names = ", ".join(roots[:4]) + (", ..." if len(roots) > 4 else "")
+                warnings.warn(f"{len(roots)} channel group(s) of {type(model).__name__} {why} "
+                              f"and are left whole: {names}", stacklevel=2)
         if probe:
             self.groups = self._safe(self.groups)
         if not self.groups:
@@ -172,9 +262,78 @@ class PruningGraph:
             return False  # cutting the inputs of the last layer leaves the output as it is
         return True
 
+    def _all_groups(self) -> Iterator[Any]:
+        """torch-pruning's ``get_all_groups`` (each coupled group once, from its first root; no
+        group that cuts an ignored layer's outputs), with a budget on each group's walk: a root
+        whose group goes over it (or whose walk torch-pruning cannot map) is left whole and listed
+        in :attr:`over_budget` (:attr:`unmappable`), and so are the layers its walk reached: they
+        are not tried as roots (the walk would run away again) and no other group may cut them
+        (it would be a fragment of the group that could not be formed, e.g. a one-channel group
+        from an ECA-ResNet's Conv1d)."""
+        visited: set[int] = set()  # ids: a target may be an unwrapped parameter (a tensor)
+        entangled: set[int] = set()  # layers reached by a walk that failed
+        ignored = {id(m) for m in self.ignored + list(self.dg.IGNORED_LAYERS_IN_TRACING)}
+        key = (type(self.model).__module__, type(self.model).__qualname__,
+               str(_shapes(self.example_inputs)), _tensor_shapes(self.model),
+               tuple(sorted(self.names.get(m, "") for m in self.ignored)))
+        known = _FAILED_WALKS.get(key)  # this architecture's failed walks, from an earlier graph
+        failed: dict[str, tuple[str, list[str]]] = {}
+        by_name = {**dict(self.model.named_parameters()), **self.modules}
+        for module in list(self.dg.module2node):
+            if id(module) in ignored or id(module) in visited or \
+                    not isinstance(module, ROOT_TYPES):
+                continue
+            pruner = self.dg.get_pruner_of_module(module)
+            if pruner is None or pruner.get_out_channels(module) is None:
+                continue
+            name = self.names.get(module, type(module).__name__)
+            channels = list(range(pruner.get_out_channels(module)))
+            if known is None:
+                group, reason, reached = self._walk(module, pruner.prune_out_channels, channels)
+            elif name in known:
+                group, (reason, reached) = None, known[name]
+            else:  # walked before, within the budget
+                group, reason, reached = self.dg.get_pruning_group(
+                    module, pruner.prune_out_channels, channels), "", []
+            if reason:
+                (self.over_budget if reason == "budget" else self.unmappable).append(name)
+                entangled |= {id(module)} | {id(by_name[n]) for n in reached if n in by_name}
+                visited |= entangled
+                failed[name] = (reason, reached)
+                continue
+            prunable = True
+            for dep, _ in group:
+                if self.dg.is_out_channel_pruning_fn(dep.handler):
+                    visited.add(id(dep.target.module))
+                    prunable = prunable and id(dep.target.module) not in ignored \
+                        and id(dep.target.module) not in entangled
+            if prunable:
+                yield group
+        _FAILED_WALKS[key] = failed
+
+    def _walk(self, module: nn.Module, pruning_fn: Any, idxs: list[int]
+              ) -> tuple[Any, str, list[str]]:
+        """Form ``module``'s group within the walk budget: ``(group, "", [])``, or ``(None,
+        "budget" or "unmappable", names of the layers and parameters whose outputs the walk
+        reached)`` when it goes over the budget or torch-pruning fails inside it (EfficientViM's
+        concat offsets)."""
+        global _WALK
+        _WALK = budget = _WalkBudget()
+        try:
+            return self.dg.get_pruning_group(module, pruning_fn, idxs), "", []
+        except Exception as e:  # noqa: BLE001 - over budget, or torch-pruning's own error
+            names = {**{id(m): n for m, n in self.names.items()},
+                     **{id(p): n for p, n in self.dg._param_to_name.items()}}
+            reached = {names[id(dep.target.module)] for dep in budget.reached
+                       if self.dg.is_out_channel_pruning_fn(dep.handler)
+                       and id(dep.target.module) in names}
+            return None, "budget" if isinstance(e, _OverBudget) else "unmappable", sorted(reached)
+        finally:
+            _WALK = None
+
     def _list_groups(self) -> list[PrunableGroup]:
         groups = []
-        for group in self.dg.get_all_groups(ignored_layers=self.ignored, root_module_types=ROOT_TYPES):
+        for group in self._all_groups():
             if any(self._cuts_output(dep) or _gathers_channels(dep.target) or _unmapped(dep.target)
                    for dep, _ in group):
                 continue
@@ -329,9 +488,35 @@ class PruningGraph:
         """Physically remove channels ``idxs`` of ``group`` from the model (in place); model
         attributes that repeat a channel count follow (:mod:`autoprune.attributes`)."""
         if idxs:
-            self.tp_group(group, idxs).prune()
+            tp_group = self.tp_group(group, idxs)
+            extra = self._extra_channel_parameters(tp_group)
+            tp_group.prune()
+            for module, name, removed in extra:
+                if _out_channels(module) < module._parameters[name].shape[0]:
+                    _drop_rows(module, name, removed)
             self.resized()
             sync_attributes(self.model)
+
+    def _extra_channel_parameters(self, tp_group) -> list[tuple[nn.Module, str, list[int]]]:
+        """``(layer, parameter name, output channels removed)`` for each parameter of a
+        conv/linear subclass other than ``weight``/``bias`` that holds one row per output channel
+        (timm's weight-standardised ``ScaledStdConv2d.gain``): torch-pruning slices only
+        ``weight`` and ``bias``, so these follow the outputs here (a depthwise conv's input cut
+        removes the same outputs)."""
+        extra = []
+        for dep, idxs in tp_group:
+            module = dep.target.module
+            if not isinstance(module, ROOT_TYPES) or type(module) in ROOT_TYPES or not idxs:
+                continue
+            depthwise = getattr(module, "groups", 1) > 1 and \
+                module.groups == module.in_channels == module.out_channels
+            if not (self.dg.is_out_channel_pruning_fn(dep.handler) or depthwise):
+                continue
+            for name, param in module._parameters.items():
+                if name not in ("weight", "bias") and param is not None and param.dim() \
+                        and param.shape[0] == _out_channels(module):
+                    extra.append((module, name, list(idxs)))
+        return extra
 
     def resized(self) -> None:
         """Tell the graph that channel counts changed (a removal, or one undone): torch-pruning's
@@ -340,6 +525,28 @@ class PruningGraph:
 
 
 _UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
+# the roots whose walk failed, per (architecture, input, tensor shapes, ignored layers): {root:
+# ("budget" or "unmappable", names of the layers its walk reached)}; a later graph of the same
+# model (prune after prunable_groups, the sensitivity analysis) skips those walks (~1 s each)
+_FAILED_WALKS: dict[tuple, dict[str, tuple[str, list[str]]]] = {}
+
+
+def _tensor_shapes(model: nn.Module) -> tuple:
+    return tuple((k, tuple(v.shape)) for k, v in model.state_dict().items())
+
+
+def _out_channels(module: nn.Module) -> int:
+    return module.out_features if isinstance(module, nn.Linear) else module.out_channels
+
+
+def _drop_rows(module: nn.Module, name: str, removed: Sequence[int]) -> None:
+    """Remove rows ``removed`` (dim 0) of ``module``'s parameter ``name``."""
+    param = module._parameters[name]
+    gone = set(removed)
+    keep = torch.tensor([i for i in range(param.shape[0]) if i not in gone], dtype=torch.long,
+                        device=param.device)
+    module._parameters[name] = nn.Parameter(param.data.index_select(0, keep).clone(),
+                                            requires_grad=param.requires_grad)
 
 
 def _shapes(value: Any) -> tuple | None:

@@ -116,19 +116,27 @@ def make_traceable(model: nn.Module) -> nn.Module:
 @register_metadata_sync
 def sync_timm_channels(model: nn.Module) -> None:
     """timm's ``num_features``, ``head_hidden_size`` and ``feature_info`` channel counts from the
-    pruned layers (one forward pass of the features at the model's own input size for models
-    with a patch embedding, 64 px otherwise)."""
+    pruned layers (one forward pass of the features: at the image size of the model's patch
+    embedding if it has one, else at 64 px, else at the size of its pretrained config)."""
     if not type(model).__module__.startswith("timm.") or not hasattr(model, "forward_features"):
         return
     info = getattr(model, "feature_info", None)
     info = info if isinstance(info, list) else []
-    size = (getattr(model, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224))
-    if not hasattr(model, "patch_embed"):
-        size = (size[0], 64, 64)
+    native = tuple((getattr(model, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224)))
+    fixed = next((tuple(m.img_size) for m in model.modules()  # a patch embedding's image size
+                  if type(m).__name__ == "PatchEmbed" and getattr(m, "img_size", None)), None)
+    sizes = [(native[0], *fixed)] if fixed else []
+    sizes += [s for s in ((native[0], 64, 64), native) if s not in sizes]
     param = next(model.parameters())
-    x = torch.zeros(1, *size, device=param.device, dtype=param.dtype)
-    features, seen = output_channels(model, x, [i.get("module", "") for i in info],
-                                     call=lambda m, inputs: m.forward_features(inputs))
+    for attempt, size in enumerate(sizes):
+        x = torch.zeros(1, *size, device=param.device, dtype=param.dtype)
+        try:
+            features, seen = output_channels(model, x, [i.get("module", "") for i in info],
+                                             call=lambda m, inputs: m.forward_features(inputs))
+            break
+        except (RuntimeError, AssertionError, ValueError):  # a fixed input size (BoTNet, CoaT)
+            if attempt == len(sizes) - 1:
+                raise
     if torch.is_tensor(features) and features.dim() == 4 and hasattr(model, "num_features"):
         model.num_features = features.shape[1]
     classifier = model.get_classifier() if hasattr(model, "get_classifier") else None

@@ -378,7 +378,8 @@ def is_patched(model: nn.Module) -> bool:
 
 def ignored_layers(model: nn.Module) -> list[nn.Module]:
     """Leaf modules whose output channels must stay: each Detect branch's last conv (``cv2``,
-    ``cv3``, ``cv4`` and the ``one2one_*`` twins), the DFL, and every Attention block."""
+    ``cv3``, ``cv4`` and the ``one2one_*`` twins), the DFL, and every Attention block (YOLO12's
+    area attention ``AAttn`` too: its heads are fixed views of its qkv conv)."""
     out: list[nn.Module] = []
     for m in model.modules():
         if isinstance(m, Detect):
@@ -390,7 +391,8 @@ def ignored_layers(model: nn.Module) -> list[nn.Module]:
                         out.extend(last.modules())
             if isinstance(getattr(m, "dfl", None), nn.Module):
                 out.extend(m.dfl.modules())
-        elif isinstance(m, (Attention, DFL)) or "Attention" in type(m).__name__:
+        elif isinstance(m, (Attention, DFL)) or "Attention" in type(m).__name__ \
+                or type(m).__name__ == "AAttn":  # YOLO12's area attention
             out.extend(m.modules())
     seen, unique = set(), []
     for m in out:

@@ -9,14 +9,13 @@ from ...errors import ConfigError
 
 # every Ultralytics YOLO detection family autoprune prunes: family -> its scales
 YOLO_FAMILIES = {"yolov3-tiny": "", "yolov5": "nsmlx", "yolov6": "nsmlx", "yolov8": "nsmlx",
-                 "yolov9": "tsm", "yolov10": "nsmblx", "yolo11": "nsmlx", "yolo26": "nsmlx"}
+                 "yolov9": "tsm", "yolov10": "nsmblx", "yolo11": "nsmlx", "yolo12": "nsmlx",
+                 "yolo26": "nsmlx"}
 _U_FAMILIES = ("yolov3-tiny", "yolov5")  # Ultralytics' anchor-free remakes: yolov5nu.pt
 FAMILIES = ("yolov3-tiny, yolov5n/s/m/l/x, yolov6n/s/m/l/x, yolov8n/s/m/l/x, yolov9t/s/m, "
-            "yolov10n/s/m/b/l/x, yolo11n/s/m/l/x, yolo26n/s/m/l/x")
+            "yolov10n/s/m/b/l/x, yolo11n/s/m/l/x, yolo12n/s/m/l/x, yolo26n/s/m/l/x")
 # families and variants refused by name, with the reason
 _REFUSED_FAMILIES = {
-    "yolo12": "its area-attention blocks (A2C2f) make torch-pruning's dependency search run for "
-              "many minutes without finishing; prune yolo11 or yolo26 instead",
     "yolov9c": "its ADown blocks split a layer's input in two, which the pruning graph cannot "
                "follow yet; prune yolov9t/s/m instead",
     "yolov9e": "its ADown and CBLinear blocks split layers' outputs, which the pruning graph "

@@ -1,0 +1,130 @@
+"""timm classifiers that need help to be pruned, and those refused by name.
+
+torch-pruning's dependency graph does not describe every timm layout; the probe of
+:class:`~autoprune.engine.groups.PruningGraph` leaves whole the groups whose removal breaks a
+forward pass, but a layout can also break only in combination, or silently. What timm needs:
+
+- **Attention and token-mixing models** (ViT, DeiT, BEiT, CaiT, ConViT, CoaT, CrossViT, DaViT,
+  CAFormer, EdgeNeXt, EfficientFormer, Swin, PVT, XCiT, Mixer, ResMLP...): a cut of a projection
+  into heads mixes heads or q/k/v (``reshape(B, N, 3, heads, -1)`` accepts any multiple of
+  ``3 * heads``, so a forward pass does not always fail). The projections into heads are ignored:
+  a ``qkv``, ``qk``+``v``, ``q``+``kv`` or ``q``+``k``+``v`` set of children of one module (a
+  conv/linear, or a container of one with its norm), and every layer of a token-mixing MLP
+  (``mlp_tokens``, ResMLP's ``linear_tokens``, gMLP's spatial gating unit), whose widths are the
+  token count. So heads, head dims and token counts stay; what can go is the widths the blocks add
+  to and the MLP hidden widths, where the probe finds them prunable (measured: ViT-Ti 13 groups,
+  FLOPs -35 %; an ignore list of all but the MLP hidden widths kept ViT-Ti at -17 % and CaiT,
+  CoaT, Swin, EfficientFormer below this).
+- **CSP stages** (cspresnet, cspdarknet, cs3darknet): ``CrossStage``/``CrossStage3`` split
+  ``conv_exp``'s output at a fixed ``expand_chs // 2``: ``conv_exp`` is ignored.
+- :func:`make_traceable` (in place, idempotent; the state dict is unchanged): BEiT/EVA/SwinV2
+  attention adds its q/v bias after the ``qkv`` linear instead of inside ``F.linear`` (so the graph
+  sees the layer); ``BlurPool2d`` blurs any number of channels (its non-persistent filter was one
+  copy per channel); MetaFormer's ``Scale`` reads the length of its (pruned) scale.
+- Weight-standardised convs (NFNet) and timm's ``RmsNorm`` are handled by the core (a conv's
+  per-output ``gain``; ``normalized_shape`` follows the weight).
+- :data:`REFUSED`: families refused by name, before any work.
+"""
+from __future__ import annotations
+
+import re
+import types
+
+import torch
+import torch.nn as nn
+
+from ...errors import ConfigError
+
+# timm name prefix -> why autoprune cannot prune it (checked at the name lookup, before any work)
+REFUSED: dict[str, str] = {
+    "dpn": "its dual-path blocks slice the residual and the dense path out of one conv's outputs "
+           "at fixed offsets, which the pruning graph cannot follow (1 of its 10 groups prunes, "
+           "FLOPs -0 %); use a ResNet/ResNeXt or DenseNet instead",
+    **dict.fromkeys(("eva02_tiny", "eva02_small"),
+                    "its attention reshapes its output to the width of its input and its MLP is "
+                    "one linear split in two halves (a packed SwiGLU), so no width can lose "
+                    "channels; use eva02_base (separate SwiGLU linears), a ViT or a DeiT instead"),
+}
+
+_HEAD_PROJECTIONS = ({"qkv"}, {"qk", "v"}, {"q", "kv"}, {"q", "k", "v"})
+_TOKEN_MLPS = ("mlp_tokens", "linear_tokens")
+_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
+
+
+def check_supported(name: str) -> None:
+    """Raise a one-line ConfigError for a timm model autoprune refuses (by name prefix)."""
+    for prefix, why in REFUSED.items():
+        if re.match(rf"{prefix}(\d|_|$)", name):
+            raise ConfigError(f"timm model {name!r} cannot be pruned by autoprune: {why}")
+
+
+def is_timm(model: nn.Module) -> bool:
+    return type(model).__module__.startswith("timm.")
+
+
+def _layer_of(module: nn.Module) -> nn.Module | None:
+    """``module`` if it is a conv/linear, the one conv/linear inside it (a conv + norm block),
+    else None."""
+    if isinstance(module, _LAYERS):
+        return module
+    layers = [m for m in module.modules() if isinstance(m, _LAYERS)]
+    return layers[0] if len(layers) == 1 else None
+
+
+def head_projections(module: nn.Module) -> list[nn.Module]:
+    """The layers of ``module`` that project into attention heads, or whose widths are a token
+    count (a token-mixing MLP); empty for other modules (see the module doc)."""
+    children = {name: layer for name, child in module.named_children()
+                if (layer := _layer_of(child)) is not None}
+    found = [children[n] for names in _HEAD_PROJECTIONS if names <= set(children)
+             for n in sorted(names)]
+    mixers = [getattr(module, n) for n in _TOKEN_MLPS if isinstance(getattr(module, n, None),
+                                                                   nn.Module)]
+    if type(module).__name__ == "SpatialGatingUnit":
+        mixers.append(module)
+    return found + [m for mixer in mixers for m in mixer.modules() if isinstance(m, _LAYERS)]
+
+
+def ignored_layers(model: nn.Module) -> list[nn.Module]:
+    """What a timm model needs ignored (empty for most): the projections into attention heads and
+    the token-mixing MLPs; the ``conv_exp`` of CSP stages."""
+    if not is_timm(model):
+        return []
+    ignored: dict[int, nn.Module] = {}
+    for m in model.modules():
+        for layer in head_projections(m):
+            ignored[id(layer)] = layer
+        if type(m).__name__ in ("CrossStage", "CrossStage3") and hasattr(m, "conv_exp"):
+            ignored.update((id(c), c) for c in m.conv_exp.modules() if isinstance(c, nn.Conv2d))
+    return list(ignored.values())
+
+
+def _blur_any_width(module: nn.Module) -> None:
+    """timm ``BlurPool2d`` with ``channels=None``: one filter expanded to the input's channels
+    (the same values as the per-channel copies)."""
+    if module.channels is not None:
+        module.filt = module.filt[:1].clone()
+        module.channels = None
+
+
+def _scale_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """timm MetaFormer ``Scale.forward`` with the scale's own length instead of the ``shape``
+    recorded when it was built."""
+    return x * self.scale.view((-1,) + tuple(self.shape[1:]))
+
+
+def make_traceable(model: nn.Module) -> nn.Module:
+    """Make ``model``'s timm layers prunable (see the module doc; in place, idempotent, outputs
+    equal up to float rounding, state dict unchanged); other models are returned as they are."""
+    if not is_timm(model):
+        return model
+    for module in model.modules():
+        kind = type(module).__name__
+        if isinstance(getattr(module, "qkv_bias_separate", None), bool) and \
+                isinstance(getattr(module, "qkv", None), nn.Linear):
+            module.qkv_bias_separate = True
+        elif kind == "BlurPool2d" and hasattr(module, "filt"):
+            _blur_any_width(module)
+        elif kind == "Scale" and type(module).__module__ == "timm.models.metaformer":
+            module.forward = types.MethodType(_scale_forward, module)
+    return model

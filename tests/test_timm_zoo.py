@@ -1,0 +1,162 @@
+"""timm families that needed help to be pruned (issue 22), each at a tiny width or input, untrained:
+0.3 removed from every prunable group (the classification adapter's ignore list and
+``make_traceable``, core ``autoprune.prune``), the pruned model runs, and ``save_pruned`` -> load
+gives identical outputs; families refused by name are refused before any work.
+
+``TINY`` builds a family's own classes at a tiny size through timm's model arguments (the
+checkpoint is loaded into a fresh tiny model with ``load_pruned``); ``BY_NAME`` builds the
+smallest zoo member through the adapter and reloads it with ``cls.load_model`` (64 px or less).
+The whole sweep (``benchmarks/zoo.py``) covers one model per timm family; these are the layouts
+the sweep found broken: attention (head projections ignored), MetaFormer's ``Scale``, BlurPool,
+CSP stages, NFNet gains, RmsNorm, Sequencer's LSTMs and the group-search budget (ECA).
+"""
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+import torch.nn as nn
+
+from timm.layers import RmsNorm
+from timm.models import metaformer, mlp_mixer
+
+import autoprune as ap
+from autoprune import classification as cls
+from autoprune.tasks.classification import ClassificationAdapter
+from autoprune.tasks.classification import timm_models
+from conftest import assert_one_line
+
+RATIO = 0.3
+VIT = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=10)
+
+# family -> (a tiny model of its classes, input size)
+TINY = {
+    "vit": (lambda: timm.create_model("vit_tiny_patch16_224", **VIT), 32),
+    "vit_rmsnorm": (lambda: timm.create_model("vit_tiny_patch16_224", norm_layer=RmsNorm, **VIT),
+                    32),
+    "beit": (lambda: timm.create_model("beit_base_patch16_224", **VIT), 32),
+    "cait": (lambda: timm.create_model("cait_xxs24_224", depth_token_only=1, **VIT), 32),
+    "swin": (lambda: timm.create_model("swin_tiny_patch4_window7_224", img_size=32, patch_size=2,
+                                       window_size=4, embed_dim=16, depths=(1, 1),
+                                       num_heads=(1, 2)), 32),
+    "mixer": (lambda: mlp_mixer.MlpMixer(img_size=32, patch_size=8, embed_dim=32, num_blocks=2),
+              32),
+    "caformer": (lambda: metaformer.MetaFormer(  # (attention widths: multiples of 32)
+        depths=(1, 1, 1, 1), dims=(16, 24, 32, 64),
+        token_mixers=[metaformer.SepConv] * 2 + [metaformer.Attention] * 2,
+        norm_layers=[metaformer.LayerNorm2dNoBias] * 2 + [metaformer.LayerNormNoBias] * 2), 64),
+    "convformer": (lambda: metaformer.MetaFormer(
+        depths=(1, 1, 1, 1), dims=(16, 24, 32, 48), token_mixers=metaformer.SepConv,
+        norm_layers=metaformer.LayerNorm2dNoBias), 32),
+    "sequencer": (lambda: timm.create_model("sequencer2d_s", layers=(1, 1, 1, 1),
+                                            embed_dims=(24, 48, 48, 48),
+                                            hidden_sizes=(12, 24, 24, 24)), 32),
+}
+
+# zoo name -> input size (pixels)
+BY_NAME = {"cs3darknet_focus_s": 64, "nf_regnet_b0": 32, "resnetblur18": 32, "ecaresnet26t": 32}
+
+
+def _build(family: str) -> nn.Module:
+    torch.manual_seed(0)
+    model = TINY[family][0]()
+    model.reset_classifier(10)
+    return timm_models.make_traceable(model).eval()
+
+
+def _prune_all(model: nn.Module, x: torch.Tensor) -> ap.PruneResult:
+    ignored = ClassificationAdapter().ignored_layers(model)
+    groups = ap.prunable_groups(model, x, ignored)
+    result = ap.prune(model, x, {g.name: RATIO for g in groups}, ignored_layers=ignored)
+    assert result.flops_after < result.flops_before
+    return result
+
+
+def _heads_intact(model: nn.Module, fresh: nn.Module) -> None:
+    """Every projection into attention heads kept all its outputs (no head or q/k/v mixed)."""
+    kept = {n: m for n, m in fresh.named_modules()}
+    for name, module in model.named_modules():
+        for layer in timm_models.head_projections(module):
+            ref = dict(kept[name].named_modules())
+            own = {m: n for n, m in module.named_modules()}
+            width = "out_features" if isinstance(layer, nn.Linear) else "out_channels"
+            assert getattr(layer, width) == getattr(ref[own[layer]], width), f"{name}: a head cut"
+
+
+@pytest.mark.parametrize("family", list(TINY))
+def test_prunes_at_tiny_width_and_reloads(family, tmp_path):
+    size = TINY[family][1]
+    model = _build(family)
+    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+    _prune_all(model, x)
+    with torch.no_grad():
+        out = model(x)
+    assert out.shape == (1, 10) and torch.isfinite(out).all()
+    _heads_intact(model, _build(family))
+    path = ap.save_pruned(model, tmp_path / "m.pt")
+    with torch.no_grad():
+        assert torch.equal(ap.load_pruned(path, _build(family)).eval()(x), out)
+
+
+def test_a_vit_keeps_its_heads_and_loses_embedding_and_mlp_channels():
+    model = _build("vit")
+    result = _prune_all(model, torch.randn(1, 3, 32, 32))
+    assert set(result.plan) == {"patch_embed.proj", "blocks.0.mlp.fc1", "blocks.1.mlp.fc1"}
+    assert model.patch_embed.proj.out_channels == 34 and model.blocks[0].mlp.fc1.out_features == 134
+    assert model.blocks[0].attn.qkv.out_features == 3 * 48  # 3 heads of 16, for q, k and v
+    assert model.blocks[0].attn.qkv.in_features == 34
+
+
+def test_make_traceable_keeps_the_outputs():
+    # the BEiT bias added after the linear, BlurPool's single filter, MetaFormer's Scale
+    for build, size in (TINY["beit"], TINY["convformer"],
+                        (lambda: timm.create_model("resnetblur18", num_classes=10), 32)):
+        torch.manual_seed(0)
+        plain = build().eval()
+        patched = timm_models.make_traceable(build()).eval()
+        patched.load_state_dict(plain.state_dict())
+        x = torch.randn(2, 3, size, size)
+        with torch.no_grad():
+            torch.testing.assert_close(patched(x), plain(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(BY_NAME))
+def test_prunes_by_name_and_reloads(name, tmp_path):
+    torch.manual_seed(0)
+    size = BY_NAME[name]
+    adapter = ClassificationAdapter(num_classes=10, input_size=size, progress=False)
+    arch = adapter.arch_key(name)
+    model = adapter.build(arch).eval()
+    x = adapter.example_inputs(model)
+    _prune_all(model, x)
+    with torch.no_grad():
+        out = model(x)
+    assert out.shape == (1, 10) and torch.isfinite(out).all()
+    path = ap.save_pruned(model, tmp_path / "m.pt", task="classification", arch=arch,
+                          build=adapter.build_kwargs(model), input_size=size)
+    with torch.no_grad():
+        assert torch.equal(cls.load_model(path)(x), out)
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("dpn48b", "its dual-path blocks slice"),
+    ("timm/dpn68", "its dual-path blocks slice"),
+    ("eva02_tiny_patch14_224", "its attention reshapes its output to the width of its input"),
+])
+def test_refused_by_name_before_any_work(name, reason, monkeypatch):
+    def no_build(*args, **kwargs):
+        raise AssertionError("a refused model was built")
+
+    monkeypatch.setattr(timm, "create_model", no_build)
+    with pytest.raises(ap.ConfigError) as info:
+        ClassificationAdapter(num_classes=10).arch_key(name)
+    bare = name.split("/")[-1]
+    assert assert_one_line(info).startswith(
+        f"timm model {bare!r} cannot be pruned by autoprune: {reason}")
+    assert " instead" in str(info.value)
+
+
+def test_the_refusals_match_only_their_families():
+    for name in ("eva02_base_patch14_224", "resnet18", "densenet121"):
+        timm_models.check_supported(name)  # no error
+    assert all(any(n.startswith(p) for n in timm.list_models()) for p in timm_models.REFUSED)
