@@ -220,3 +220,13 @@ def test_recipe_line():
                       "recipe": {"distill": {"alpha": 0.5, "temperature": 4.0},
                                  "prune_steps": 3}})
     assert "distillation from the unpruned model (alpha 0.5, T 4), pruned in 3 steps" in md
+
+
+def test_a_steps_stage_counts_as_written_by_the_run(tmp_path):
+    from autoprune.flow.options import written_by_run
+
+    assert written_by_run(tmp_path / "pruned_step2" / "best.pt", tmp_path, "path")
+    assert written_by_run(tmp_path / "pruned_step1" / "ultralytics" / "w" / "best.pt", tmp_path,
+                          "default")
+    assert not written_by_run(tmp_path / "elsewhere" / "best.pt", tmp_path, "path")
+    assert not written_by_run(tmp_path / "pruned_step1" / "best.pt", tmp_path, "none")
