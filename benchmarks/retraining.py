@@ -35,7 +35,8 @@ RECIPES = {"plain": {}, "distill": {"distill": True}, "steps": {"prune_steps": 3
 
 
 def compare(task: str, metric: str, train: Callable[..., Any], tmp: Path, *, epochs: int,
-            retrain_epochs: int, pruned_flops: float, ratios: tuple[float, ...]) -> dict[str, float]:
+            retrain_epochs: int, pruned_flops: float,
+            ratios: tuple[float, ...]) -> dict[str, float]:
     """Train the base model, then every recipe and the control; prints a row each and returns
     ``{recipe: metric}``."""
     t0 = time.perf_counter()

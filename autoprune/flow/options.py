@@ -32,7 +32,8 @@ def check_save_dir(save_dir: str | os.PathLike) -> Path:
 def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
     """True when ``path`` is a file that training into ``save_dir`` writes or may replace: a
     stage's ``best.pt`` / ``last.pt`` / ``train_state.pt`` or anything in its ``ultralytics/``
-    (the stages: ``save_dir``, or ``baseline/``, ``pruned/`` and prune_steps' ``pruned_step<k>/``)."""
+    (the stages: ``save_dir``, or ``baseline/``, ``pruned/`` and prune_steps'
+    ``pruned_step<k>/``)."""
     stages = [save_dir] if mode == "none" else [save_dir / "baseline", save_dir / "pruned"]
     src = path.resolve()
     for parent in src.parents:  # prune_steps' stages before the last

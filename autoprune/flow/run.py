@@ -179,7 +179,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         _log(f"[autoprune] pruned {len(result.plan)} groups{which}: FLOPs "
              f"{result.flops_before / 1e6:.1f}M -> {result.flops_after / 1e6:.1f}M "
              f"(-{result.flops_reduction:.1%}); retraining {step_epochs} epochs"
-             + (" distilling the unpruned model" if distill else ""))
+             + (", distilling the unpruned model" if distill else ""))
         stage = save_dir / ("pruned" if k == prune_steps else f"pruned_step{k}")
         model = adapter.fit(model, step_epochs, stage,
                             meta={**meta, "pruned": True, "plan": result.plan}, **retrain)

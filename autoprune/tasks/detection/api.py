@@ -142,7 +142,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
           train_data: str | os.PathLike | None = None, resume: bool = False,
-          distill: bool | dict[str, float] = False, prune_steps: int = 1, imgsz: int | None = None, batch: int | None = None,
+          distill: bool | dict[str, float] = False, prune_steps: int = 1,
+          imgsz: int | None = None, batch: int | None = None,
           workers: int | None = None) -> TrainResult:
     """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
 

@@ -81,7 +81,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
     distill: retrain the pruned model against the unpruned base model as a frozen teacher
     (``True``, or ``{"alpha": 0.5, "temperature": 4.0}``, the defaults): the loss is
     ``(1 - alpha) * task loss + alpha * KD``, KD being the KL divergence of the softened
-    per-pixel class probabilities, averaged over the pixels (scaled by T²). Works under torchrun and with ``resume``. Off by default.
+    per-pixel class probabilities, averaged over the pixels (scaled by T²). Works under
+    torchrun and with ``resume``. Off by default.
     prune_steps: reach the target in that many equal steps (the same final channels as one
     step), retraining ``epochs // prune_steps`` epochs after each (the last step the
     remainder; the steps before the last in ``save_dir/pruned_step<k>/``).
