@@ -52,3 +52,20 @@ def test_sensitivity_speed_prints_speedup_and_difference(capsys):
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
     m = re.fullmatch(r"speedup=([\d.]+) max_abs_diff=([\d.e+-]+)", last)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) <= 1e-4
+
+
+def test_retraining_compares_the_recipes_at_equal_flops_and_epochs(capsys):
+    line = _script("retraining").main(
+        ["--epochs", "1", "--retrain-epochs", "3", "--train-images", "128", "--val-images", "32",
+         "--ratios", "0.5,0.8", "--size", "32", "--pruned-flops", "0.5", "--no-segmentation"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| classification \| (plain|distill|steps|both) \| -([\d.]+)% \| "
+                      r"([\d.]+) \|", out, re.M)
+    assert [r[0] for r in rows] == ["plain", "distill", "steps", "both"]
+    reductions = {float(r[1]) for r in rows}
+    assert len(reductions) == 1 and reductions.pop() == pytest.approx(50, abs=5)
+    assert "| classification | control (unpruned) | -0.0% |" in out
+    assert out.rstrip().splitlines()[-1] == line
+    m = re.fullmatch(r"plain=([\d.]+) distill=([\d.]+) steps=([\d.]+) both=([\d.]+) "
+                     r"control=([\d.]+)", line)
+    assert m and all(0 <= float(v) <= 1 for v in m.groups())

@@ -629,3 +629,19 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     assert len(results.read_text().strip().splitlines()) == 3  # still nothing trained
     rewritten = autoprune.engine.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
     assert all(torch.equal(rewritten[k], v) for k, v in best.items())
+
+
+def test_prune_steps_end_with_one_shots_channels(flow, data_yaml, tmp_path):
+    """prune_steps=2 on a detector: two Ultralytics runs, the model re-pruned in between, ending
+    with the channels of pruning the base model at once with the same ratios."""
+    result, out = flow
+    r = det.train(result.baseline_path, data_yaml, epochs=2, prune_steps=2,
+                  save_dir=tmp_path / "run", sensitivities_file=out / "sens.json", ratios=(0.3,),
+                  pruned_flops=0.2, eval_limit=16, **SMALL)
+    assert r.report["recipe"] == {"distill": False, "prune_steps": 2}
+    assert (tmp_path / "run" / "pruned_step1" / "best.pt").is_file()
+    one_shot = det.load_model(result.baseline_path)
+    adapter = DetectionAdapter(data_yaml, input_size=64, progress=False)
+    autoprune.prune(one_shot, adapter.example_inputs(one_shot), r.ratios,
+                    ignored_layers=adapter.ignored_layers(one_shot))
+    assert _shapes(det.load_model(r.pruned_path)) == _shapes(one_shot)

@@ -155,7 +155,21 @@ def _tiny_data() -> torch.utils.data.TensorDataset:
                                           torch.randint(0, 4, (64,), generator=g))
 
 
-def _ddp_fit_worker(rank: int, world: int, init_file: str, out: str) -> None:
+def _teacher(distill: bool) -> dict:
+    """``fit``'s distill argument: a frozen teacher (another tiny net), or nothing."""
+    from autoprune.flow.training import Distill
+
+    if not distill:
+        return {}
+    torch.manual_seed(7)
+    teacher = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                                  torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                  torch.nn.Linear(4, 4))
+    return {"distill": Distill(teacher, alpha=0.5, temperature=2.0)}
+
+
+def _ddp_fit_worker(rank: int, world: int, init_file: str, out: str,
+                    distill: bool = False) -> None:
     from autoprune.engine.data import make_loader
     from autoprune.flow.training import FitConfig, fit
 
@@ -165,21 +179,23 @@ def _ddp_fit_worker(rank: int, world: int, init_file: str, out: str) -> None:
         loader = make_loader(_tiny_data(), 16, shuffle=True, seed=3, drop_last=True, shard=True)
         model = _tiny_net()
         losses = fit(model, loader, FitConfig(epochs=2, lr=0.1, progress=False),
-                     device=torch.device("cpu"))
+                     device=torch.device("cpu"), **_teacher(distill))
         torch.save({"state": model.state_dict(), "losses": losses, "steps": len(loader),
                     "batch": loader.batch_size}, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
 
-def test_ddp_training_over_two_ranks_equals_one_process_on_the_total_batch(tmp_path):
-    """2 ranks x batch 8 with averaged gradients = 1 process x batch 16 over the same shuffle."""
+@pytest.mark.parametrize("distill", [False, True], ids=["plain", "distill"])
+def test_ddp_training_over_two_ranks_equals_one_process_on_the_total_batch(tmp_path, distill):
+    """2 ranks x batch 8 with averaged gradients = 1 process x batch 16 over the same shuffle;
+    with distillation too (each rank's teacher, never wrapped in DDP, on the rank's images)."""
     from torch.utils.data import DataLoader, DistributedSampler
 
     from autoprune.flow.training import FitConfig, fit
 
-    mp.spawn(_ddp_fit_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "out")), nprocs=2,
-             join=True)
+    mp.spawn(_ddp_fit_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "out"), distill),
+             nprocs=2, join=True)
     ranks = [torch.load(f"{tmp_path / 'out'}.{r}", weights_only=True) for r in range(2)]
     assert [r["steps"] for r in ranks] == [4, 4] and [r["batch"] for r in ranks] == [8, 8]
     data = _tiny_data()
@@ -187,7 +203,7 @@ def test_ddp_training_over_two_ranks_equals_one_process_on_the_total_batch(tmp_p
                         sampler=DistributedSampler(data, num_replicas=1, rank=0, seed=3))
     model = _tiny_net()
     losses = fit(model, loader, FitConfig(epochs=2, lr=0.1, progress=False),
-                 device=torch.device("cpu"))
+                 device=torch.device("cpu"), **_teacher(distill))
     for r in ranks:
         assert r["losses"] == pytest.approx(losses, rel=1e-5)
         for k, v in model.state_dict().items():

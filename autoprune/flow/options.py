@@ -31,9 +31,15 @@ def check_save_dir(save_dir: str | os.PathLike) -> Path:
 
 def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
     """True when ``path`` is a file that training into ``save_dir`` writes or may replace: a
-    stage's ``best.pt`` / ``last.pt`` / ``train_state.pt`` or anything in its ``ultralytics/``."""
+    stage's ``best.pt`` / ``last.pt`` / ``train_state.pt`` or anything in its ``ultralytics/``
+    (the stages: ``save_dir``, or ``baseline/``, ``pruned/`` and prune_steps'
+    ``pruned_step<k>/``)."""
     stages = [save_dir] if mode == "none" else [save_dir / "baseline", save_dir / "pruned"]
     src = path.resolve()
+    for parent in src.parents:  # prune_steps' stages before the last
+        if mode != "none" and parent.name.startswith("pruned_step") and \
+                parent.parent == save_dir.resolve():
+            stages.append(parent)
     for stage in (s.resolve() for s in stages):
         if src.parent == stage and src.name in ("best.pt", "last.pt", "train_state.pt"):
             return True

@@ -97,14 +97,36 @@ def target_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def recipe_line(report: Mapping[str, Any]) -> str:
+    """How the pruned model was retrained (report ``recipe``), e.g. ``plain fine-tuning`` or
+    ``distillation from the unpruned model (alpha 0.5, T 4), pruned in 3 steps``; empty for a
+    report without a recipe."""
+    recipe = report.get("recipe")
+    if not isinstance(recipe, Mapping):
+        return ""
+    parts = []
+    distill = recipe.get("distill")
+    if isinstance(distill, Mapping):
+        parts.append(f"distillation from the unpruned model (alpha {distill.get('alpha'):g}, "
+                     f"T {distill.get('temperature'):g})")
+    steps = recipe.get("prune_steps") or 1
+    if steps > 1:
+        parts.append(f"pruned in {steps} steps")
+    return ", ".join(parts) or "plain fine-tuning, pruned in one step"
+
+
 def to_markdown(report: Mapping[str, Any]) -> str:
-    """The comparison as a Markdown table, then the target against what was achieved."""
+    """The comparison as a Markdown table, then the target against what was achieved, then the
+    retraining recipe."""
     lines = ["| | baseline | pruned | change |", "|---|---:|---:|---:|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _rows(report)]
     targets = target_rows(report)
     if targets:
         lines += ["", "| target | asked | achieved |", "|---|---:|---:|"]
         lines += [f"| {a} | {b} | {c} |" for a, b, c in targets]
+    recipe = recipe_line(report)
+    if recipe:
+        lines += ["", f"Retraining: {recipe}."]
     return "\n".join(lines) + "\n"
 
 
@@ -119,6 +141,9 @@ def to_console(report: Mapping[str, Any]) -> str:
     if targets:
         lines += ["-" * (sum(widths) + 6), fmt(("", "asked", "achieved", ""))]
         lines += [fmt(r) for r in targets]
+    recipe = recipe_line(report)
+    if recipe:
+        lines.append(f"retraining: {recipe}")
     return "\n".join(lines)
 
 

@@ -15,8 +15,8 @@ import torch.nn as nn
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.checkpoint import BASE_SHAPES
 from ..engine.distributed import broadcast, rank_and_world
-from ..engine.groups import check_criterion
-from ..engine.prune import check_round_to, prune
+from ..engine.groups import PruningGraph, channels_to_keep, check_criterion
+from ..engine.prune import PruneResult, check_round_to, prune
 from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios, weights_sha256
 from ..engine.store import read_record
 from ..errors import CheckpointError, ConfigError, SensitivityFileError
@@ -30,6 +30,7 @@ from .plots import plot_sensitivities
 from .previous import previous_run
 from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file, get_sensitivities
+from .training import Distill, check_distill, prepare_teacher
 
 
 def _checkpoint_meta(adapter: TaskAdapter, arch: str | None, model: nn.Module,
@@ -61,7 +62,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           sensitivity_options: Mapping[str, Any] | None = None,
           resume: bool = False, pruned_latency: float | None = None,
           latency_device: str = "cpu", latency_threads: int | None = None,
-          latency_batch: int = 1) -> TrainResult:
+          latency_batch: int = 1, distill: Any = False, prune_steps: int = 1) -> TrainResult:
     """The PaddleX-style flow for any task (see ``autoprune.classification.train``).
 
     ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
@@ -69,9 +70,15 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     ``pruned_latency``: the share of latency to remove, measured on ``latency_device``
     (``latency_threads``, ``latency_batch``); the analysis then times its points (a DEFAULT
     profile's points are timed into ``save_dir/sensitivities_latency.json``) and
-    ``eval_metric_loss``, if given, caps any group's loss."""
+    ``eval_metric_loss``, if given, caps any group's loss.
+    ``distill``: retrain the pruned model against the unpruned one (True, or ``{"alpha": a,
+    "temperature": t}``; adapters with ``distills`` only). ``prune_steps=K``: reach the ratios
+    in K steps (the same final channel counts), retraining ``epochs // K`` epochs after each
+    (the last step the remainder)."""
     mode = sens_mode(sensitivities_file)
-    check_numbers(whole=True, low=1, epochs=epochs, pretrain_epochs=pretrain_epochs)
+    check_numbers(whole=True, low=1, epochs=epochs, pretrain_epochs=pretrain_epochs,
+                  prune_steps=prune_steps)
+    distill = check_recipe(adapter, mode, epochs, distill, prune_steps)
     check_unused_settings(pruned_latency, latency_device, latency_threads, latency_batch)
     if pruned_latency is not None and mode == "none":
         raise ConfigError("pruned_latency needs sensitivities_file: a path to measure the "
@@ -155,13 +162,27 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     else:
         chosen = ratios_by_loss(sens, eval_metric_loss)
     baseline_model = copy.deepcopy(model)
-    result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
-                   ignored_layers=ignored)
-    _log(f"[autoprune] pruned {len(result.plan)} groups: FLOPs {result.flops_before / 1e6:.1f}M "
-          f"-> {result.flops_after / 1e6:.1f}M (-{result.flops_reduction:.1%}); retraining "
-          f"{epochs} epochs")
-    model = adapter.fit(model, epochs, save_dir / "pruned",
-                        meta={**meta, "pruned": True, "plan": result.plan}, **resuming)
+    retrain = dict(resuming)
+    if distill:  # the teacher: the unpruned model, frozen (rebuilt from its checkpoint on resume)
+        retrain["distill"] = Distill(prepare_teacher(copy.deepcopy(baseline_model),
+                                                      adapter.device), **distill)
+    steps = step_targets(model, example, chosen, prune_steps, round_to, ignored)
+    done: list[PruneResult] = []
+    for k, step_ratios in enumerate(steps, 1):
+        example = adapter.example_inputs(model)
+        done.append(prune(model, example, step_ratios(done), criterion=criterion,
+                          round_to=round_to, ignored_layers=ignored))
+        result = combined(done, chosen)
+        step_epochs = epochs // prune_steps if k < prune_steps else \
+            epochs - (prune_steps - 1) * (epochs // prune_steps)
+        which = f" (step {k}/{prune_steps})" if prune_steps > 1 else ""
+        _log(f"[autoprune] pruned {len(result.plan)} groups{which}: FLOPs "
+             f"{result.flops_before / 1e6:.1f}M -> {result.flops_after / 1e6:.1f}M "
+             f"(-{result.flops_reduction:.1%}); retraining {step_epochs} epochs"
+             + (", distilling the unpruned model" if distill else ""))
+        stage = save_dir / ("pruned" if k == prune_steps else f"pruned_step{k}")
+        model = adapter.fit(model, step_epochs, stage,
+                            meta={**meta, "pruned": True, "plan": result.plan}, **retrain)
 
     def finish() -> dict[str, Any]:
         sides = compare_sides(adapter, baseline_model, model, base_metrics,
@@ -171,6 +192,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
                   "pruned_flops_target": pruned_flops, "pruned_latency_target": pruned_latency,
                   "criterion": criterion, "round_to": round_to, "ratios": dict(chosen),
                   "flops_reduction": result.flops_reduction,
+                  "recipe": {"distill": distill or False, "prune_steps": prune_steps},
                   **target_fields(eval_metric_loss=eval_metric_loss, pruned_flops=pruned_flops,
                                   target=target, baseline=baseline_model, pruned=model,
                                   example_inputs=adapter.example_inputs(model), chosen=chosen,
@@ -194,6 +216,83 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     return TrainResult(model, report=report, baseline_path=baseline_path,
                        pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
                        ratios=dict(chosen), metrics=report["pruned"]["metrics"])
+
+def check_recipe(adapter: TaskAdapter, mode: str, epochs: int, distill: Any,
+                 prune_steps: int) -> dict[str, float] | None:
+    """The retraining recipe's settings checked before any training: ``distill`` as
+    ``{"alpha", "temperature"}`` or None (a ConfigError for a task that cannot distill, or
+    without pruning), ``prune_steps`` at most ``epochs`` and only with pruning."""
+    distill = check_distill(distill)
+    if distill and not getattr(adapter, "distills", False):
+        raise ConfigError(f"distill is not offered for {adapter.task} yet: "
+                          f"{getattr(adapter, 'no_distill_reason', 'its trainer has no hook')}; "
+                          f"drop distill")
+    if mode == "none" and (distill or prune_steps > 1):
+        raise ConfigError("distill and prune_steps shape the retraining after pruning: pass "
+                          "sensitivities_file (a path or 'DEFAULT') and a target, or drop them")
+    if prune_steps > epochs:
+        raise ConfigError(f"prune_steps={prune_steps} needs at least as many epochs (epochs="
+                          f"{epochs}): each step retrains epochs // prune_steps epochs")
+    return distill
+
+
+def step_targets(model: nn.Module, example: Any, chosen: Mapping[str, float], steps: int,
+                 round_to: int | None, ignored: Any) -> list[Callable[[list[PruneResult]],
+                                                                      dict[str, float]]]:
+    """For each of ``steps`` steps, a function of the steps done so far giving that step's
+    ratios: each group keeps ``keep^(k/steps)`` of its channels after step k (rounded, in
+    ``round_to`` multiples), the last step exactly one-shot's count, so the pruned model ends
+    with the channels (and FLOPs) of pruning ``chosen`` at once."""
+    if steps == 1:
+        return [lambda done: dict(chosen)]
+    graph = PruningGraph(model, example, ignored)
+    start = {g.name: g.channels for g in graph.groups if chosen.get(g.name, 0) > 0}
+    counts: dict[str, list[int]] = {}
+    for name, n0 in start.items():
+        final = channels_to_keep(n0, chosen[name], round_to)
+        unit = round_to if round_to and round_to > 1 else 1
+        path = []
+        for k in range(1, steps):
+            n = n0 * (final / n0) ** (k / steps)
+            n = max(final, min(n0, int(n / unit + 0.5) * unit))
+            path.append(n)
+        path.append(final)
+        for i in range(1, len(path)):  # never grow back
+            path[i] = min(path[i], path[i - 1])
+        counts[name] = path
+
+    def ratios(k: int) -> Callable[[list[PruneResult]], dict[str, float]]:
+        def of(done: list[PruneResult]) -> dict[str, float]:
+            now = dict(start)
+            for step in done:
+                now.update({g: p["kept"] for g, p in step.plan.items()})
+            return {g: (now[g] - path[k]) / now[g] for g, path in counts.items()
+                    if path[k] < now[g]}
+        return of
+
+    return [ratios(k) for k in range(steps)]
+
+
+def combined(done: list[PruneResult], chosen: Mapping[str, float]) -> PruneResult:
+    """One :class:`PruneResult` for pruning in steps: FLOPs and parameters from before the first
+    step to after the last; per group the first channel count, the last kept one, the ratio
+    asked for and the removed indices of the unpruned model."""
+    if len(done) == 1:
+        return done[0]
+    plan: dict[str, dict[str, Any]] = {}
+    alive: dict[str, list[int]] = {}
+    for step in done:
+        for name, p in step.plan.items():
+            indices = alive.setdefault(name, list(range(p["channels"])))
+            removed = set(p["removed"])
+            alive[name] = [c for i, c in enumerate(indices) if i not in removed]
+            first = plan.get(name, {}).get("channels", p["channels"])
+            plan[name] = {"channels": first, "kept": p["kept"], "ratio": chosen.get(name, 0.0),
+                          "removed": sorted(set(range(first)) - set(alive[name]))}
+    return PruneResult(done[-1].model, plan, params_before=done[0].params_before,
+                       params_after=done[-1].params_after, flops_before=done[0].flops_before,
+                       flops_after=done[-1].flops_after)
+
 
 def flow_settings(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The arguments of :func:`train` (after ``adapter`` and ``model``) found in ``arguments``:

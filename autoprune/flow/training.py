@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from ..engine.checkpoint import _atomic_save, read_state_dict, save_pruned
@@ -56,6 +57,70 @@ class FitConfig:
     label_smoothing: float = 0.0
     progress: bool = True
     sync_bn: bool = False           # under torchrun on GPUs: BatchNorm statistics over all ranks
+
+
+DISTILL_DEFAULTS = {"alpha": 0.5, "temperature": 4.0}
+
+
+@dataclass(frozen=True)
+class Distill:
+    """Knowledge distillation from a frozen ``teacher`` during :func:`fit`: the loss becomes
+    ``(1 - alpha) * task loss + alpha * kd_loss(student outputs, teacher outputs, temperature)``."""
+
+    teacher: nn.Module
+    alpha: float = DISTILL_DEFAULTS["alpha"]
+    temperature: float = DISTILL_DEFAULTS["temperature"]
+    kd_loss: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None
+
+
+def check_distill(distill: Any) -> dict[str, float] | None:
+    """``distill`` as the API takes it (False/None: off; True: the defaults; a mapping with
+    ``alpha`` in [0, 1] and ``temperature`` > 0) as ``{"alpha": a, "temperature": t}`` or None;
+    anything else is a one-line ConfigError."""
+    if distill is None or distill is False:
+        return None
+    if distill is True:
+        return dict(DISTILL_DEFAULTS)
+    if not isinstance(distill, dict):
+        raise ConfigError(f"distill={distill!r:.60} must be True, False or a mapping such as "
+                          f"{{'alpha': 0.5, 'temperature': 4.0}}")
+    unknown = sorted(set(map(str, distill)) - set(DISTILL_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"distill has unknown key(s) {', '.join(unknown)}: use only 'alpha' "
+                          f"and 'temperature'")
+    out = {**DISTILL_DEFAULTS, **distill}
+    for key, value in out.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value):
+            raise ConfigError(f"distill {key}={value!r:.40} is not a number: pass e.g. "
+                              f"{DISTILL_DEFAULTS[key]}")
+        out[key] = float(value)
+    if not 0.0 <= out["alpha"] <= 1.0:
+        raise ConfigError(f"distill alpha={out['alpha']} is outside [0, 1]: the weight of the "
+                          f"distillation term, e.g. 0.5")
+    if out["temperature"] <= 0:
+        raise ConfigError(f"distill temperature={out['temperature']} must be above 0: e.g. 4.0")
+    return out
+
+
+def kd_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Hinton's logit distillation: KL(softmax(teacher / T) || softmax(student / T)) * T²,
+    over dim 1 (the classes), averaged over every other position: the batch for ``(N, C)``
+    logits, the batch and the pixels for ``(N, C, H, W)`` (per-pixel KD). 0 when they agree."""
+    t = float(temperature)
+    classes = student.shape[1]
+    s = student.float().movedim(1, -1).reshape(-1, classes)
+    q = teacher.detach().float().movedim(1, -1).reshape(-1, classes)
+    return F.kl_div(F.log_softmax(s / t, dim=1), F.log_softmax(q / t, dim=1),
+                    reduction="batchmean", log_target=True) * (t * t)
+
+
+def prepare_teacher(teacher: nn.Module, device: torch.device) -> nn.Module:
+    """The teacher as distillation uses it: on ``device``, frozen, in eval mode (it is never
+    wrapped in DDP and never saved in a training state)."""
+    teacher.to(device).eval()
+    teacher.requires_grad_(False)
+    return teacher
 
 
 def _optimizer(model: nn.Module, cfg: FitConfig) -> torch.optim.Optimizer:
@@ -102,8 +167,11 @@ def use_sync_batchnorm(model: nn.Module) -> Callable[[], None]:
 def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.device,
         loss_fn: Callable | None = None,
         on_epoch_end: Callable[[int, float, dict[str, Any]], None] | None = None,
-        state: dict[str, Any] | None = None) -> list[float]:
+        state: dict[str, Any] | None = None, distill: Distill | None = None) -> list[float]:
     """Train ``model`` on ``loader`` for ``cfg.epochs``; returns the mean loss of each epoch.
+
+    ``distill``: a frozen teacher (see :class:`Distill`) whose outputs on the same batch (no
+    gradient, eval mode, under the same autocast) add ``alpha * kd_loss`` to the task loss.
 
     ``on_epoch_end(epoch, loss, state)`` gets the loop's resumable state after each epoch
     (epochs done, optimizer, LR schedule, GradScaler, RNG states, losses); passing such a
@@ -118,21 +186,24 @@ def fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, device: torch.d
     model.to(device).train()
     rank, world = rank_and_world()
     if not (cfg.sync_bn and world > 1):
-        return _fit(model, loader, cfg, device, loss_fn, on_epoch_end, state)
+        return _fit(model, loader, cfg, device, loss_fn, on_epoch_end, state, distill)
     if device.type != "cuda":
         raise ConfigError(f"sync_bn=True needs CUDA GPUs (SyncBatchNorm has no {device.type} "
                           f"kernel): drop sync_bn, or train on GPUs")
     restore = use_sync_batchnorm(model)
     try:
-        return _fit(model, loader, cfg, device, loss_fn, on_epoch_end, state)
+        return _fit(model, loader, cfg, device, loss_fn, on_epoch_end, state, distill)
     finally:
         restore()
 
 
 def _fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, device: torch.device,
          loss_fn: Callable, on_epoch_end: Callable | None,
-         state: dict[str, Any] | None) -> list[float]:
+         state: dict[str, Any] | None, distill: Distill | None = None) -> list[float]:
     rank, world = rank_and_world()
+    if distill is not None:
+        prepare_teacher(distill.teacher, device)
+        distill_fn = distill.kd_loss or kd_loss
     net = model
     if world > 1:
         gpus = None
@@ -175,6 +246,11 @@ def _fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, device: torch.dev
                     raise ConfigError(f"a training label is out of range ({e}): labels must be "
                                       f"0 .. num_classes - 1; build the model with a num_classes "
                                       f"that covers every label") from None
+                if distill is not None:
+                    with torch.no_grad():
+                        teacher_out = distill.teacher(inputs)
+                    loss = (1 - distill.alpha) * loss + distill.alpha * distill_fn(
+                        outputs, teacher_out, distill.temperature)
             diverged = not torch.isfinite(loss)
             if world > 1:  # every rank stops together (a lone raise would hang the others)
                 diverged = all_reduce_sum(float(diverged), device) > 0
@@ -242,7 +318,7 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epoch
                   evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
                   metric: str = "", higher_is_better: bool = True,
                   loss_fn: Callable | None = None, resume: bool = False,
-                  seed: int | None = None) -> nn.Module:
+                  seed: int | None = None, distill: Distill | None = None) -> nn.Module:
     """:func:`fit` for ``epochs``, evaluating after each epoch; writes ``last.pt`` every epoch and
     ``best.pt`` whenever ``metric`` improves (or the training loss, without ``evaluate``), both
     through :func:`~autoprune.checkpoint.save_pruned` with ``meta``, then ``train_state.pt``
@@ -303,7 +379,7 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epoch
 
     if saved is None or len(saved["history"]) < epochs:
         fit(model, loader, dataclasses.replace(cfg, epochs=epochs), device=device,
-            loss_fn=loss_fn, on_epoch_end=on_epoch_end, state=saved)
+            loss_fn=loss_fn, on_epoch_end=on_epoch_end, state=saved, distill=distill)
     elif rank == 0:
         print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its best.pt",
               flush=True)

@@ -26,6 +26,8 @@ class TaskAdapter(ABC):
     input_size: int | None  # the pixel size the model is trained, timed and exported at
     device: torch.device    # where the model is trained and evaluated
     eval_set: Any           # the evaluation items (``len()`` is recorded); None without eval data
+    distills: bool = False  # whether ``fit`` takes ``distill=`` (a teacher to distil from)
+    no_distill_reason: str = "its trainer has no hook for a distillation term"
 
     # --- the model -------------------------------------------------------------------------
     @abstractmethod
@@ -81,7 +83,9 @@ class TaskAdapter(ABC):
             meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
         """Train ``model`` for ``epochs`` and return the best model, saved as
         ``save_dir/best.pt`` with ``meta`` (an autoprune checkpoint); ``resume=True`` continues
-        an interrupted run of the same call."""
+        an interrupted run of the same call. An adapter with ``distills = True`` also takes
+        ``distill=`` (:class:`autoprune.flow.training.Distill`: a frozen teacher, alpha,
+        temperature) and adds its distillation term to the training loss."""
 
     def deployables(self, save_dir: Path) -> list[tuple[str, Path]]:
         """``(what, path)`` of the files a training stage in ``save_dir`` leaves besides

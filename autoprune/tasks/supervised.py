@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from ..flow.options import check_numbers
 from ..engine.checkpoint import export_onnx
 from ..engine.data import make_loader, subset
 from ..errors import ConfigError
-from ..flow.training import fit_keep_best
+from ..flow.training import Distill, fit_keep_best, kd_loss
 from .base import TaskAdapter
 
 
@@ -20,10 +21,20 @@ class SupervisedFit(TaskAdapter):
     """``fit`` for adapters with ``train_set``, ``eval_set``, ``cfg``, ``batch_size``,
     ``num_workers``, ``seed``, ``device``, ``metric`` and, optionally, a ``loss`` callable."""
 
+    distills = True
+
+    def distill_loss(self, student: torch.Tensor, teacher: torch.Tensor,
+                     temperature: float) -> torch.Tensor:
+        """The distillation term: KL on the softmax over dim 1 at ``temperature``, scaled by T²,
+        averaged over the rest (the images; for a segmentation map, the images and pixels)."""
+        return kd_loss(student, teacher, temperature)
+
     def fit(self, model: nn.Module, epochs: int, save_dir: Path,
-            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
+            meta: dict[str, Any] | None = None, resume: bool = False,
+            distill: Distill | None = None) -> nn.Module:
         """Train, evaluate after each epoch, keep ``best.pt`` (by ``self.metric``), ``last.pt``
-        and ``train_state.pt``; ``resume=True`` continues from ``train_state.pt``."""
+        and ``train_state.pt``; ``resume=True`` continues from ``train_state.pt``; ``distill``
+        adds :meth:`distill_loss` against its frozen teacher."""
         if self.train_set is None:
             raise ConfigError("training needs train_data")
         check_numbers(whole=True, low=1, epochs=epochs)
@@ -33,7 +44,9 @@ class SupervisedFit(TaskAdapter):
         return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
                              save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
                              evaluate=self.evaluate if self.eval_set is not None else None,
-                             metric=self.metric, resume=resume, seed=self.seed)
+                             metric=self.metric, resume=resume, seed=self.seed,
+                             distill=distill and dataclasses.replace(
+                                 distill, kd_loss=distill.kd_loss or self.distill_loss))
 
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
                     dynamic_batch: bool = True) -> Path:

@@ -45,7 +45,8 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
           num_workers: int = 0, train_limit: int | None = None, eval_limit: int | None = None,
           seed: int = 0, progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
-          resume: bool = False, sync_bn: bool = False) -> TrainResult:
+          resume: bool = False, sync_bn: bool = False,
+          distill: bool | dict[str, float] = False, prune_steps: int = 1) -> TrainResult:
     """Train a classifier, and prune it when ``sensitivities_file`` is given.
 
     model: a timm or torchvision name ("resnet18", "mobilenetv3_small_100", "torchvision/
@@ -77,6 +78,14 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
 
     sync_bn: under torchrun on several GPUs, normalise BatchNorm over all ranks' images
     (``SyncBatchNorm``; worth it when each GPU holds a small batch). Ignored in one process.
+    distill: retrain the pruned model against the unpruned base model as a frozen teacher
+    (``True``, or ``{"alpha": 0.5, "temperature": 4.0}``, the defaults): the loss is
+    ``(1 - alpha) * task loss + alpha * KD``, KD being the KL divergence of the softened
+    class probabilities (scaled by T²). Works under torchrun and with ``resume``. Off by
+    default.
+    prune_steps: reach the target in that many equal steps (the same final channels as one
+    step), retraining ``epochs // prune_steps`` epochs after each (the last step the
+    remainder; the steps before the last in ``save_dir/pruned_step<k>/``).
     """
     torch.manual_seed(seed)
     adapter = ClassificationAdapter(

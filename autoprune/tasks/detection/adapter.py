@@ -71,6 +71,9 @@ class DetectionAdapter(TaskAdapter):
     task = "detection"
     metric = "map50_95"
     higher_is_better = True
+    no_distill_reason = ("Ultralytics computes the loss inside the model's loss() in its own "
+                         "training loop, where autoprune cannot add a teacher's term without "
+                         "replacing that loop")
 
     def __init__(self, data: str | os.PathLike | None = None,
                  eval_data: str | os.PathLike | None = None, *, nc: int | None = None,

@@ -31,6 +31,7 @@ import torch.nn as nn
 from ...flow import checkpoints, run
 from ...flow.checkpoints import checkpoint_meta
 from ...flow.options import check_save_dir
+from ...flow.training import check_distill
 from ...engine.checkpoint import BASE_SHAPES, save_pruned
 from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
 from ...engine.sensitivity import DEFAULT_RATIOS
@@ -141,6 +142,7 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
           train_data: str | os.PathLike | None = None, resume: bool = False,
+          distill: bool | dict[str, float] = False, prune_steps: int = 1,
           imgsz: int | None = None, batch: int | None = None,
           workers: int | None = None) -> TrainResult:
     """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
@@ -166,6 +168,11 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     stage continues from its Ultralytics ``last.pt`` (the pruned module itself), a finished stage
     is not trained again, and the sensitivity file keeps its measured points.
 
+    distill: not offered for detection yet (a ConfigError): Ultralytics computes the loss inside
+    the model's ``loss()`` called from its trainer's loop, so a distillation term needs the
+    teacher's outputs on the same augmented batch inside that loop; see the README.
+    prune_steps: as in :func:`autoprune.classification.train` (each step an Ultralytics run).
+
     input_size (default 640), batch_size (16), num_workers (0): the same names as the other
     tasks; Ultralytics' ``imgsz``, ``batch`` and ``workers`` still work, with a DeprecationWarning.
     """
@@ -176,6 +183,9 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
         if data is not None and Path(data) != Path(train_data):
             raise ConfigError("pass the data.yaml once: data= or train_data=, not both")
         data = train_data
+    if check_distill(distill):  # refused before any data is read
+        raise ConfigError(f"distill is not offered for detection yet: "
+                          f"{DetectionAdapter.no_distill_reason}; drop distill")
     if data is None:
         raise ConfigError("data=<path to a YOLO data.yaml> is required")
     torch.manual_seed(seed)

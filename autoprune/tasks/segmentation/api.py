@@ -53,7 +53,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
           train_limit: int | None = None, eval_limit: int | None = None, seed: int = 0,
           progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
-          resume: bool = False, sync_bn: bool = False) -> TrainResult:
+          resume: bool = False, sync_bn: bool = False,
+          distill: bool | dict[str, float] = False, prune_steps: int = 1) -> TrainResult:
     """Train an smp segmentation model, and prune it when ``sensitivities_file`` is given.
 
     model / encoder: an smp architecture (unet, unetplusplus, fpn, deeplabv3plus, pspnet, linknet,
@@ -77,6 +78,14 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
     resume: ``True`` continues an interrupted run called with the same arguments, as in
     :func:`autoprune.classification.train` (each stage from its ``train_state.pt``).
     sync_bn: as in :func:`autoprune.classification.train` (``SyncBatchNorm`` under torchrun).
+    distill: retrain the pruned model against the unpruned base model as a frozen teacher
+    (``True``, or ``{"alpha": 0.5, "temperature": 4.0}``, the defaults): the loss is
+    ``(1 - alpha) * task loss + alpha * KD``, KD being the KL divergence of the softened
+    per-pixel class probabilities, averaged over the pixels (scaled by T²). Works under
+    torchrun and with ``resume``. Off by default.
+    prune_steps: reach the target in that many equal steps (the same final channels as one
+    step), retraining ``epochs // prune_steps`` epochs after each (the last step the
+    remainder; the steps before the last in ``save_dir/pruned_step<k>/``).
     """
     torch.manual_seed(seed)
     adapter = SegmentationAdapter(
