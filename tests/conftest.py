@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.data import Dataset
 
 # Tiny tensors: one intra-op thread is faster, and with two threads on a busy two-core machine
 # OpenMP spin-waits made a single mobilenet_v2 forward take seconds. One thread is also what makes
@@ -206,3 +207,51 @@ def x1():
 
 def clone(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
+
+
+class Images(Dataset):
+    """``n`` random 32-px images of 4 classes (3-class masks with ``segmentation``); with
+    ``noise`` each read adds torch-RNG noise (an augmentation), so a resumed run matches only if
+    the RNG states are restored. After ``crash_after`` reads it raises KeyboardInterrupt (a
+    simulated Ctrl-C). Shared by the resume and retraining tests."""
+
+    def __init__(self, n=48, *, noise=True, crash_after=None, segmentation=False):
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(n, 3, 32, 32, generator=g)
+        self.y = torch.randint(0, 3, (n, 32, 32), generator=g) if segmentation else \
+            torch.arange(n) % 4
+        self.noise, self.crash_after, self.reads = noise, crash_after, 0
+        if not segmentation:
+            self.classes = ["a", "b", "c", "d"]
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.reads += 1
+        if self.crash_after is not None and self.reads > self.crash_after:
+            raise KeyboardInterrupt("simulated Ctrl-C")
+        x = self.x[i] + 0.2 * torch.randn(3, 32, 32) if self.noise else self.x[i]
+        return x, self.y[i]
+
+
+def prunes_by_name_and_reloads(name: str, size: int, tmp_path, prune_all) -> None:
+    """Build the classifier ``name`` through the classification adapter, ``prune_all(model, x)``,
+    run it (10 finite logits) and reload it from a checkpoint to identical outputs."""
+    import autoprune as ap
+    from autoprune import classification as cls
+    from autoprune.tasks.classification import ClassificationAdapter
+
+    torch.manual_seed(0)
+    adapter = ClassificationAdapter(num_classes=10, input_size=size, progress=False)
+    arch = adapter.arch_key(name)
+    model = adapter.build(arch).eval()
+    x = adapter.example_inputs(model)
+    prune_all(model, x)
+    with torch.no_grad():
+        out = model(x)
+    assert out.shape == (1, 10) and torch.isfinite(out).all()
+    path = ap.save_pruned(model, tmp_path / "m.pt", task="classification", arch=arch,
+                          build=adapter.build_kwargs(model), input_size=size)
+    with torch.no_grad():
+        assert torch.equal(cls.load_model(path)(x), out)

@@ -13,15 +13,17 @@ from autoprune.engine.measure import count_flops
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+def _flops_ratio(self, candidate):
+    """PairedTimer.compare with FLOPs standing in for the clock (deterministic)."""
+    self.base_rounds.append(10.0)
+    return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
+
+
 @pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir() and
                     not os.environ.get("AUTOPRUNE_FASHION_MNIST"),
                     reason="dataset-fashion-mnist not installed")
 def test_latency_aware_benchmark_tiny(capsys, monkeypatch):
-    def compare(self, candidate):
-        self.base_rounds.append(10.0)
-        return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
-
-    monkeypatch.setattr(PairedTimer, "compare", compare)
+    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
     spec = importlib.util.spec_from_file_location("bench_latency_aware",
                                                   BENCH / "latency_aware.py")
     bench = importlib.util.module_from_spec(spec)
@@ -48,11 +50,7 @@ def test_latency_aware_benchmark_tiny(capsys, monkeypatch):
 def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch):
     """latency_target_check.py: the DEFAULT profile's points timed (here: FLOPs ratios), the
     allocation pruned and saved, and a child process reloading the checkpoint to time it for real."""
-    def compare(self, candidate):
-        self.base_rounds.append(10.0)
-        return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
-
-    monkeypatch.setattr(PairedTimer, "compare", compare)
+    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
     spec = importlib.util.spec_from_file_location("bench_latency_check",
                                                   BENCH / "latency_target_check.py")
     bench = importlib.util.module_from_spec(spec)

@@ -18,6 +18,8 @@ import autoprune
 from autoprune.tasks.detection import DetectionAdapter
 from autoprune.tasks.detection import models as yolo
 
+from conftest import randomize_norms
+
 # a process in which autoprune cannot be imported (whatever sys.path or an editable install says)
 BLOCK_AUTOPRUNE = """
 import importlib.abc, sys
@@ -43,16 +45,8 @@ def _pruned(arch: str) -> nn.Module:
     """An untrained ``arch`` (2 classes) with random BatchNorm statistics, pruned with random
     ratios per group, so that the two halves of most split blocks end up of different widths."""
     adapter = DetectionAdapter(nc=2, input_size=64)
-    model = adapter.build(arch)
+    model = randomize_norms(adapter.build(arch))
     g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                n = m.num_features
-                m.weight.copy_(0.5 + torch.rand(n, generator=g))
-                m.bias.copy_(0.2 * torch.randn(n, generator=g))
-                m.running_mean.copy_(0.1 * torch.randn(n, generator=g))
-                m.running_var.copy_(0.5 + torch.rand(n, generator=g))
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     names = [grp.name for grp in autoprune.prunable_groups(model, example, ignored)]
     rng = random.Random(0)

@@ -21,6 +21,8 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
+from conftest import randomize_norms
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
              train_args=dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=1, mosaic=0.0))
@@ -74,24 +76,12 @@ def flow(data_yaml, tmp_path_factory):
     return result, out
 
 
-def _randomize_bn(model: nn.Module) -> nn.Module:
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                n = m.num_features
-                m.weight.copy_(0.5 + torch.rand(n, generator=g))
-                m.bias.copy_(0.2 * torch.randn(n, generator=g))
-                m.running_mean.copy_(0.1 * torch.randn(n, generator=g))
-                m.running_var.copy_(0.5 + torch.rand(n, generator=g))
-    return model
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_split_free_twins_give_identical_outputs(arch):
     torch.manual_seed(0)
     with yolo.quiet():
-        original = _randomize_bn(yolo.DetectionModel(f"{arch}.yaml", nc=10, verbose=False)).eval()
+        original = randomize_norms(yolo.DetectionModel(f"{arch}.yaml", nc=10,
+                                                       verbose=False)).eval()
     patched = yolo.patch_model(copy.deepcopy(original))
     assert yolo.is_patched(patched) and not yolo.is_patched(original)
     assert any(isinstance(m, yolo.C2fSplitFree) for m in patched.modules())

@@ -6,7 +6,6 @@ the middle of an epoch, exactly where a Ctrl-C or a killed process would leave t
 on disk are what the last finished epoch wrote. Tiny synthetic data, 32 px, CPU."""
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 import autoprune
 from autoprune import classification as cls
@@ -14,31 +13,9 @@ from autoprune import segmentation as seg
 from autoprune.engine.checkpoint import read_pruned_metadata, read_state_dict
 from autoprune.flow.training import STATE_FILE
 
+from conftest import Images
+
 N, BATCH = 48, 16  # 3 batches per epoch
-
-
-class Images(Dataset):
-    """``n`` random 32-px images of 4 classes; with ``noise`` each read adds torch-RNG noise (an
-    augmentation), so a resumed run matches only if the RNG states are restored. After
-    ``crash_after`` reads it raises KeyboardInterrupt (a simulated Ctrl-C)."""
-
-    def __init__(self, n=N, *, noise=True, crash_after=None, segmentation=False):
-        g = torch.Generator().manual_seed(1)
-        self.x = torch.randn(n, 3, 32, 32, generator=g)
-        self.y = torch.randint(0, 3, (n, 32, 32), generator=g) if segmentation else torch.arange(n) % 4
-        self.noise, self.crash_after, self.reads = noise, crash_after, 0
-        if not segmentation:
-            self.classes = ["a", "b", "c", "d"]
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        self.reads += 1
-        if self.crash_after is not None and self.reads > self.crash_after:
-            raise KeyboardInterrupt("simulated Ctrl-C")
-        x = self.x[i] + 0.2 * torch.randn(3, 32, 32) if self.noise else self.x[i]
-        return x, self.y[i]
 
 
 def _cls(save_dir, train_data, **kw):

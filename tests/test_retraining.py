@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 import autoprune
 from autoprune import classification as cls
@@ -18,32 +18,9 @@ from autoprune.flow.report import recipe_line, to_markdown
 from autoprune.flow.training import Distill, FitConfig, check_distill, fit, kd_loss
 from autoprune.flow.training import STATE_FILE
 
+from conftest import Images
+
 N, BATCH = 48, 16  # 3 batches per epoch
-
-
-class Images(Dataset):
-    """``n`` random 32-px images of 4 classes (or 3-class masks), noise drawn from torch's RNG on
-    each read (so a resumed run matches only with the RNG states restored); after
-    ``crash_after`` reads a KeyboardInterrupt (a simulated Ctrl-C)."""
-
-    def __init__(self, n=N, *, noise=True, crash_after=None, segmentation=False):
-        g = torch.Generator().manual_seed(1)
-        self.x = torch.randn(n, 3, 32, 32, generator=g)
-        self.y = torch.randint(0, 3, (n, 32, 32), generator=g) if segmentation else \
-            torch.arange(n) % 4
-        self.noise, self.crash_after, self.reads = noise, crash_after, 0
-        if not segmentation:
-            self.classes = ["a", "b", "c", "d"]
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        self.reads += 1
-        if self.crash_after is not None and self.reads > self.crash_after:
-            raise KeyboardInterrupt("simulated Ctrl-C")
-        x = self.x[i] + 0.2 * torch.randn(3, 32, 32) if self.noise else self.x[i]
-        return x, self.y[i]
 
 
 def _cls(save_dir, train_data, **kw):

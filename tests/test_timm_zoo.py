@@ -24,7 +24,7 @@ import autoprune as ap
 from autoprune import classification as cls
 from autoprune.tasks.classification import ClassificationAdapter
 from autoprune.tasks.classification import timm_models
-from conftest import assert_one_line
+from conftest import assert_one_line, prunes_by_name_and_reloads
 
 RATIO = 0.3
 VIT = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=10)
@@ -122,20 +122,7 @@ def test_make_traceable_keeps_the_outputs():
 
 @pytest.mark.parametrize("name", list(BY_NAME))
 def test_prunes_by_name_and_reloads(name, tmp_path):
-    torch.manual_seed(0)
-    size = BY_NAME[name]
-    adapter = ClassificationAdapter(num_classes=10, input_size=size, progress=False)
-    arch = adapter.arch_key(name)
-    model = adapter.build(arch).eval()
-    x = adapter.example_inputs(model)
-    _prune_all(model, x)
-    with torch.no_grad():
-        out = model(x)
-    assert out.shape == (1, 10) and torch.isfinite(out).all()
-    path = ap.save_pruned(model, tmp_path / "m.pt", task="classification", arch=arch,
-                          build=adapter.build_kwargs(model), input_size=size)
-    with torch.no_grad():
-        assert torch.equal(cls.load_model(path)(x), out)
+    prunes_by_name_and_reloads(name, BY_NAME[name], tmp_path, _prune_all)
 
 
 @pytest.mark.parametrize("name, reason", [

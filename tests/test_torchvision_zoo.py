@@ -42,7 +42,7 @@ import autoprune as ap
 from autoprune import classification as cls
 from autoprune.tasks.classification import models as torchvision_models
 from autoprune.tasks.classification import ClassificationAdapter
-from conftest import assert_one_line
+from conftest import assert_one_line, prunes_by_name_and_reloads
 
 ZOO = torchvision.models.list_models(module=torchvision.models)
 RATIO = 0.3
@@ -109,20 +109,7 @@ def test_every_zoo_model_is_covered():
 
 @pytest.mark.parametrize("name", list(BY_NAME))
 def test_prunes_by_name_and_reloads(name, tmp_path):
-    torch.manual_seed(0)
-    size = BY_NAME[name]
-    adapter = ClassificationAdapter(num_classes=10, input_size=size, progress=False)
-    arch = adapter.arch_key(f"torchvision/{name}")
-    model = adapter.build(arch).eval()
-    x = adapter.example_inputs(model)
-    _prune_all(model, x)
-    with torch.no_grad():
-        out = model(x)
-    assert out.shape == (1, 10) and torch.isfinite(out).all()
-    path = ap.save_pruned(model, tmp_path / "m.pt", task="classification", arch=arch,
-                          build=adapter.build_kwargs(model), input_size=size)
-    with torch.no_grad():
-        assert torch.equal(cls.load_model(path)(x), out)
+    prunes_by_name_and_reloads(f"torchvision/{name}", BY_NAME[name], tmp_path, _prune_all)
 
 
 @pytest.mark.parametrize("name", list(TINY))
