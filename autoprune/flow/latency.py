@@ -105,15 +105,15 @@ def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRe
 
 def figures_of(chosen: LatencyRatios) -> dict[str, Any]:
     """What the allocation measured (before retraining), for the report."""
-    return {"predicted": chosen.predicted, "achieved": chosen.achieved,
+    return {"table_saving": chosen.table_saving, "achieved": chosen.achieved,
             "baseline_ms": chosen.baseline_ms, "pruned_ms": chosen.pruned_ms,
             "loss": chosen.loss, "setting": chosen.setting}
 
 
 def _restore(saved: dict[str, Any]) -> LatencyRatios:
     chosen = LatencyRatios({str(k): float(v) for k, v in saved["ratios"].items()})
-    for key in ("predicted", "achieved", "baseline_ms", "pruned_ms", "loss"):
-        setattr(chosen, key, saved[key])
+    for key in ("table_saving", "achieved", "baseline_ms", "pruned_ms", "loss"):
+        setattr(chosen, key, saved.get(key, saved.get("predicted")))  # its old name
     chosen.target, chosen.setting = saved["target"]["value"], saved["setting"]
     return chosen
 
