@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 import autoprune as ap
+from autoprune.engine import groups as groups_module, tp_patches
 from autoprune.engine.groups import PruningGraph, group_fingerprint
 from conftest import (ALL_MODELS, HEADS, TOY_GROUPS, assert_same_state, make_input, make_model,
                       snapshot)
@@ -253,12 +254,10 @@ def test_a_group_whose_search_goes_over_its_budget_is_left_whole(limit, value, m
     # MAnet, YOLO12, ECA-ResNets, FocalNet: torch-pruning's walk for one group ran for minutes;
     # here the budgets are shrunk so that the walk of the folded group `a` (1056 folded indices,
     # 25 items, one layer reached 3 times) goes over them and `b`'s (6 items) does not
-    from autoprune.engine import groups as groups_module
-
     model, x = Folded(), torch.randn(1, 3, 16, 16)
     monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})  # no verdict of another test
     assert [g.name for g in PruningGraph(model, x, probe=False).groups] == ["a", "b"]
-    monkeypatch.setattr(groups_module, limit, value)
+    monkeypatch.setattr(tp_patches, limit, value)
     monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
     with pytest.warns(UserWarning, match=r"channel group\(s\) of Folded are too entangled for "
                                          r"the dependency search .* left whole: a"):
@@ -266,7 +265,7 @@ def test_a_group_whose_search_goes_over_its_budget_is_left_whole(limit, value, m
     # (`mix`, reached from `a`, cannot root a fragment of `a`'s group; with a budget this small
     # its own walk goes over too)
     assert [g.name for g in graph.groups] == ["b"] and graph.over_budget[0] == "a"
-    assert groups_module._WALK is None  # the budget is off outside the listing
+    assert tp_patches._WALK is None  # the budget is off outside the listing
     with pytest.warns(UserWarning, match="too entangled"):
         ap.prune(model, x, {"b": 0.5})  # forming a listed group for removal has no budget
     assert model.b.out_channels == 4 and model.a.out_channels == 16 and model(x).shape[1] == 4
@@ -314,22 +313,18 @@ class Flat(nn.Module):
 
 def test_a_reshape_torch_pruning_cannot_map_leaves_its_groups_out(monkeypatch):
     # SHViT: torch-pruning's reshape mapping divided by zero while the graph was built
-    from autoprune.engine import groups as groups_module
-
     def fails(graph, node):
         raise ZeroDivisionError("integer division or modulo by zero")
 
     model, x = Flat(), torch.randn(1, 3, 6, 6)
     assert [g.name for g in ap.prunable_groups(model, x)] == ["a", "b"]
-    monkeypatch.setattr(groups_module, "_tp_update_reshape_index_mapping", fails)
+    monkeypatch.setattr(tp_patches, "_tp_update_reshape_index_mapping", fails)
     assert [g.name for g in ap.prunable_groups(model, x)] == ["a"]  # b's outputs are flattened
 
 
 def test_a_group_whose_walk_torch_pruning_cannot_map_is_left_whole(monkeypatch):
     # EfficientViM: an IndexError inside torch-pruning's concat mapping, for some roots only
     import torch_pruning as tp
-
-    from autoprune.engine import groups as groups_module
 
     def fails(self, idxs):
         raise IndexError("list index out of range")
@@ -347,10 +342,8 @@ def test_a_group_whose_walk_torch_pruning_cannot_map_is_left_whole(monkeypatch):
 def test_a_later_graph_of_the_same_model_skips_the_failed_walks(monkeypatch):
     # prune() after prunable_groups(), or the sensitivity analysis, builds the graph again: the
     # walks that went over budget (~1 s each on YOLO12) are not repeated, with the same groups
-    from autoprune.engine import groups as groups_module
-
     monkeypatch.setattr(groups_module, "_FAILED_WALKS", {})
-    monkeypatch.setattr(groups_module, "MAX_FOLDED_INDICES", 500)
+    monkeypatch.setattr(tp_patches, "MAX_FOLDED_INDICES", 500)
     walks = []
     original = PruningGraph._walk
     monkeypatch.setattr(PruningGraph, "_walk", lambda self, *a: walks.append(1) or original(self, *a))

@@ -1,9 +1,11 @@
 """The engine: works on any ``nn.Module`` plus an evaluation function; imports no flow, task,
 profile or CLI module.
 
-groups.py (prunable groups on torch-pruning's graph), sensitivity.py with points.py, masking.py
-and prefix_cache.py (how the sensitivity points are evaluated), store.py (the sensitivity file),
-allocate.py (ratios from a loss or a FLOPs target), prune.py, checkpoint.py, attributes.py
-(channel attributes kept true), measure.py (params, FLOPs, size, latency), data.py (loaders),
-distributed.py (torchrun helpers).
+groups.py (prunable groups on torch-pruning's graph; tp_patches.py: its fixes to torch-pruning's
+search), sensitivity.py with points.py, masking.py and prefix_cache.py (how the sensitivity points
+are evaluated), store.py (the sensitivity file), allocate.py (ratios from a loss or a FLOPs
+target), latency.py and latency_target.py (timed points, ratios for a latency target), prune.py,
+removal.py, padding.py, checkpoint.py, attributes.py (channel attributes kept true), measure.py
+(params, FLOPs, size, latency), data.py (loaders), distributed.py (torchrun helpers),
+progress.py, outputs.py, paddleslim.py.
 """

@@ -20,125 +20,11 @@ import torch_pruning as tp
 from .attributes import sync_attributes
 from .data import tensors_in
 from .removal import pruned_temporarily
+from .tp_patches import OverBudget, walk_budget
 from ..errors import ConfigError, NoPrunableGroupsError
 
 CRITERIA = ("l1_norm", "l2_norm", "fpgm", "bn_scale")
 ROOT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
-_tp_update_index_mapping = tp.dependency.index_mapping.update_index_mapping
-
-
-def _update_index_mapping_when_stale(graph: tp.DependencyGraph) -> None:
-    """torch-pruning recomputes every index mapping of the graph (concat offsets, reshape strides)
-    each time it forms a group: quadratic in the groups (densenet121 spent half its pruning
-    there, Swin S minutes). A graph of a :class:`PruningGraph` is marked fresh once mapped and
-    stale when channel counts change (:meth:`PruningGraph.resized`); other graphs keep
-    torch-pruning's behaviour."""
-    if getattr(graph, "_autoprune_mapping_fresh", False):
-        return
-    _tp_update_index_mapping(graph)
-    if hasattr(graph, "_autoprune_mapping_fresh"):
-        graph._autoprune_mapping_fresh = True
-
-
-_tp_update_concat_index_mapping = tp.dependency.index_mapping.update_concat_index_mapping
-
-
-def _update_concat_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> None:
-    """torch-pruning's concat mapping, which raises TypeError where it cannot infer the widths of
-    the inputs (Swin-S/B's PatchMerging: a concat on dim -1 behind 18 blocks); such a concat is
-    marked instead, and a group through it is left out (:func:`_unmapped`)."""
-    try:
-        _tp_update_concat_index_mapping(graph, node)
-    except TypeError:
-        if not hasattr(graph, "_autoprune_mapping_fresh"):  # not a PruningGraph's
-            raise
-        node.autoprune_unmapped = True
-
-
-_tp_update_reshape_index_mapping = tp.dependency.index_mapping.update_reshape_index_mapping
-
-
-def _update_reshape_index_mapping_or_mark(graph: tp.DependencyGraph, node) -> None:
-    """torch-pruning's reshape mapping, which divides by zero where a reshape makes fewer
-    channels than there are input channels and does not divide them (SHViT's single-head
-    attention); such a reshape is marked instead, and a group through it is left out."""
-    try:
-        _tp_update_reshape_index_mapping(graph, node)
-    except ZeroDivisionError:
-        if not hasattr(graph, "_autoprune_mapping_fresh"):  # not a PruningGraph's
-            raise
-        node.autoprune_unmapped = True
-
-
-tp.dependency.index_mapping.update_index_mapping = _update_index_mapping_when_stale
-tp.dependency.index_mapping.update_concat_index_mapping = _update_concat_index_mapping_or_mark
-tp.dependency.index_mapping.update_reshape_index_mapping = _update_reshape_index_mapping_or_mark
-
-# The walk that forms one group while a PruningGraph lists its groups has a budget. torch-pruning
-# maps channel indices through every reshape that folds channels into other axes (an ECA or
-# global-context block's view, an area attention's heads): the index lists grow by the folded
-# size at each such step, and on some graphs (MAnet's fusion blocks, ECA-ResNets, FocalNet's
-# modulation, YOLO12's area attention unless ignored) the walk revisits the same layers with
-# ever new index sets for many minutes. Measured on 2 cores: a healthy group of the zoo (ResNets, DenseNets, ViT-B,
-# YOLOv8) maps no folded index (the most: VGG-11's last conv at 224 px, flattened into its
-# classifier, 150k) and holds at most ~1000 items (ViT-B/16), each layer reached at most 6 times;
-# the runaway walks pass 2 million folded indices or 169 visits of one layer. A group over budget
-# is left whole (with a warning); the check costs ~1 s per such root.
-MAX_FOLDED_INDICES = 200_000  # indices mapped through reshapes that fold channels, per group
-MAX_GROUP_ITEMS = 5_000  # dependency items of one group
-MAX_VISITS = 64  # times one layer (and pruning direction) is reached in one group
-
-
-class _OverBudget(Exception):
-    """The group being formed went over its budget (see :data:`MAX_FOLDED_INDICES`)."""
-
-
-class _WalkBudget:
-    """What the walk forming one group has spent, and what it reached."""
-
-    def __init__(self) -> None:
-        self.folded = 0
-        self.items = 0
-        self.visits: dict[tuple[int, Any], int] = {}
-        self.reached: list[Any] = []  # the dependency of every item added
-
-    def fold(self, count: int) -> None:
-        self.folded += count
-        if self.folded > MAX_FOLDED_INDICES:
-            raise _OverBudget(f"over {MAX_FOLDED_INDICES} folded channel indices")
-
-    def add(self, dep: Any) -> None:
-        self.items += 1
-        key = (id(dep.target), dep.handler)
-        self.visits[key] = self.visits.get(key, 0) + 1
-        self.reached.append(dep)
-        if self.items > MAX_GROUP_ITEMS:
-            raise _OverBudget(f"over {MAX_GROUP_ITEMS} items")
-        if self.visits[key] > MAX_VISITS:
-            raise _OverBudget(f"one layer reached over {MAX_VISITS} times")
-
-
-_WALK: _WalkBudget | None = None  # the budget of the group a PruningGraph is forming, if any
-_tp_flatten_mapping = tp.dependency.index_mapping._FlattenIndexMapping.__call__
-_tp_add_dep = tp.dependency.Group.add_dep
-
-
-def _flatten_mapping_within_budget(self, idxs):
-    if _WALK is not None:
-        _WALK.fold(len(idxs) * (1 if self.reverse else self._stride))
-    return _tp_flatten_mapping(self, idxs)
-
-
-def _add_dep_within_budget(self, dep, idxs):
-    if _WALK is not None:
-        _WALK.add(dep)
-    return _tp_add_dep(self, dep, idxs)
-
-
-tp.dependency.index_mapping._FlattenIndexMapping.__call__ = _flatten_mapping_within_budget
-tp.dependency.Group.add_dep = _add_dep_within_budget
-
-
 @dataclass(frozen=True)
 class PrunableGroup:
     """One coupled channel group.
@@ -317,19 +203,17 @@ class PruningGraph:
         "budget" or "unmappable", names of the layers and parameters whose outputs the walk
         reached)`` when it goes over the budget or torch-pruning fails inside it (EfficientViM's
         concat offsets)."""
-        global _WALK
-        _WALK = budget = _WalkBudget()
-        try:
-            return self.dg.get_pruning_group(module, pruning_fn, idxs), "", []
-        except Exception as e:  # noqa: BLE001 - over budget, or torch-pruning's own error
-            names = {**{id(m): n for m, n in self.names.items()},
-                     **{id(p): n for p, n in self.dg._param_to_name.items()}}
-            reached = {names[id(dep.target.module)] for dep in budget.reached
-                       if self.dg.is_out_channel_pruning_fn(dep.handler)
-                       and id(dep.target.module) in names}
-            return None, "budget" if isinstance(e, _OverBudget) else "unmappable", sorted(reached)
-        finally:
-            _WALK = None
+        with walk_budget() as budget:
+            try:
+                return self.dg.get_pruning_group(module, pruning_fn, idxs), "", []
+            except Exception as e:  # noqa: BLE001 - over budget, or torch-pruning's own error
+                names = {**{id(m): n for m, n in self.names.items()},
+                         **{id(p): n for p, n in self.dg._param_to_name.items()}}
+                reached = {names[id(dep.target.module)] for dep in budget.reached
+                           if self.dg.is_out_channel_pruning_fn(dep.handler)
+                           and id(dep.target.module) in names}
+                return (None, "budget" if isinstance(e, OverBudget) else "unmappable",
+                        sorted(reached))
 
     def _list_groups(self) -> list[PrunableGroup]:
         groups = []
