@@ -10,8 +10,8 @@ do not add up (a conv's cost is the product of its input and output widths, so t
 together save less than the sum), so their sum is only a goal handed to the allocation: a pruned
 copy is timed against the unpruned model (in pairs, see :mod:`autoprune.engine.latency`) and the
 goal is corrected, by interpolating between the allocations measured on either side of the target,
-until the measured reduction lands within half the tolerance (or, after ``max_tries``, the closest
-within the tolerance is taken).
+until the measured reduction lands within half the tolerance and a second timing of the same
+ratios confirms it (or, after ``max_tries`` timings, the closest within the tolerance is taken).
 """
 from __future__ import annotations
 
@@ -150,20 +150,20 @@ def _record(sens_or_record: Any) -> tuple[SensitivityRecord, Any]:
 
 def next_goal(tried: Mapping[float, float], target: float, most: float) -> float | None:
     """The next goal (summed table saving) to time, from the goals timed so far and their measured
-    reductions: interpolated between the nearest goals measured short of and past the target,
-    else scaled from the nearest one (never over ``most``); None when it would repeat one."""
-    short = [g for g, a in tried.items() if a < target]
-    past = [g for g, a in tried.items() if a >= target]
+    reductions: those are first made non-decreasing in the goal (isotonic regression: one timing
+    that a busy moment put out of line is averaged with its neighbours, not followed), then
+    interpolated between the nearest goals short of and past the target, else scaled from the
+    nearest one (never over ``most``); None when it would repeat one."""
+    goals = sorted(tried)
+    fitted = dict(zip(goals, isotonic([tried[g] for g in goals])))
+    short = [g for g in goals if fitted[g] < target]
+    past = [g for g in goals if fitted[g] >= target]
     if short and past:
-        lo, hi = max(short), min(past)
-        a_lo, a_hi = tried[lo], tried[hi]
-        if hi > lo and a_hi > a_lo:
-            goal = lo + (target - a_lo) * (hi - lo) / (a_hi - a_lo)
-        else:  # noise crossed the two measurements: between them
-            goal = (lo + hi) / 2
+        lo, hi = short[-1], past[0]
+        goal = lo + (target - fitted[lo]) * (hi - lo) / (fitted[hi] - fitted[lo])
     else:
-        near = max(short) if short else min(past)
-        achieved = tried[near]
+        near = short[-1] if short else past[0]
+        achieved = fitted[near]
         goal = near * target / achieved if achieved > 0 else 2 * near + 0.01
         goal = min(goal, most)
     if any(abs(goal - g) < 1e-4 for g in tried):
@@ -185,7 +185,7 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
                       batch: int = 1, round_to: int | None = None,
                       ignored_layers: Iterable[Any] = (), criterion: str | None = None,
                       max_loss: float | None = None, tolerance: float = 0.03,
-                      max_tries: int = 8, rounds: int = 25) -> LatencyRatios:
+                      max_tries: int = 10, rounds: int = 25) -> LatencyRatios:
     """Ratios that remove ``pruned_latency`` (a fraction, e.g. 0.4) of ``model``'s measured
     latency on ``device`` (``threads``, ``batch`` copies of the first example) with the least
     summed sensitivity loss.
@@ -194,8 +194,9 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     latency=True)`` returned) timed in this very setting (else a SensitivityFileError). Greedy
     allocation on loss per millisecond saved over the measured ratios (``max_loss`` leaves out
     points losing more), then pruned copies are timed (``rounds`` paired rounds each) and the goal
-    corrected until the measured reduction is within ``tolerance`` of the target (half of it if
-    ``max_tries`` allow); a ConfigError says why when it cannot be (the most the table allows, or
+    corrected until the measured reduction is within half the ``tolerance`` of the target, twice
+    in a row for the same ratios (else, after ``max_tries`` timings, the closest within
+    ``tolerance``); a ConfigError says why when it cannot be (the most the table allows, or
     timings too unsteady). ``criterion`` defaults to the table's.
     """
     target = check_latency_target(pruned_latency)
@@ -217,21 +218,31 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
                                                criterion=criterion, round_to=round_to,
                                                ignored_layers=ignored_layers)
     most = allocation(path, math.inf)[1]
-    tried: dict[float, float] = {}  # goal (summed table saving) -> measured reduction
+    timings: dict[float, list[float]] = {}  # goal (summed table saving) -> measured reductions
+    mean = lambda g: sum(timings[g]) / len(timings[g])
     goal = min(target, most)
-    while goal is not None and len(tried) < max_tries:
-        achieved = tried[goal] = measure(allocation(path, goal)[0])
-        log.debug("ratios_by_latency: goal %.4f (table saving) measured %.4f", goal, achieved)
+    while goal is not None and sum(map(len, timings.values())) < max_tries:
+        timings.setdefault(goal, []).append(measure(allocation(path, goal)[0]))
+        achieved = mean(goal)
+        log.debug("ratios_by_latency: goal %.4f (table saving) measured %.4f", goal,
+                  timings[goal][-1])
         if abs(achieved - target) <= tolerance / 2:
-            break
+            if len(timings[goal]) > 1:
+                break
+            continue  # a close one is timed once more before it is taken
         if achieved < target and goal >= most:  # every point of the table taken, still too slow
             raise ConfigError(
                 f"pruned_latency={target} is not reachable with this table: the most it "
                 f"allows is {achieved:.3f} (measured on {describe(wanted)}, each group "
                 f"pruned as far as its timed points save latency); lower the target or "
                 f"measure larger ratios")
-        goal = next_goal(tried, target, most)
-    goal = min(tried, key=lambda g: abs(tried[g] - target))
+        goal = next_goal({g: mean(g) for g in timings}, target, most)
+    tried = {g: mean(g) for g in timings}
+    def rank(g: float) -> tuple:  # close and confirmed first, then the closest
+        close = abs(tried[g] - target) <= tolerance / 2
+        return (not close, -len(timings[g]) if close else 0, abs(tried[g] - target))
+
+    goal = min(tried, key=rank)
     achieved = tried[goal]
     ratios, table_saving, loss = allocation(path, goal)
     if abs(achieved - target) > tolerance:
