@@ -123,8 +123,10 @@ def test_a_save_dir_of_an_earlier_version_is_named_and_kept(tmp_path, capsys):
     assert {name: (run / name).read_bytes() for name in old} == old  # never replaced
     assert r.baseline_path == run / "baseline" / "best.pt" and r.baseline_path.is_file()
 
-    # its model may be the input of a run into the same save_dir (the run never writes there)
+    # its model may be the input of a run into the same save_dir (the run never writes there;
+    # the advice taken, the line is not repeated)
     shutil.copyfile(r.baseline_path, run / "best.pt")
     pruned = _cls(run, pretrain_weights=run / "best.pt", sensitivities_file=tmp_path / "s.json",
                   **PRUNING)
     assert pruned.pruned_path == run / "pruned" / "best.pt" and pruned.pruned_path.is_file()
+    assert "earlier autoprune" not in capsys.readouterr().out

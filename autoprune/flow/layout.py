@@ -33,14 +33,15 @@ def training_stages(save_dir: str | Path, mode: str, pretrain_weights: Any = Non
     return ([] if pretrain_weights is not None else [save_dir / BASELINE]) + [save_dir / PRUNED]
 
 
-def old_layout(save_dir: str | Path) -> str | None:
+def old_layout(save_dir: str | Path, pretrain_weights: Any = None) -> str | None:
     """One line on a training run that an earlier autoprune wrote at the top of ``save_dir``
     (``best.pt``, ``last.pt``, ``train_state.pt``, ``ultralytics/``; runs now train into
     ``baseline/``): what is there, that it is kept, and how to go on from it; None when there is
-    none."""
+    none, or when ``pretrain_weights`` is its ``best.pt`` (the advice taken)."""
     save_dir = Path(save_dir)
     found = [name for name in OLD_FILES if (save_dir / name).exists()]
-    if not found:
+    if not found or (pretrain_weights is not None and
+                     Path(pretrain_weights).resolve() == (save_dir / "best.pt").resolve()):
         return None
     ways = []
     if "best.pt" in found:

@@ -24,7 +24,7 @@ from ..tasks.base import TaskAdapter, TrainResult
 from .checkpoints import checkpoint_meta, load_model, load_weights
 from .latency import (check_unused_settings, latency_ratios, latency_target, target_fields,
                       timed_default)
-from .layout import BASELINE, PRUNED, old_layout
+from .layout import BASELINE, PRUNED, STEP_PREFIX, old_layout
 from .options import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
                       names_a_missing_file, sens_mode, written_by_run)
 from .plots import plot_sensitivities
@@ -99,8 +99,9 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
             raise ConfigError("pruning needs eval_data: the sensitivities and the report are "
                               "measured on it; pass a validation folder or Dataset")
     save_dir = check_save_dir(save_dir)
-    found, old = _on_rank0(lambda: (previous_run(adapter, save_dir, mode, sensitivities_file,
-                                                 pretrain_weights), old_layout(save_dir)))
+    found, old = _on_rank0(lambda: (
+        previous_run(adapter, save_dir, mode, sensitivities_file, pretrain_weights),
+        old_layout(save_dir, pretrain_weights)))
     if old:  # an earlier version's files: never read, never replaced
         _log(f"[autoprune] {old}")
     if found:
@@ -188,7 +189,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
              f"{result.flops_before / 1e6:.1f}M -> {result.flops_after / 1e6:.1f}M "
              f"(-{result.flops_reduction:.1%}); retraining {step_epochs} epochs"
              + (", distilling the unpruned model" if distill else ""))
-        stage = save_dir / (PRUNED if k == prune_steps else f"{PRUNED}_step{k}")
+        stage = save_dir / (PRUNED if k == prune_steps else f"{STEP_PREFIX}{k}")
         model = adapter.fit(model, step_epochs, stage,
                             meta={**meta, "pruned": True, "plan": result.plan}, **retrain)
 
