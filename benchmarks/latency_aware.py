@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(args.work_dir or tmp)
         t0 = time.perf_counter()
-        base_path = tmp / "base" / "best.pt"
+        base_path = tmp / "base" / "baseline" / "best.pt"
         if not (args.work_dir and base_path.is_file()):
             cls.train(args.arch, "fashion-mnist", epochs=args.epochs, save_dir=tmp / "base",
                       **common)

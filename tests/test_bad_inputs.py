@@ -114,7 +114,7 @@ def _edited_sens(tmp_path, edit):
 
 def _bad_train_state(tmp_path):
     _cls(tmp_path)
-    (tmp_path / "run" / STATE_FILE).write_bytes(b"PK\x03\x04 not a zip")
+    (tmp_path / "run" / "baseline" / STATE_FILE).write_bytes(b"PK\x03\x04 not a zip")
     _cls(tmp_path, resume=True)
 
 
@@ -175,10 +175,10 @@ CASES = {
     "pretrain_weights missing": (lambda t: _cls(t, pretrain_weights=t / "nope.pt"),
                                  ap.CheckpointError, "check pretrain_weights"),
     "pretrain_weights inside save_dir outputs": (lambda t: _cls(
-        t, pretrain_weights=t / "run" / "baseline" / "best.pt", sensitivities_file=t / "s.json"),
+        t, pretrain_weights=t / "run" / "baseline" / "best.pt"),
         ap.ConfigError, "lies where this run writes its outputs: pick another save_dir"),
     "pretrain_weights is the run's last.pt": (lambda t: _cls(
-        t, pretrain_weights=t / "run" / "last.pt"), ap.ConfigError,
+        t, pretrain_weights=t / "run" / "baseline" / "last.pt"), ap.ConfigError,
         "lies where this run writes its outputs"),
     "pretrain_weights is the pruned stage's last.pt": (lambda t: _cls(
         t, pretrain_weights=t / "run" / "pruned" / "last.pt", sensitivities_file=t / "s.json"),

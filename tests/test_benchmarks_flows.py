@@ -24,9 +24,10 @@ def test_task_flows_quick(tmp_path, capsys):
     det = rows[0]
     assert det["flops"][1] / det["flops"][0] == pytest.approx(0.6, abs=0.05)  # pruned_flops=0.4
     for task in ("detection", "segmentation"):  # the control kept the base model's shapes
-        shapes = [{k: v.shape for k, v in read_state_dict(tmp_path / task / d / "best.pt").items()}
-                  for d in ("base", "control")]
+        # every training run keeps its model in baseline/ (control: trained, not pruned)
+        best = {d: tmp_path / task / d / "baseline" / "best.pt" for d in ("base", "control")}
+        shapes = [{k: v.shape for k, v in read_state_dict(path).items()} for path in best.values()]
         assert shapes[0] == shapes[1]
-        assert not read_pruned_metadata(tmp_path / task / "control" / "best.pt").get("pruned")
+        assert not read_pruned_metadata(best["control"]).get("pruned")
     out = capsys.readouterr().out
     assert "| detection | `pruned_flops=0.4` |" in out and "| segmentation |" in out

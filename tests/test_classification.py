@@ -41,7 +41,7 @@ def base_ckpt(tmp_path_factory):
     out = tmp_path_factory.mktemp("base")
     result = cls.train("resnet18", "fashion-mnist", save_dir=out, warmup_epochs=0,
                        **{**SMALL, "epochs": 2, "train_limit": 320})
-    assert result.report is None and result.baseline_path == out / "best.pt"
+    assert result.report is None and result.baseline_path == out / "baseline" / "best.pt"
     return result.baseline_path
 
 

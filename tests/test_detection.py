@@ -275,6 +275,7 @@ def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, 
             format="onnx", imgsz=64)
         print("RESULT", json.dumps({{"attempts": attempts, "boxes": len(boxes),
                                     "map": float(val.box.map), "onnx": [str(onnx_a), str(onnx_b)],
+                                    "baseline": str(r.baseline_path),
                                     "tuned_params": sum(p.numel() for p in r.model.parameters())}}))
     """))
     env = {k: v for k, v in os.environ.items() if not k.startswith("YOLO_")}
@@ -288,6 +289,9 @@ def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, 
     assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected)
     assert (tmp_path / "config" / "autoprune" / "Ultralytics" / "Arial.ttf").is_file()
     assert child["tuned_params"] == _params(result.model)  # fine-tuning kept the pruned shapes
+    tuned = tmp_path / "tune" / "baseline"  # training only: the same stage folder as the flow's
+    assert child["baseline"] == str(tuned / "best.pt")
+    assert (tuned / "ultralytics" / "weights" / "best.pt").is_file()
     import onnx
     for path, batch in zip(child["onnx"], ("batch", 1)):  # ours: any batch; Ultralytics': 1
         graph = onnx.load(path)

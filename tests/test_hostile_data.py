@@ -91,7 +91,7 @@ def test_image_folder_of_one_class_is_refused(tmp_path):
     with pytest.raises(ap.ConfigError) as info:
         cls.train("resnet18", root, root, save_dir=tmp_path / "run", **SMALL)
     _one_line(info, "the data has a single class ('cat')", "needs at least two classes")
-    assert not (tmp_path / "run" / "best.pt").exists()
+    assert not (tmp_path / "run" / "baseline" / "best.pt").exists()
 
 
 class Named(Dataset):

@@ -174,7 +174,7 @@ def test_full_disk_while_training_names_the_file_and_keeps_best_pt(tmp_path, mon
     with pytest.raises(ap.WriteError) as info:
         cls.train(ToyNet(3), Images(), Images(), epochs=2, batch_size=4, input_size=32,
                   progress=False, save_dir=tmp_path / "run")
-    run = tmp_path / "run"
+    run = tmp_path / "run" / "baseline"
     assert f"could not write {run / 'last.pt'} (no space left" in assert_one_line(info)
     monkeypatch.undo()
     assert ap.read_pruned_metadata(run / "best.pt")["epoch"] == 1 and not _temp_files(run)

@@ -2,6 +2,7 @@
 interrupted at epoch N, a sensitivity file with K points) and how to resume or start over; the
 `autoprune train` command refuses to train over it without --resume or --overwrite."""
 import functools
+import shutil
 
 import pytest
 import torch
@@ -26,11 +27,14 @@ def _state(stage, done: int, planned: int) -> None:
 def test_what_an_earlier_run_left_in_words(tmp_path):
     adapter = ClassificationAdapter()
     assert previous_run(adapter, tmp_path / "none", "none") is None
-    _state(tmp_path / "plain", 2, 5)
+    _state(tmp_path / "plain" / "baseline", 2, 5)
     assert previous_run(adapter, tmp_path / "plain", "none") == \
-        "a run interrupted after epoch 2/5"
-    _state(tmp_path / "plain", 5, 5)
-    assert previous_run(adapter, tmp_path / "plain", "none") == "a finished run (best.pt)"
+        "a run interrupted in baseline after epoch 2/5"
+    _state(tmp_path / "plain" / "baseline", 5, 5)
+    assert previous_run(adapter, tmp_path / "plain", "none") == \
+        "a finished run (baseline/best.pt)"
+    _state(tmp_path / "old", 2, 5)  # an earlier version's layout is no stage of this one
+    assert previous_run(adapter, tmp_path / "old", "none") is None
 
     run, sens = tmp_path / "run", tmp_path / "sens.json"
     _state(run / "baseline", 3, 3)
@@ -41,10 +45,16 @@ def test_what_an_earlier_run_left_in_words(tmp_path):
     assert previous_run(adapter, run, "existing", sens) == (
         f"a run interrupted in pruned after epoch 1/2, and the sensitivity file {sens} with 3 "
         f"points (kept: only missing points are measured)")
+    # pruning a given model (pretrain_weights) trains pruned/ alone: baseline/ is its input
+    assert previous_run(adapter, run, "existing", None, run / "baseline" / "best.pt") == \
+        "a run interrupted in pruned after epoch 1/2"
     _state(run / "pruned", 2, 2)
     (run / "report.json").write_text("{}")
     assert previous_run(adapter, run, "existing", sens).startswith(
         "a finished run (report.json, pruned/best.pt), and the sensitivity file")
+    given = tmp_path / "given"
+    _state(given / "baseline", 3, 3)
+    assert previous_run(adapter, given, "new", sens, given / "baseline" / "best.pt") is None
 
 
 def test_detection_reads_the_epochs_of_its_ultralytics_run(tmp_path):
@@ -73,11 +83,12 @@ def test_a_rerun_of_the_api_says_what_it_found(tmp_path, capsys):
     cls.train(ToyNet(num_classes=3), _data(), _data(), **kw)
     assert "holds" not in capsys.readouterr().out
     cls.train(ToyNet(num_classes=3), _data(), _data(), **kw)
-    assert (f"[autoprune] {tmp_path / 'run'} holds a finished run (best.pt): this run starts "
-            f"over and replaces it (resume=True") in capsys.readouterr().out
+    assert (f"[autoprune] {tmp_path / 'run'} holds a finished run (baseline/best.pt): this run "
+            f"starts over and replaces it (resume=True") in capsys.readouterr().out
     cls.train(ToyNet(num_classes=3), _data(), _data(), resume=True, **kw)
     out = capsys.readouterr().out
-    assert "holds a finished run (best.pt): resuming it" in out and "already finished" in out
+    assert "holds a finished run (baseline/best.pt): resuming it" in out
+    assert "already finished" in out
 
 
 def test_cli_train_refuses_to_train_over_a_run_without_resume_or_overwrite(tmp_path, monkeypatch,
@@ -107,3 +118,9 @@ def test_cli_train_refuses_to_train_over_a_run_without_resume_or_overwrite(tmp_p
     assert main(["train", str(config)]) == 0 and seen[-1]["resume"] is True
     with pytest.raises(SystemExit):
         main(["train", str(config), "--resume", "--overwrite"])
+    # pruning the run's own base model (pretrain_weights) trains pruned/ only: nothing to refuse
+    shutil.rmtree(run / "pruned")
+    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: fashion-mnist\n"
+                      f"save_dir: {run}\nsensitivities_file: {tmp_path / 'sens.json'}\n"
+                      f"pretrain_weights: {run / 'baseline' / 'best.pt'}\n")
+    assert main(["train", str(config)]) == 0 and "resume" not in seen[-1]

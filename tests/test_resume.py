@@ -51,18 +51,19 @@ def test_classification_resume_mid_training_equals_uninterrupted(tmp_path, capsy
     # epoch 1 reads N images; the crash comes in the middle of epoch 2
     with pytest.raises(KeyboardInterrupt):
         _cls(tmp_path / "resumed", Images(crash_after=N + BATCH + 3))
-    state = torch.load(tmp_path / "resumed" / STATE_FILE, weights_only=True)
+    state = torch.load(tmp_path / "resumed" / "baseline" / STATE_FILE, weights_only=True)
     assert len(state["history"]) == 1 and state["epochs"] == 2
-    assert read_pruned_metadata(tmp_path / "resumed" / "last.pt")["epoch"] == 1
+    assert read_pruned_metadata(tmp_path / "resumed" / "baseline" / "last.pt")["epoch"] == 1
     capsys.readouterr()
 
     resumed = _cls(tmp_path / "resumed", Images(), resume=True)
     assert "resuming" in capsys.readouterr().out
-    assert read_pruned_metadata(tmp_path / "resumed" / "last.pt")["epoch"] == 2
+    assert read_pruned_metadata(tmp_path / "resumed" / "baseline" / "last.pt")["epoch"] == 2
     for name in ("last.pt", "best.pt"):
-        assert_same_weights(tmp_path / "straight" / name, tmp_path / "resumed" / name)
+        assert_same_weights(tmp_path / "straight" / "baseline" / name,
+                            tmp_path / "resumed" / "baseline" / name)
     assert_same_weights(straight.model.state_dict(), resumed.model.state_dict())
-    assert not list((tmp_path / "resumed").glob("*.tmp")), "a temporary file was left behind"
+    assert not list((tmp_path / "resumed").rglob("*.tmp")), "a temporary file was left behind"
 
 
 def test_finished_run_is_not_trained_again_and_settings_must_match(tmp_path, monkeypatch):
@@ -79,19 +80,21 @@ def test_a_run_started_over_drops_the_old_state(tmp_path):
     _cls(tmp_path / "run", Images(), epochs=1)
     with pytest.raises(KeyboardInterrupt):  # started over without resume, stopped in epoch 1
         _cls(tmp_path / "run", Images(crash_after=BATCH + 3), epochs=1)
-    assert not (tmp_path / "run" / STATE_FILE).exists(), "resume would skip the new run"
+    assert not (tmp_path / "run" / "baseline" / STATE_FILE).exists(), \
+        "resume would skip the new run"
 
 
 def test_resume_without_state_starts_from_scratch(tmp_path):
     r = _cls(tmp_path / "new", Images(), epochs=1, resume=True)
-    assert r.baseline_path.is_file() and (tmp_path / "new" / STATE_FILE).is_file()
+    assert r.baseline_path.is_file() and (tmp_path / "new" / "baseline" / STATE_FILE).is_file()
 
 
 def test_segmentation_resume_mid_training_equals_uninterrupted(tmp_path):
     straight = _seg(tmp_path / "straight", Images(segmentation=True))
     resumed = _crash_then_resume(_seg, tmp_path, N + BATCH + 3, segmentation=True)
     for name in ("last.pt", "best.pt"):
-        assert_same_weights(tmp_path / "straight" / name, tmp_path / "resumed" / name)
+        assert_same_weights(tmp_path / "straight" / "baseline" / name,
+                            tmp_path / "resumed" / "baseline" / name)
     assert_same_weights(straight.model.state_dict(), resumed.model.state_dict())
 
 
@@ -142,5 +145,6 @@ def test_resume_with_loader_workers_equals_uninterrupted(tmp_path, monkeypatch):
     monkeypatch.setattr(training, "_atomic_save", real_save)
     resumed = _cls(tmp_path / "resumed", Images(), num_workers=2, resume=True)
     for name in ("last.pt", "best.pt"):
-        assert_same_weights(tmp_path / "straight" / name, tmp_path / "resumed" / name)
+        assert_same_weights(tmp_path / "straight" / "baseline" / name,
+                            tmp_path / "resumed" / "baseline" / name)
     assert_same_weights(straight.model.state_dict(), resumed.model.state_dict())

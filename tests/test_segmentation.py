@@ -47,7 +47,7 @@ def base_ckpt(tmp_path_factory):
         pytest.skip("dataset-fashion-mnist not installed")
     out = tmp_path_factory.mktemp("segbase")
     result = seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=out, **SMALL)
-    assert result.report is None and result.baseline_path == out / "best.pt"
+    assert result.report is None and result.baseline_path == out / "baseline" / "best.pt"
     return result.baseline_path
 
 

@@ -27,8 +27,8 @@ def main() -> None:
     out = Path(args.out)
     data = dict(train_limit=8000, eval_limit=1000, input_size=32, batch_size=128)
 
-    # Step 1: plain training (no sensitivities_file): out/base/best.pt
-    base = cls.train(args.model, "fashion-mnist", epochs=args.epochs, save_dir=out / "base", **data)
+    # Step 1: plain training (no sensitivities_file): out/baseline/best.pt
+    base = cls.train(args.model, "fashion-mnist", epochs=args.epochs, save_dir=out, **data)
     print(f"step 1: base model {base.baseline_path}, top1 {base.metrics['top1']:.4f}")
 
     # Step 2: sensitivities of the trained model on the validation images
@@ -36,13 +36,14 @@ def main() -> None:
                                    eval_limit=data["eval_limit"])
     print(f"step 2: {len(sens)} groups measured -> {out / 'sensitivities.json'}")
 
-    # Step 3: prune with a tolerated loss of eval_metric_loss per group, then retrain
-    result = cls.train(args.model, "fashion-mnist", epochs=args.epochs, save_dir=out / "pruned",
+    # Step 3: prune with a tolerated loss of eval_metric_loss per group, then retrain into the
+    # same save_dir: out/pruned/best.pt beside out/baseline/, the one-call flow's layout
+    result = cls.train(args.model, "fashion-mnist", epochs=args.epochs, save_dir=out,
                        pretrain_weights=base.baseline_path,
                        sensitivities_file=out / "sensitivities.json",
                        eval_metric_loss=args.eval_metric_loss, **data)
     print(f"step 3: pruned model {result.pruned_path}; FLOPs "
-          f"-{result.report['flops_reduction']:.1%}; report in {out / 'pruned' / 'report.md'}")
+          f"-{result.report['flops_reduction']:.1%}; report in {out / 'report.md'}")
 
     # Any checkpoint autoprune wrote loads in a fresh process, weights-only:
     model = cls.load_model(result.pruned_path)

@@ -41,8 +41,8 @@ def main() -> None:
     data = write_yolo_dataset(out / "scenes", train=128, val=32, size=args.imgsz, seed=0)
     print(f"step 0: data set {data}")
 
-    # Step 1: plain training (no sensitivities_file): out/base/best.pt (+ out/base/ultralytics/)
-    base = det.train(args.model, data, epochs=args.epochs, save_dir=out / "base", **common)
+    # Step 1: plain training (no sensitivities_file): out/baseline/best.pt (+ its ultralytics/)
+    base = det.train(args.model, data, epochs=args.epochs, save_dir=out, **common)
     print(f"step 1: base model {base.baseline_path}, mAP50-95 {base.metrics['map50_95']:.4f}")
 
     # Step 2: sensitivities of the trained model on the val images (a subset would be
@@ -51,14 +51,15 @@ def main() -> None:
                                    ratios=RATIOS, batch_size=16)
     print(f"step 2: {len(sens)} groups measured -> {out / 'sensitivities.json'}")
 
-    # Step 3: prune (FLOPs target, or a tolerated loss per group), then retrain
+    # Step 3: prune (FLOPs target, or a tolerated loss per group), then retrain into the same
+    # save_dir: out/pruned/ beside out/baseline/, the one-call flow's layout
     target = dict(pruned_flops=args.pruned_flops) if args.eval_metric_loss is None \
         else dict(eval_metric_loss=args.eval_metric_loss, pruned_flops=None)
-    result = det.train(base.baseline_path, data, epochs=args.epochs, save_dir=out / "pruned",
+    result = det.train(base.baseline_path, data, epochs=args.epochs, save_dir=out,
                        sensitivities_file=out / "sensitivities.json", ratios=RATIOS,
                        **target, **common)
     print(f"step 3: pruned model {result.pruned_path}; FLOPs "
-          f"-{result.report['flops_reduction']:.1%}; report in {out / 'pruned' / 'report.md'}")
+          f"-{result.report['flops_reduction']:.1%}; report in {out / 'report.md'}")
 
     # Any checkpoint autoprune wrote loads in a fresh process, weights-only:
     model = det.load_model(result.pruned_path)
@@ -67,7 +68,7 @@ def main() -> None:
     # Ultralytics' own checkpoint of the pruned run works with the usual YOLO API:
     from ultralytics import YOLO
 
-    yolo = YOLO(str(out / "pruned" / "pruned" / "ultralytics" / "weights" / "best.pt"))
+    yolo = YOLO(str(out / "pruned" / "ultralytics" / "weights" / "best.pt"))
     image = next((out / "scenes" / "images" / "val").glob("*.png"))
     boxes = yolo.predict(str(image), imgsz=args.imgsz, conf=0.1, verbose=False)[0].boxes
     print(f"YOLO(...).predict: {len(boxes)} boxes on {image.name}")

@@ -41,8 +41,8 @@ def main() -> None:
                 batch_size=16, lr=2e-3, warmup_epochs=0.2)
     ratios = (0.3, 0.6)  # fewer points than the default 0.1...0.9: a quicker, coarser profile
 
-    # Step 1: plain training (no sensitivities_file): out/base/best.pt
-    base = seg.train(args.model, args.encoder, epochs=args.epochs, save_dir=out / "base", **data)
+    # Step 1: plain training (no sensitivities_file): out/baseline/best.pt
+    base = seg.train(args.model, args.encoder, epochs=args.epochs, save_dir=out, **data)
     print(f"step 1: base model {base.baseline_path}, mIoU {base.metrics['miou']:.4f}")
 
     # Step 2: sensitivities of the trained model on the validation scenes
@@ -50,13 +50,14 @@ def main() -> None:
                                    ratios=ratios, eval_limit=data["eval_limit"])
     print(f"step 2: {len(sens)} groups measured -> {out / 'sensitivities.json'}")
 
-    # Step 3: prune with a tolerated mIoU loss of eval_metric_loss per group, then retrain
-    result = seg.train(args.model, args.encoder, epochs=args.epochs, save_dir=out / "pruned",
+    # Step 3: prune with a tolerated mIoU loss of eval_metric_loss per group, then retrain into
+    # the same save_dir: out/pruned/best.pt beside out/baseline/, the one-call flow's layout
+    result = seg.train(args.model, args.encoder, epochs=args.epochs, save_dir=out,
                        pretrain_weights=base.baseline_path,
                        sensitivities_file=out / "sensitivities.json", ratios=ratios,
                        eval_metric_loss=args.eval_metric_loss, **data)
     print(f"step 3: pruned model {result.pruned_path}; FLOPs "
-          f"-{result.report['flops_reduction']:.1%}; report in {out / 'pruned' / 'report.md'}")
+          f"-{result.report['flops_reduction']:.1%}; report in {out / 'report.md'}")
 
     # Any checkpoint autoprune wrote loads in a fresh process, weights-only, and exports to ONNX:
     model = seg.load_model(result.pruned_path)

@@ -86,7 +86,8 @@ def train(args: argparse.Namespace) -> None:
     if not cfg.get("resume") and not args.overwrite:  # never train over a run by accident
         save_dir = cfg.get("save_dir", inspect.signature(api.train).parameters["save_dir"].default)
         sens = cfg.get("sensitivities_file")
-        found = previous_run(get_adapter(task.name), save_dir, sens_mode(sens), sens)
+        found = previous_run(get_adapter(task.name), save_dir, sens_mode(sens), sens,
+                             cfg.get("pretrain_weights"))
         if found:
             raise ConfigError(f"{save_dir} holds {found}: `autoprune train {args.config} --resume` "
                               f"continues it (a finished stage is not trained again), "

@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     se = sub.add_parser("sensitivity", help="measure the sensitivities of a trained checkpoint "
                         "on validation data (resumable; `torchrun --nproc_per_node N -m autoprune "
                         "sensitivity ...` shares the points over N processes/GPUs)")
-    se.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
+    se.add_argument("checkpoint",
+                    help="a checkpoint written by autoprune (e.g. out/baseline/best.pt)")
     se.add_argument("data", help=DATA_HELP)
     se.add_argument("output", help="sensitivity file to write or complete (JSON)")
     se.add_argument("--task", choices=tuple(TASKS), help="the checkpoint's task (default: read "
@@ -132,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.set_defaults(func="sensitivity")
 
     pr = sub.add_parser("prune", help="prune a checkpoint with a sensitivity file (no retraining)")
-    pr.add_argument("checkpoint", help="a checkpoint written by autoprune (e.g. out/best.pt)")
+    pr.add_argument("checkpoint",
+                    help="a checkpoint written by autoprune (e.g. out/baseline/best.pt)")
     pr.add_argument("sensitivities", help="a sensitivity file, or DEFAULT")
     pr.add_argument("output", help="where to write the pruned checkpoint")
     target = pr.add_mutually_exclusive_group()

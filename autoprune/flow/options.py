@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError
 from .defaults import DEFAULT
+from .layout import STEP_PREFIX, training_stages
 from ..engine.latency import check_latency_options
 from ..engine.latency_target import check_latency_target
 from ..engine.sensitivity import check_analysis_options
@@ -30,14 +31,15 @@ def check_save_dir(save_dir: str | os.PathLike) -> Path:
 
 
 def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
-    """True when ``path`` is a file that training into ``save_dir`` writes or may replace: a
-    stage's ``best.pt`` / ``last.pt`` / ``train_state.pt`` or anything in its ``ultralytics/``
-    (the stages: ``save_dir``, or ``baseline/``, ``pruned/`` and prune_steps'
-    ``pruned_step<k>/``)."""
-    stages = [save_dir] if mode == "none" else [save_dir / "baseline", save_dir / "pruned"]
+    """True when ``path``, given as ``pretrain_weights``, is a file that the run into
+    ``save_dir`` writes or may replace: a ``best.pt`` / ``last.pt`` / ``train_state.pt`` or
+    anything in the ``ultralytics/`` of a stage it trains (plain training ``baseline/``;
+    pruning a given model ``pruned/`` and prune_steps' ``pruned_step<k>/``, see
+    :mod:`autoprune.flow.layout`)."""
+    stages = training_stages(save_dir, mode, pretrain_weights=path)
     src = path.resolve()
     for parent in src.parents:  # prune_steps' stages before the last
-        if mode != "none" and parent.name.startswith("pruned_step") and \
+        if mode != "none" and parent.name.startswith(STEP_PREFIX) and \
                 parent.parent == save_dir.resolve():
             stages.append(parent)
     for stage in (s.resolve() for s in stages):
@@ -45,7 +47,7 @@ def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
             return True
         if src.is_relative_to(stage / "ultralytics"):
             return True
-    return src == (save_dir / "best.pt").resolve()
+    return False
 
 
 def names_a_missing_file(model: Any) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 from ..engine.store import read_record
 from ..errors import AutopruneError
 from ..tasks.base import TaskAdapter
+from .layout import training_stages
 from .options import sens_mode
 from .training import STATE_FILE, read_train_state
 
@@ -39,13 +40,15 @@ def sensitivity_points(path: Any) -> int | None:
 
 
 def previous_run(adapter: TaskAdapter, save_dir: str | os.PathLike, mode: str,
-                 sensitivities_file: Any = None) -> str | None:
-    """What a run into ``save_dir`` (``mode``: ``"none"`` for plain training, else pruning)
-    would find of an earlier one, in words ("a finished run (report.json)", "a run interrupted
-    in pruned/ after epoch 1/2" ...); None when there is nothing."""
+                 sensitivities_file: Any = None, pretrain_weights: Any = None) -> str | None:
+    """What a run into ``save_dir`` (``mode``: ``"none"`` for plain training, else pruning;
+    ``pretrain_weights`` as given to it) would find of an earlier one in the stages it trains,
+    in words ("a finished run (report.json)", "a run interrupted in pruned/ after epoch 1/2"
+    ...); None when there is nothing. (An earlier version's files at the top of ``save_dir``:
+    :func:`~autoprune.flow.layout.old_layout`.)"""
     save_dir = Path(save_dir)
-    stages = [("", save_dir)] if mode == "none" else [("baseline/", save_dir / "baseline"),
-                                                     ("pruned/", save_dir / "pruned")]
+    stages = [(f"{path.name}/", path)
+              for path in training_stages(save_dir, mode, pretrain_weights)]
     found = [(name, stage_epochs(adapter, path)) for name, path in stages]
     found = [(name, e) for name, e in found if e is not None]
     report = mode != "none" and (save_dir / "report.json").is_file()
@@ -54,8 +57,7 @@ def previous_run(adapter: TaskAdapter, save_dir: str | os.PathLike, mode: str,
     unfinished = [(name, e) for name, e in found if e[0] < e[1]]
     if unfinished:
         name, (done, planned) = unfinished[0]
-        where = f" in {name.rstrip('/')}" if name else ""
-        what = f"a run interrupted{where} after epoch {done}/{planned}"
+        what = f"a run interrupted in {name.rstrip('/')} after epoch {done}/{planned}"
     elif report or mode == "none":
         what = "a finished run (" + ", ".join(
             ["report.json"] * report + [f"{name}best.pt" for name, _ in found[-1:]]) + ")"

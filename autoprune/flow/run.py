@@ -24,6 +24,7 @@ from ..tasks.base import TaskAdapter, TrainResult
 from .checkpoints import checkpoint_meta, load_model, load_weights
 from .latency import (check_unused_settings, latency_ratios, latency_target, target_fields,
                       timed_default)
+from .layout import BASELINE, PRUNED, STEP_PREFIX, old_layout
 from .options import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
                       names_a_missing_file, sens_mode, written_by_run)
 from .plots import plot_sensitivities
@@ -65,8 +66,10 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
           latency_batch: int = 1, distill: Any = False, prune_steps: int = 1) -> TrainResult:
     """The PaddleX-style flow for any task (see ``autoprune.classification.train``).
 
-    ``resume=True``: each training stage (``save_dir``, or ``baseline/`` and ``pruned/``)
-    continues from its ``train_state.pt``; a finished stage is not trained again.
+    Every mode writes the layout of :mod:`autoprune.flow.layout`: each trained model in a stage
+    folder (``baseline/``, ``pruned/``), reports at the top of ``save_dir``.
+    ``resume=True``: each training stage continues from its ``train_state.pt``; a finished
+    stage is not trained again.
     ``pruned_latency``: the share of latency to remove, measured on ``latency_device``
     (``latency_threads``, ``latency_batch``); the analysis then times its points (a DEFAULT
     profile's points are timed into ``save_dir/sensitivities_latency.json``) and
@@ -96,7 +99,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
             raise ConfigError("pruning needs eval_data: the sensitivities and the report are "
                               "measured on it; pass a validation folder or Dataset")
     save_dir = check_save_dir(save_dir)
-    found = _on_rank0(lambda: previous_run(adapter, save_dir, mode, sensitivities_file))
+    found, old = _on_rank0(lambda: (
+        previous_run(adapter, save_dir, mode, sensitivities_file, pretrain_weights),
+        old_layout(save_dir, pretrain_weights)))
+    if old:  # an earlier version's files: never read, never replaced
+        _log(f"[autoprune] {old}")
     if found:
         _log(f"[autoprune] {save_dir} holds {found}: " + (
             "resuming it" if resume else "this run starts over and replaces it (resume=True, or "
@@ -120,20 +127,22 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
         check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     resuming = {"resume": True} if resume else {}  # only adapters with their own loop take it
 
+    base_stage = save_dir / BASELINE  # every mode: a trained model lives in a stage folder
     if mode == "none":  # plain training
-        model = adapter.fit(model, epochs, save_dir, meta={**meta, "pruned": False}, **resuming)
-        _print_outputs(save_dir, [("model", save_dir / "best.pt"),
-                                  ("last epoch", save_dir / "last.pt"),
-                                  *adapter.deployables(save_dir)])
-        return TrainResult(model, baseline_path=save_dir / "best.pt",
+        model = adapter.fit(model, epochs, base_stage, meta={**meta, "pruned": False},
+                            **resuming)
+        _print_outputs(save_dir, [("model", base_stage / "best.pt"),
+                                  ("last epoch", base_stage / "last.pt"),
+                                  *adapter.deployables(base_stage)])
+        return TrainResult(model, baseline_path=base_stage / "best.pt",
                            metrics=_on_rank0(lambda: adapter.evaluate(model))
                            if _has_eval(adapter) else {})
 
     if pretrain_weights is None:  # the one-call flow: train the base model first
         _log(f"[autoprune] training the base model ({pretrain_epochs or epochs} epochs)")
-        model = adapter.fit(model, pretrain_epochs or epochs, save_dir / "baseline",
+        model = adapter.fit(model, pretrain_epochs or epochs, base_stage,
                             meta={**meta, "pruned": False}, **resuming)
-        baseline_path = save_dir / "baseline" / "best.pt"
+        baseline_path = base_stage / "best.pt"
     else:
         baseline_path = Path(pretrain_weights)
     base_metrics = _on_rank0(lambda: adapter.evaluate(model))
@@ -180,7 +189,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
              f"{result.flops_before / 1e6:.1f}M -> {result.flops_after / 1e6:.1f}M "
              f"(-{result.flops_reduction:.1%}); retraining {step_epochs} epochs"
              + (", distilling the unpruned model" if distill else ""))
-        stage = save_dir / ("pruned" if k == prune_steps else f"pruned_step{k}")
+        stage = save_dir / (PRUNED if k == prune_steps else f"{STEP_PREFIX}{k}")
         model = adapter.fit(model, step_epochs, stage,
                             meta={**meta, "pruned": True, "plan": result.plan}, **retrain)
 
@@ -207,14 +216,14 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
 
     report = _on_rank0(finish)  # latency is measured by one process, alone
     _print_outputs(save_dir, [
-        ("pruned model", save_dir / "pruned" / "best.pt"), *adapter.deployables(save_dir / "pruned"),
+        ("pruned model", save_dir / PRUNED / "best.pt"), *adapter.deployables(save_dir / PRUNED),
         ("base model", baseline_path), ("sensitivities", sens_path),
         *[("latency table", p) for p in [save_dir / "sensitivities_latency.json"]
           if mode == "default" and target is not None],
         ("report", save_dir / "report.md"), ("report data", save_dir / "report.json"),
         ("report table", save_dir / "report.csv"), ("plot", save_dir / "sensitivity.png")])
     return TrainResult(model, report=report, baseline_path=baseline_path,
-                       pruned_path=save_dir / "pruned" / "best.pt", sensitivities_path=sens_path,
+                       pruned_path=save_dir / PRUNED / "best.pt", sensitivities_path=sens_path,
                        ratios=dict(chosen), metrics=report["pruned"]["metrics"])
 
 def check_recipe(adapter: TaskAdapter, mode: str, epochs: int, distill: Any,

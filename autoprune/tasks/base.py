@@ -82,7 +82,8 @@ class TaskAdapter(ABC):
     def fit(self, model: nn.Module, epochs: int, save_dir: Path, *,
             meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
         """Train ``model`` for ``epochs`` and return the best model, saved as
-        ``save_dir/best.pt`` with ``meta`` (an autoprune checkpoint); ``resume=True`` continues
+        ``save_dir/best.pt`` (``save_dir``: a stage folder of the run, e.g. ``<run>/baseline``) with
+        ``meta`` (an autoprune checkpoint); ``resume=True`` continues
         an interrupted run of the same call. An adapter with ``distills = True`` also takes
         ``distill=`` (:class:`autoprune.flow.training.Distill`: a frozen teacher, alpha,
         temperature) and adds its distillation term to the training loss."""

@@ -3,13 +3,13 @@
 Three steps (or one call that does all three)::
 
     from autoprune import classification as cls
-    # 1. train
-    cls.train("resnet18", "fashion-mnist", epochs=3, save_dir="out/base")
+    # 1. train: out/baseline/best.pt
+    cls.train("resnet18", "fashion-mnist", epochs=3, save_dir="out")
     # 2. sensitivities of the trained model on the validation set
-    cls.analyze_sensitivity("out/base/best.pt", "fashion-mnist", "out/sens.json")
-    # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain
-    r = cls.train("resnet18", "fashion-mnist", epochs=3, pretrain_weights="out/base/best.pt",
-                  sensitivities_file="out/sens.json", eval_metric_loss=0.05, save_dir="out/pruned")
+    cls.analyze_sensitivity("out/baseline/best.pt", "fashion-mnist", "out/sens.json")
+    # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain: out/pruned/best.pt
+    r = cls.train("resnet18", "fashion-mnist", epochs=3, pretrain_weights="out/baseline/best.pt",
+                  sensitivities_file="out/sens.json", eval_metric_loss=0.05, save_dir="out")
     model = cls.load_model(r.pruned_path)
 
 Grayscale Fashion-MNIST is repeated to 3 channels so ImageNet-style (3-channel) models take it.
@@ -63,7 +63,8 @@ def train(model: str | nn.Module, train_data: Any, eval_data: Any = None, *,
     and ``eval_metric_loss``, if given, caps any group's loss.
     Without ``pretrain_weights`` the base model is trained first (``pretrain_epochs``, default
     ``epochs``), then pruned and retrained for ``epochs``. Outputs go to ``save_dir``:
-    ``baseline/best.pt``, ``pruned/best.pt``, ``report.json|md|csv`` and ``sensitivity.png``.
+    ``baseline/best.pt`` (the model trained from the start; plain training writes only this
+    stage), ``pruned/best.pt``, ``report.json|md|csv`` and ``sensitivity.png``.
 
     sensitivity_options: passed to :func:`autoprune.sensitivity` for a new analysis, e.g.
     ``{"early_stop": 0.5}`` (skip a group's larger ratios once its loss passes 0.5),

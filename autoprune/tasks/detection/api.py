@@ -4,19 +4,20 @@ Ultralytics trains and validates; mAP50-95 on the val split of a YOLO ``data.yam
 Nothing is downloaded (build from YAML: ``"yolov8n.yaml"``)::
 
     from autoprune import detection as det
-    # 1. train
+    # 1. train: out/baseline/best.pt (and out/baseline/ultralytics/, Ultralytics' run)
     base = det.train("yolov8n.yaml", "scenes/data.yaml", epochs=30, input_size=128,
-                     save_dir="out/base")
+                     save_dir="out")
     # 2. sensitivities of the trained model on (the first 50 images of) the val split
     det.analyze_sensitivity(base.baseline_path, "scenes/data.yaml", "out/sens.json", eval_limit=50)
-    # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain
+    # 3. prune by a tolerated loss (or pruned_flops=0.4) and retrain: out/pruned/
     r = det.train(base.baseline_path, "scenes/data.yaml", epochs=30, input_size=128,
-                  sensitivities_file="out/sens.json", eval_metric_loss=0.05, save_dir="out/pruned")
-    model = det.load_model(r.pruned_path)   # weights-only; or YOLO(<run>/ultralytics/weights/best.pt)
+                  sensitivities_file="out/sens.json", eval_metric_loss=0.05, save_dir="out")
+    model = det.load_model(r.pruned_path)  # or YOLO("out/pruned/ultralytics/weights/best.pt")
 
-Each training run keeps Ultralytics' own run folder in ``<save_dir>/ultralytics`` (``weights/best.pt``
-and ``last.pt`` load with ``YOLO(path)`` for ``predict`` / ``val`` / ``export``; resume an
-interrupted run with :func:`resume`); autoprune's weights-only checkpoints are ``<save_dir>/best.pt``.
+Each training stage (``<save_dir>/baseline``, ``<save_dir>/pruned``) keeps Ultralytics' own run
+folder in ``<stage>/ultralytics`` (``weights/best.pt`` and ``last.pt`` load with ``YOLO(path)`` for
+``predict`` / ``val`` / ``export``; resume an interrupted run with :func:`resume`); autoprune's
+weights-only checkpoints are ``<stage>/best.pt`` and ``last.pt``.
 """
 from __future__ import annotations
 
@@ -161,8 +162,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     (default ``epochs``), then pruned and retrained for ``epochs``. ``eval_limit`` measures the
     sensitivities (and every evaluation) on the first that many val images. ``train_args`` go to
     Ultralytics' trainer as they are (``lr0``, ``optimizer``, ``mosaic``, ``nbs``, ``patience``...).
-    Outputs in ``save_dir``: ``baseline/``, ``pruned/`` (each with ``best.pt`` and an
-    ``ultralytics/`` run), ``report.json|md|csv`` and ``sensitivity.png``.
+    Outputs in ``save_dir``: ``baseline/`` (all that plain training writes), ``pruned/`` (each
+    with ``best.pt`` and an ``ultralytics/`` run), ``report.json|md|csv`` and ``sensitivity.png``.
 
     resume: after an interruption, call again with the same arguments and ``resume=True``: a
     stage continues from its Ultralytics ``last.pt`` (the pruned module itself), a finished stage
@@ -262,10 +263,11 @@ def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
 
 
 def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
-    """Finish an interrupted training run from Ultralytics' ``<save_dir>/ultralytics/weights/last.pt``
-    — the pruned module itself resumes (not a rebuild from YAML) — and write autoprune's
-    ``<save_dir>/best.pt`` / ``last.pt``. Returns the model holding the best weights. (The task
-    API does the same with ``train(..., resume=True)``.)"""
+    """Finish an interrupted training stage from Ultralytics'
+    ``<stage>/ultralytics/weights/last.pt`` (a stage: ``<save_dir>/baseline`` or
+    ``<save_dir>/pruned``) — the pruned module itself resumes (not a rebuild from YAML) — and
+    write autoprune's ``<stage>/best.pt`` / ``last.pt``. Returns the model holding the best
+    weights. (The task API does the same with ``train(..., resume=True)``.)"""
     last = Path(last)
     if not last.is_file():
         raise CheckpointError(f"no checkpoint at {last}: pass <save_dir>/ultralytics/weights/last.pt")

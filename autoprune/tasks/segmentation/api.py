@@ -3,14 +3,14 @@
 Three steps (or one call that does all three)::
 
     from autoprune import segmentation as seg
-    # 1. train
-    seg.train("unet", "resnet18", train_data="fashion-scenes", epochs=10, save_dir="out/base")
+    # 1. train: out/baseline/best.pt
+    seg.train("unet", "resnet18", train_data="fashion-scenes", epochs=10, save_dir="out")
     # 2. sensitivities of the trained model on the validation set
-    seg.analyze_sensitivity("out/base/best.pt", "fashion-scenes", "out/sens.json")
-    # 3. prune by a tolerated mIoU loss (or pruned_flops=0.4) and retrain
+    seg.analyze_sensitivity("out/baseline/best.pt", "fashion-scenes", "out/sens.json")
+    # 3. prune by a tolerated mIoU loss (or pruned_flops=0.4) and retrain: out/pruned/best.pt
     r = seg.train("unet", "resnet18", train_data="fashion-scenes", epochs=10,
-                  pretrain_weights="out/base/best.pt", sensitivities_file="out/sens.json",
-                  eval_metric_loss=0.05, save_dir="out/pruned")
+                  pretrain_weights="out/baseline/best.pt", sensitivities_file="out/sens.json",
+                  eval_metric_loss=0.05, save_dir="out")
     model = seg.load_model(r.pruned_path)
 
 Data: ``"fashion-scenes"`` (Fashion-MNIST garments pasted on textured backgrounds; mask 0 =
@@ -71,7 +71,8 @@ def train(model: str | nn.Module = "unet", encoder: str | None = None, *, train_
     latency_threads, latency_batch), pretrain_epochs: as in
     :func:`autoprune.classification.train` (None -> plain training; a new or existing path; or
     "DEFAULT"). Training: Dice + cross-entropy, AdamW, warm-up + cosine, AMP on CUDA; the
-    checkpoint with the best mIoU is kept. Outputs in ``save_dir``: ``baseline/best.pt``,
+    checkpoint with the best mIoU is kept. Outputs in ``save_dir``: ``baseline/best.pt`` (all
+    that plain training writes),
     ``pruned/best.pt``, ``report.json|md|csv`` (metrics ``miou`` and ``iou_<class>``) and
     ``sensitivity.png``.
 

@@ -1,0 +1,55 @@
+"""The one output layout of every run. Each trained model lives in a stage folder of
+``save_dir``, whatever the mode:
+
+- ``baseline/``: the model trained from the start (plain training, and the one-call flow's base
+  model; plain training from ``pretrain_weights`` fine-tunes into it too);
+- ``pruned/``: the pruned and retrained model (the one-call flow, or pruning ``pretrain_weights``);
+- ``pruned_step<k>/``: with ``prune_steps=K``, the steps before the last.
+
+A stage holds ``best.pt``, ``last.pt`` and ``train_state.pt`` (or a detection stage's
+``ultralytics/``). The reports, the plot and a timed DEFAULT profile lie at the top of
+``save_dir`` (with pruned_latency also ``latency_ratios.json``, and for a DEFAULT profile
+``sensitivities_latency.json``); the sensitivity file is where ``sensitivities_file`` points.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+BASELINE = "baseline"
+PRUNED = "pruned"
+STEP_PREFIX = f"{PRUNED}_step"  # pruned_step1 .. pruned_step<K-1>
+OLD_FILES = ("best.pt", "last.pt", "train_state.pt", "ultralytics")  # a stage's own files
+
+
+def training_stages(save_dir: str | Path, mode: str, pretrain_weights: Any = None) -> list[Path]:
+    """The stage folders a run into ``save_dir`` trains, in order (``mode``: ``"none"`` for
+    plain training, else pruning; prune_steps' earlier steps left out): plain training
+    ``baseline/``; pruning ``baseline/`` and ``pruned/``, or ``pruned/`` alone when
+    ``pretrain_weights`` gives the base model."""
+    save_dir = Path(save_dir)
+    if mode == "none":
+        return [save_dir / BASELINE]
+    return ([] if pretrain_weights is not None else [save_dir / BASELINE]) + [save_dir / PRUNED]
+
+
+def old_layout(save_dir: str | Path, pretrain_weights: Any = None) -> str | None:
+    """One line on a training run that an earlier autoprune wrote at the top of ``save_dir``
+    (``best.pt``, ``last.pt``, ``train_state.pt``, ``ultralytics/``; runs now train into
+    ``baseline/``): what is there, that it is kept, and how to go on from it; None when there is
+    none, or when ``pretrain_weights`` is its ``best.pt`` (the advice taken)."""
+    save_dir = Path(save_dir)
+    found = [name for name in OLD_FILES if (save_dir / name).exists()]
+    if not found or (pretrain_weights is not None and
+                     Path(pretrain_weights).resolve() == (save_dir / "best.pt").resolve()):
+        return None
+    ways = []
+    if "best.pt" in found:
+        ways.append(f"pass pretrain_weights={save_dir / 'best.pt'} to start from its model")
+    if "train_state.pt" in found and "ultralytics" not in found:  # detection resumes in place
+        ways.append(f"move {', '.join(found)} into {save_dir / BASELINE}/ and rerun "
+                    f"with resume=True to continue it")
+    return (f"{save_dir} holds a training run of an earlier autoprune version ("
+            f"{', '.join(n + ('/' if n == 'ultralytics' else '') for n in found)} at its top; "
+            f"runs now train into {BASELINE}/ and {PRUNED}/): it is kept as it is and not used"
+            + (f"; {' or '.join(ways)}" if ways else ""))
