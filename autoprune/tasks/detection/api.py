@@ -33,6 +33,7 @@ from ...flow.checkpoints import checkpoint_meta
 from ...flow.options import check_save_dir
 from ...flow.training import check_distill
 from ...engine.checkpoint import BASE_SHAPES, save_pruned
+from ...engine.distributed import barrier, init_from_env, rank_and_world
 from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
 from ...engine.sensitivity import DEFAULT_RATIOS
 from . import models as yolo
@@ -99,8 +100,11 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
     if pretrain_weights is not None:
         raise ConfigError("model is already a trained YOLO model: leave pretrain_weights unset")
     start = save_dir / "start_weights.pt"  # its weights, loadable into a fresh build of arch
-    save_pruned(module, start, task="detection", arch=arch, build=adapter.build_kwargs(module),
-                input_size=adapter.input_size, pruned=hasattr(module, BASE_SHAPES))
+    if rank_and_world()[0] == 0:
+        save_pruned(module, start, task="detection", arch=arch,
+                    build=adapter.build_kwargs(module), input_size=adapter.input_size,
+                    pruned=hasattr(module, BASE_SHAPES))
+    barrier()  # under torchrun: rank 0 has written it
     return arch, start
 
 
@@ -143,7 +147,7 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           sensitivity_options: Mapping[str, Any] | None = None,
           train_data: str | os.PathLike | None = None, resume: bool = False,
           distill: bool | dict[str, float] = False, prune_steps: int = 1,
-          imgsz: int | None = None, batch: int | None = None,
+          sync_bn: bool = False, imgsz: int | None = None, batch: int | None = None,
           workers: int | None = None) -> TrainResult:
     """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
@@ -173,6 +177,13 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     teacher's outputs on the same augmented batch inside that loop; see the README.
     prune_steps: as in :func:`autoprune.classification.train` (each step an Ultralytics run).
 
+    Under ``torchrun --nproc_per_node N`` (the CLI, or a script calling this) every stage trains
+    on all ranks with Ultralytics' trainer as DDP, each rank holding the pruned module itself;
+    ``batch_size`` is the total over the ranks; rank 0 alone validates and writes; ``sync_bn``
+    normalises over all ranks' images (``SyncBatchNorm``, GPUs only; checkpoints keep
+    BatchNorm). ``device=[0, 1]`` / ``"0,1"`` from one process is refused with the torchrun
+    command to use instead.
+
     input_size (default 640), batch_size (16), num_workers (0): the same names as the other
     tasks; Ultralytics' ``imgsz``, ``batch`` and ``workers`` still work, with a DeprecationWarning.
     """
@@ -188,11 +199,12 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
                           f"{DetectionAdapter.no_distill_reason}; drop distill")
     if data is None:
         raise ConfigError("data=<path to a YOLO data.yaml> is required")
+    init_from_env()  # under torchrun (a script, or the CLI): DDP training, the analysis shared
     torch.manual_seed(seed)
     adapter = DetectionAdapter(data, eval_data, input_size=s["input_size"],
                                batch_size=s["batch_size"], eval_limit=eval_limit, device=device,
                                workers=s["num_workers"], train_args=train_args, seed=seed,
-                               progress=progress)
+                               progress=progress, sync_bn=sync_bn)
     save_dir = check_save_dir(save_dir)
     model, pretrain_weights = _prepare(adapter, model, pretrain_weights, save_dir)
     return run.train(adapter, model, **run.flow_settings(locals()))
