@@ -58,8 +58,13 @@ from autoprune import detection as det
 r = det.train("yolov8n.yaml", data, epochs=1, pretrain_epochs=1, save_dir=save_dir, **KWARGS)
 seen = list(writes)
 open(os.path.join(save_dir, f"probe{rank}.txt"), "w").close()  # the hook sees this one
+# each rank validates on its own, a different number of times (as sensitivity points are)
+from autoprune.tasks.detection import DetectionAdapter
+adapter = DetectionAdapter(None, data, input_size=64, batch_size=8, device="cpu", progress=False)
+maps = [adapter.evaluate(r.model)["map50"] for _ in range(rank + 1)]
 json.dump({"shapes": {k: list(v.shape) for k, v in r.model.state_dict().items()},
-           "writes": seen, "probe": writes[len(seen):]}, open(f"{out}.{rank}.json", "w"))
+           "writes": seen, "probe": writes[len(seen):], "maps": maps},
+          open(f"{out}.{rank}.json", "w"))
 '''
 
 
@@ -107,6 +112,19 @@ def test_every_rank_retrains_the_pruned_model_and_rank1_writes_nothing(ddp_run):
     assert len(rows) == 2  # header + the one epoch, written once
     assert yolo.load_ultralytics(run / "pruned" / "ultralytics" / "weights" / "best.pt") \
         .state_dict().keys() == pruned.state_dict().keys()
+
+
+def test_each_rank_validates_on_its_own(ddp_run, data_yaml):
+    """Ultralytics' validator, standalone in one rank while the other does something else, runs
+    (under torchrun it would gather statistics from the other rank, which validates a different
+    number of times, and pick a CUDA device on these CPU ranks) and gives the single-process
+    figure (0 for this one-epoch model: what is checked is that it runs)."""
+    run, ranks, _ = ddp_run
+    adapter = DetectionAdapter(None, data_yaml, input_size=64, batch_size=8, device="cpu",
+                               progress=False)
+    expected = adapter.evaluate(det.load_model(run / "pruned" / "best.pt"))["map50"]
+    assert ranks[0]["maps"] == pytest.approx([expected], abs=1e-6)
+    assert ranks[1]["maps"] == pytest.approx([expected] * 2, abs=1e-6)
 
 
 def test_architecture_equals_the_single_process_run(ddp_run, data_yaml, tmp_path):
