@@ -1,6 +1,5 @@
 """Sensitivity analysis sharded over 2 gloo processes equals the single-process result; rank 0
 writes one file; a killed distributed run's shard files are absorbed by the next run."""
-import os
 from pathlib import Path
 
 import pytest

@@ -71,6 +71,9 @@ class DetectionAdapter(TaskAdapter):
     task = "detection"
     metric = "map50_95"
     higher_is_better = True
+    # the trainer that keeps the pruned module (and trains it under torchrun); another
+    # Ultralytics task (instance segmentation) sets its twin in a subclass
+    trainer_class = yolo.KeepModuleTrainer
     no_distill_reason = ("Ultralytics computes the loss inside the model's loss() in its own "
                          "training loop, where autoprune cannot add a teacher's term without "
                          "replacing that loop")
@@ -210,7 +213,8 @@ class DetectionAdapter(TaskAdapter):
         if step is None and rank == 0:  # a stale run's table: Ultralytics' ranks would race on it
             (save_dir / "ultralytics" / "results.csv").unlink(missing_ok=True)
         barrier()  # every rank has looked at save_dir before rank 0 writes into it
-        trainer_class = yolo.keep_module_trainer(model, sync_bn=self.sync_bn and world > 1)
+        trainer_class = yolo.keep_module_trainer(model, self.trainer_class,
+                                                 sync_bn=self.sync_bn and world > 1)
         threads = torch.get_num_threads()
         try:
             if step == "done":  # finished before: its best.pt holds the result

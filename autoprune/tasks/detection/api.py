@@ -32,7 +32,7 @@ from ...flow import checkpoints, run
 from ...flow.checkpoints import checkpoint_meta
 from ...flow.options import check_save_dir
 from ...flow.training import check_distill
-from ...engine.checkpoint import BASE_SHAPES, save_pruned
+from ...engine.checkpoint import BASE_SHAPES, read_state_dict, save_pruned
 from ...engine.distributed import barrier, init_from_env, rank_and_world
 from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
 from ...engine.sensitivity import DEFAULT_RATIOS
@@ -284,7 +284,10 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     if (last.parent.name, last.parent.parent.name) != ("weights", "ultralytics"):
         raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an autoprune "
                               f"run (resume writes <save_dir>/best.pt and last.pt): pass that file")
-    wrapper = yolo.resume_training(last, progress)
+    init_from_env()  # under torchrun: every rank trains on (DDP), rank 0 writes
+    device = {"device": str(torch.cuda.current_device())} \
+        if rank_and_world()[1] > 1 and torch.cuda.is_available() else {}  # the rank's own GPU
+    wrapper = yolo.resume_training(last, progress, **device)
     imgsz = wrapper.trainer.args.imgsz
     model = yolo.patch_model(wrapper.model.float()).eval()
     save_dir = last.parent.parent.parent
@@ -293,12 +296,15 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
                "build": adapter.build_kwargs(model), "input_size": imgsz,
                "pruned": hasattr(model, BASE_SHAPES)}
     for name, src in (("last.pt", last), ("best.pt", last.parent / "best.pt")):
-        if src.is_file():
+        if src.is_file() and rank_and_world()[0] == 0:
             target = save_dir / name
             meta = checkpoint_meta(target) if target.is_file() else derived
             net, _ = yolo.read_ultralytics(src)
             save_pruned(yolo.patch_model(net), target, **{**meta, "resumed": True})
     write_deployable(save_dir)
+    barrier()  # under torchrun: rank 0 has written best.pt, which the other ranks take
+    if rank_and_world()[0] != 0 and (save_dir / "best.pt").is_file():
+        model.load_state_dict(read_state_dict(save_dir / "best.pt"))
     return model
 
 
