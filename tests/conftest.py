@@ -255,3 +255,27 @@ def prunes_by_name_and_reloads(name: str, size: int, tmp_path, prune_all) -> Non
                           build=adapter.build_kwargs(model), input_size=size)
     with torch.no_grad():
         assert torch.equal(cls.load_model(path)(x), out)
+
+
+def torchrun(args: list[str], nproc: int = 2, timeout: int = 900) -> str:
+    """``torchrun --nproc_per_node <nproc> <args>`` on loopback (a free port, gloo, one thread per
+    process) with this checkout first on PYTHONPATH; ``args`` is ``["-m", "autoprune", ...]`` or
+    a script and its arguments. Returns its stdout; fails the test on a non-zero exit."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+               p for p in (root, os.environ.get("PYTHONPATH")) if p),
+           "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}  # loopback only
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+           "--master_addr", "127.0.0.1", "--master_port", str(port), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-1500:]
+    return done.stdout

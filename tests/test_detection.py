@@ -356,16 +356,6 @@ def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
     assert "\n" not in str(e.value)
 
 
-def test_retraining_under_torchrun_is_refused_in_one_line(data_yaml, tmp_path, monkeypatch):
-    """Two ranks would each run Ultralytics into the same folder: refused before training."""
-    from autoprune.tasks.detection import adapter as det_adapter
-
-    monkeypatch.setattr(det_adapter, "rank_and_world", lambda: (0, 2))
-    with pytest.raises(autoprune.ConfigError, match="without torchrun") as e:
-        det.train("yolov8n.yaml", data_yaml, epochs=1, save_dir=tmp_path / "out", **SMALL)
-    assert "\n" not in str(e.value) and not (tmp_path / "out" / "ultralytics").exists()
-
-
 def test_eval_subset_adapter_keeps_its_own_val_listing(data_yaml):
     """with_eval_limit (the analysis' eval_images) validates on fewer images without touching
     the listing the full adapter validates on."""

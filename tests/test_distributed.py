@@ -1,6 +1,5 @@
 """Sensitivity analysis sharded over 2 gloo processes equals the single-process result; rank 0
 writes one file; a killed distributed run's shard files are absorbed by the next run."""
-import os
 from pathlib import Path
 
 import pytest
@@ -98,20 +97,9 @@ def test_early_stop_skips_larger_ratios_and_is_recorded(tmp_path):
 
 def _torchrun(args: list[str]) -> str:
     """``torchrun --nproc_per_node 2 -m autoprune <args>`` on loopback; returns its stdout."""
-    import socket
-    import subprocess
-    import sys
+    from conftest import torchrun
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-           "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}  # loopback only
-    with socket.socket() as s:  # a free loopback port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "autoprune", *args]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-1500:]
-    return done.stdout
+    return torchrun(["-m", "autoprune", *args])
 
 
 needs_fmnist = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),

@@ -21,6 +21,16 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
+def process_rank() -> int:
+    """This process's rank: the process group's when one is initialised, else torchrun's
+    ``RANK`` (before the group is started), else 0."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return int(os.environ.get("RANK", "0"))
+    return 0
+
+
 def shard(items: Sequence[T], rank: int, world: int) -> list[T]:
     """The items rank ``rank`` of ``world`` takes (round robin)."""
     return list(items[rank::world])

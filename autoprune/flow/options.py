@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..engine.distributed import process_rank
 from ..errors import ConfigError
 from .defaults import DEFAULT
 from .layout import STEP_PREFIX, training_stages
@@ -17,11 +18,14 @@ from ..engine.sensitivity import check_analysis_options
 
 
 def check_save_dir(save_dir: str | os.PathLike) -> Path:
-    """Create ``save_dir`` and make sure it is writable (a clear error otherwise)."""
+    """Create ``save_dir`` and make sure it is writable (a clear error otherwise); under torchrun
+    rank 0 alone, the one process that writes there."""
     path = Path(save_dir)
+    if process_rank() != 0:
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".autoprune-write-test-{os.getpid()}"  # one per process: torchrun ranks
+        probe = path / f".autoprune-write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as e:

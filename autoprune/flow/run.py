@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.checkpoint import BASE_SHAPES
-from ..engine.distributed import broadcast, rank_and_world
+from ..engine.distributed import broadcast, init_from_env, rank_and_world
 from ..engine.groups import PruningGraph, channels_to_keep, check_criterion
 from ..engine.prune import PruneResult, check_round_to, prune
 from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios, weights_sha256
@@ -77,7 +77,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     ``distill``: retrain the pruned model against the unpruned one (True, or ``{"alpha": a,
     "temperature": t}``; adapters with ``distills`` only). ``prune_steps=K``: reach the ratios
     in K steps (the same final channel counts), retraining ``epochs // K`` epochs after each
-    (the last step the remainder)."""
+    (the last step the remainder).
+
+    Under torchrun (a script, or ``torchrun -m autoprune train``) the process group is started
+    here when it is not yet: training runs as DDP, the analysis is shared out over the ranks."""
+    init_from_env()
     mode = sens_mode(sensitivities_file)
     check_numbers(whole=True, low=1, epochs=epochs, pretrain_epochs=pretrain_epochs,
                   prune_steps=prune_steps)
@@ -339,6 +343,7 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
     ``model`` is a checkpoint path written by autoprune, a model name (then pass
     ``pretrain_weights``) or a model object.
     """
+    init_from_env()  # under torchrun: the points are shared out over the ranks
     arch = None
     if names_a_missing_file(model):
         raise CheckpointError(f"no checkpoint at {model}: check the path")

@@ -26,7 +26,14 @@ from ..engine.progress import progress_bar
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` means CUDA when there is one, else CPU. Every task resolves its ``device`` here:
-    a name torch does not know, or a GPU this machine lacks, is a one-line ConfigError."""
+    a name torch does not know, or a GPU this machine lacks, is a one-line ConfigError; so is a
+    request for several GPUs from one process (``[0, 1]``, ``"0,1"``, Ultralytics' way): one
+    process drives one device, torchrun starts one process per GPU."""
+    several = _several_devices(device)
+    if several:
+        raise ConfigError(f"device={device!r} asks one process for {several} GPUs: launch one "
+                          f"process per GPU with `torchrun --nproc_per_node {several} -m autoprune "
+                          f"train config.yaml` (or your script under torchrun) and device='auto'")
     if device == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
@@ -43,6 +50,16 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
         raise ConfigError(f"device {device} is not available (this machine has {have}): use "
                           f"device='cpu' or 'auto'")
     return resolved
+
+
+def _several_devices(device: Any) -> int:
+    """How many devices ``device`` names when it names more than one (``[0, 1]``, ``"0,1"``,
+    ``"cuda:0,1"``), else 0."""
+    if isinstance(device, (list, tuple)):
+        return len(device) if len(device) > 1 else 0
+    if isinstance(device, str) and "," in device:
+        return len([d for d in device.split(":")[-1].split(",") if d.strip()])
+    return 0
 
 
 @dataclass

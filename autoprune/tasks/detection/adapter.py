@@ -20,7 +20,7 @@ import yaml
 from ...flow.options import check_numbers
 from ...engine.checkpoint import export_onnx, read_pruned_metadata, read_state_dict, save_pruned
 from ...engine.data import check_limits
-from ...engine.distributed import rank_and_world
+from ...engine.distributed import barrier, rank_and_world
 from ...errors import CheckpointError, ConfigError
 from ...flow.training import pick_device
 from ..base import TaskAdapter
@@ -71,6 +71,9 @@ class DetectionAdapter(TaskAdapter):
     task = "detection"
     metric = "map50_95"
     higher_is_better = True
+    # the trainer that keeps the pruned module (and trains it under torchrun); another
+    # Ultralytics task (instance segmentation) sets its twin in a subclass
+    trainer_class = yolo.KeepModuleTrainer
     no_distill_reason = ("Ultralytics computes the loss inside the model's loss() in its own "
                          "training loop, where autoprune cannot add a teacher's term without "
                          "replacing that loop")
@@ -80,7 +83,7 @@ class DetectionAdapter(TaskAdapter):
                  input_size: int | None = None, batch_size: int = 16,
                  eval_limit: int | None = None, device: str = "auto", workers: int = 0,
                  train_args: dict[str, Any] | None = None, seed: int = 0,
-                 progress: bool = True):
+                 progress: bool = True, sync_bn: bool = False):
         check_numbers(whole=True, low=1, input_size=input_size)
         check_numbers(whole=True, num_workers=workers)
         check_numbers(low=None, batch_size=batch_size)  # -1 and fractions: Ultralytics' AutoBatch
@@ -91,6 +94,7 @@ class DetectionAdapter(TaskAdapter):
                               f"largest stride), at least 32: e.g. 64, 320 or 640")
         self.device = pick_device(device)
         self.batch_size, self.workers, self.seed, self.progress = batch_size, workers, seed, progress
+        self.sync_bn = bool(sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
         self.train_args = dict(train_args or {})
         taken = sorted(set(self.train_args) & RESERVED)
         if taken:
@@ -178,42 +182,76 @@ class DetectionAdapter(TaskAdapter):
         (EMA) weights. Ultralytics' run lives in ``save_dir/ultralytics`` (its ``weights/best.pt``
         loads with ``YOLO(path)``); autoprune checkpoints go to ``save_dir/best.pt|last.pt``.
         ``resume=True`` continues an interrupted run from Ultralytics' ``last.pt`` (a finished
-        one is not trained again)."""
+        one is not trained again).
+
+        Under torchrun every rank trains its own copy of ``model`` as Ultralytics' DDP workers do
+        (``batch_size`` is the total, split over the ranks; ``sync_bn`` swaps in SyncBatchNorm on
+        GPUs); rank 0 alone validates and writes, and every rank returns the best weights."""
         if self.data is None:
             raise ConfigError("training needs data=<data.yaml> with a train split")
         check_numbers(whole=True, low=1, epochs=epochs)
-        if rank_and_world()[1] > 1:
-            raise ConfigError("detection retraining runs in one process (Ultralytics trains the "
-                              "pruned module itself): run `autoprune train` without torchrun; "
-                              "`torchrun ... -m autoprune sensitivity` does share the analysis")
+        rank, world = rank_and_world()
+        self._check_ranks(world)
         self.check_model(model)
         save_dir = Path(save_dir).resolve()
         meta = dict(meta or {})
         meta["arch"] = meta.get("arch") or self.arch_of(model)
         model.criterion = None  # the loss is rebuilt for the (possibly pruned) model
+        device = _ultralytics_device(self.device)
+        if world > 1 and self.device.type == "cuda":  # the rank's own GPU (set by init_from_env)
+            device = str(torch.cuda.current_device())
         args = {"model": f"{meta['arch'] or 'yolo'}.yaml", "data": str(self.data["yaml"]),
                 "epochs": epochs, "imgsz": self.input_size, "batch": self.batch_size,
-                "device": _ultralytics_device(self.device), "workers": self.workers,
+                "device": device, "workers": self.workers,
                 "seed": self.seed, "project": str(save_dir), "name": "ultralytics",
                 "exist_ok": True, "plots": False, "verbose": self.progress,
                 # Ultralytics' AMP check downloads yolo26n.pt: off unless asked for (on a GPU,
                 # train_args={"amp": "bf16"} gives mixed precision without that check)
                 "amp": False, **self.train_args}
         last = save_dir / "ultralytics" / "weights" / "last.pt"
-        if resume and last.is_file():
-            trainer = self._resumed(model, last, epochs, save_dir)
-            if trainer is None:  # finished before: its best.pt holds the result
+        step = self._resume_step(last, epochs, save_dir) if resume and last.is_file() else None
+        if step is None and rank == 0:  # a stale run's table: Ultralytics' ranks would race on it
+            (save_dir / "ultralytics" / "results.csv").unlink(missing_ok=True)
+        barrier()  # every rank has looked at save_dir before rank 0 writes into it
+        trainer_class = yolo.keep_module_trainer(model, self.trainer_class,
+                                                 sync_bn=self.sync_bn and world > 1)
+        threads = torch.get_num_threads()
+        try:
+            if step == "done":  # finished before: its best.pt holds the result
+                _log(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its "
+                     f"best.pt")
+                _load_checkpoint(model, save_dir / "best.pt")
                 write_deployable(save_dir)
                 return model.to(self.device).eval()
-        else:
-            threads = torch.get_num_threads()
-            try:
+            if step == "write":  # Ultralytics finished, autoprune's checkpoints were not written
+                trainer = SimpleNamespace(last=last, best=last.parent / "best.pt", stopper=None,
+                                          metrics=None)
+            elif step == "continue":
+                _, ckpt = yolo.read_ultralytics(last)
+                _log(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/"
+                     f"{epochs}")
+                trainer_class.module = None  # the module of last.pt trains on
+                trainer = yolo.resume_training(last, self.progress, trainer_class,
+                                               device=device).trainer
+            else:
                 with yolo.quiet(not self.progress):
-                    trainer = yolo.keep_module_trainer(model)(overrides=args)
+                    trainer = trainer_class(overrides=args)
                     trainer.train()
-            finally:
-                torch.set_num_threads(threads)
+        finally:
+            torch.set_num_threads(threads)
         model.criterion = None
+        if rank == 0:
+            self._write_checkpoints(model, trainer, save_dir, meta, epochs)
+            write_deployable(save_dir)
+        barrier()  # rank 0 has written best.pt
+        if rank != 0:
+            _load_checkpoint(model, save_dir / "best.pt")
+        return model.to(self.device).eval()
+
+    def _write_checkpoints(self, model: nn.Module, trainer: Any, save_dir: Path,
+                           meta: dict[str, Any], epochs: int) -> None:
+        """autoprune's ``last.pt`` and ``best.pt`` from Ultralytics' (``model`` ends holding the
+        best EMA weights)."""
         best_epoch = getattr(trainer.stopper, "best_epoch", epochs) or epochs
         for src, dst in ((trainer.last, "last.pt"), (trainer.best, "best.pt")):
             if Path(src).is_file():
@@ -222,8 +260,21 @@ class DetectionAdapter(TaskAdapter):
                 save_pruned(model, save_dir / dst, **meta, epoch=best_epoch if best else epochs,
                             metrics=self._ultralytics_metrics(trainer) if best else {},
                             ultralytics_weights=str(Path(src)))
-        write_deployable(save_dir)
-        return model.to(self.device).eval()
+
+    def _check_ranks(self, world: int) -> None:
+        """Settings that cannot work over ``world`` torchrun processes: a one-line ConfigError."""
+        if world <= 1:
+            return
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size={self.batch_size} (Ultralytics' AutoBatch) sizes one "
+                              f"GPU: under torchrun pass the total batch, e.g. "
+                              f"batch_size={16 * world}")
+        if self.batch_size < world:
+            raise ConfigError(f"batch_size={self.batch_size} is the total over {world} "
+                              f"processes: pass at least {world} (one image per process)")
+        if self.sync_bn and self.device.type != "cuda":
+            raise ConfigError(f"sync_bn=True needs CUDA GPUs (SyncBatchNorm has no "
+                              f"{self.device.type} kernel): drop sync_bn, or train on GPUs")
 
     def deployables(self, save_dir: Path) -> list[tuple[str, Path]]:
         """Ultralytics' ``best.pt`` of the stage (``YOLO(path)``; no autoprune needed once
@@ -241,32 +292,19 @@ class DetectionAdapter(TaskAdapter):
         epoch = ckpt.get("epoch", -1)
         return (planned, planned) if epoch == -1 else (int(epoch) + 1, planned)
 
-    def _resumed(self, model: nn.Module, last: Path, epochs: int, save_dir: Path):
-        """Ultralytics' trainer after continuing the run of ``last`` (or what stands for it when
-        that run finished before autoprune wrote its checkpoints), or None (``model`` then
-        loaded with ``save_dir/best.pt``) when the stage had already finished."""
+    @staticmethod
+    def _resume_step(last: Path, epochs: int, save_dir: Path) -> str:
+        """What resuming the stage of ``last`` takes (read only): ``"continue"`` an interrupted
+        run, ``"write"`` autoprune's checkpoints of a run Ultralytics finished, or nothing more
+        (``"done"``: ``save_dir/best.pt`` holds the result)."""
         _, ckpt = yolo.read_ultralytics(last)
         planned = (ckpt.get("train_args") or {}).get("epochs")
         if planned != epochs:
             raise ConfigError(f"{last} is from a run of {planned} epochs, this one has {epochs}: "
                               f"resume with the same settings, or pass resume=False")
-        if ckpt.get("epoch", -1) == -1 and not (save_dir / "best.pt").is_file():
-            # Ultralytics finished, autoprune's checkpoints were not written yet: write them
-            return SimpleNamespace(last=last, best=last.parent / "best.pt", stopper=None,
-                                   metrics=None)
-        if ckpt.get("epoch", -1) == -1:
-            print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its "
-                  f"best.pt", flush=True)
-            try:
-                model.load_state_dict(read_state_dict(save_dir / "best.pt"))
-            except RuntimeError:
-                raise CheckpointError(f"{save_dir / 'best.pt'} does not fit this model (another "
-                                      f"architecture or pruning?): resume with the same "
-                                      f"settings, or pass resume=False") from None
-            return None
-        print(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/{epochs}",
-              flush=True)
-        return yolo.resume_training(last, self.progress).trainer
+        if ckpt.get("epoch", -1) != -1:
+            return "continue"
+        return "done" if (save_dir / "best.pt").is_file() else "write"
 
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
                     dynamic_batch: bool = True) -> Path:
@@ -304,8 +342,8 @@ class DetectionAdapter(TaskAdapter):
                 "workers": self.workers, "task": "detect", "split": "val",
                 "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
         threads = torch.get_num_threads()
-        try:
-            with yolo.quiet():
+        try:  # under torchrun each rank validates on its own (one_process), in its own temp dir
+            with yolo.quiet(), yolo.one_process():
                 validator = yolo.PatientValidator(dataloader=self._loader, save_dir=self._tmp,
                                                     args=args)
                 stats = validator(model=net)
@@ -367,6 +405,21 @@ def write_deployable(save_dir: Path) -> None:
             print(f"[autoprune] {path} holds Ultralytics' own blocks: YOLO(path) loads it without "
                   f"autoprune (zero channels that even out split blocks add {extra:.1%} "
                   f"parameters; `autoprune export` writes the exact pruned model)", flush=True)
+
+
+def _log(line: str) -> None:
+    if rank_and_world()[0] == 0:
+        print(line, flush=True)
+
+
+def _load_checkpoint(model: nn.Module, path: Path) -> None:
+    """``model`` loaded with the weights of autoprune's checkpoint ``path`` (weights-only)."""
+    try:
+        model.load_state_dict(read_state_dict(path))
+    except RuntimeError:
+        raise CheckpointError(f"{path} does not fit this model (another architecture or "
+                              f"pruning?): resume with the same settings, or pass "
+                              f"resume=False") from None
 
 
 def _ema_state(path: Path) -> dict[str, torch.Tensor]:

@@ -33,7 +33,8 @@ from ...flow import checkpoints, run
 from ...flow.checkpoints import checkpoint_meta
 from ...flow.options import check_save_dir
 from ...flow.training import check_distill
-from ...engine.checkpoint import BASE_SHAPES, save_pruned
+from ...engine.checkpoint import BASE_SHAPES, read_state_dict, save_pruned
+from ...engine.distributed import barrier, init_from_env, rank_and_world
 from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
 from ...engine.sensitivity import DEFAULT_RATIOS
 from . import models as yolo
@@ -100,8 +101,11 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
     if pretrain_weights is not None:
         raise ConfigError("model is already a trained YOLO model: leave pretrain_weights unset")
     start = save_dir / "start_weights.pt"  # its weights, loadable into a fresh build of arch
-    save_pruned(module, start, task="detection", arch=arch, build=adapter.build_kwargs(module),
-                input_size=adapter.input_size, pruned=hasattr(module, BASE_SHAPES))
+    if rank_and_world()[0] == 0:
+        save_pruned(module, start, task="detection", arch=arch,
+                    build=adapter.build_kwargs(module), input_size=adapter.input_size,
+                    pruned=hasattr(module, BASE_SHAPES))
+    barrier()  # under torchrun: rank 0 has written it
     return arch, start
 
 
@@ -144,7 +148,7 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           sensitivity_options: Mapping[str, Any] | None = None,
           train_data: str | os.PathLike | None = None, resume: bool = False,
           distill: bool | dict[str, float] = False, prune_steps: int = 1,
-          imgsz: int | None = None, batch: int | None = None,
+          sync_bn: bool = False, imgsz: int | None = None, batch: int | None = None,
           workers: int | None = None) -> TrainResult:
     """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
@@ -174,6 +178,13 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     teacher's outputs on the same augmented batch inside that loop; see the README.
     prune_steps: as in :func:`autoprune.classification.train` (each step an Ultralytics run).
 
+    Under ``torchrun --nproc_per_node N`` (the CLI, or a script calling this) every stage trains
+    on all ranks with Ultralytics' trainer as DDP, each rank holding the pruned module itself;
+    ``batch_size`` is the total over the ranks; rank 0 alone validates and writes; ``sync_bn``
+    normalises over all ranks' images (``SyncBatchNorm``, GPUs only; checkpoints keep
+    BatchNorm). ``device=[0, 1]`` / ``"0,1"`` from one process is refused with the torchrun
+    command to use instead.
+
     input_size (default 640), batch_size (16), num_workers (0): the same names as the other
     tasks; Ultralytics' ``imgsz``, ``batch`` and ``workers`` still work, with a DeprecationWarning.
     """
@@ -189,11 +200,12 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
                           f"{DetectionAdapter.no_distill_reason}; drop distill")
     if data is None:
         raise ConfigError("data=<path to a YOLO data.yaml> is required")
+    init_from_env()  # under torchrun (a script, or the CLI): DDP training, the analysis shared
     torch.manual_seed(seed)
     adapter = DetectionAdapter(data, eval_data, input_size=s["input_size"],
                                batch_size=s["batch_size"], eval_limit=eval_limit, device=device,
                                workers=s["num_workers"], train_args=train_args, seed=seed,
-                               progress=progress)
+                               progress=progress, sync_bn=sync_bn)
     save_dir = check_save_dir(save_dir)
     model, pretrain_weights = _prepare(adapter, model, pretrain_weights, save_dir)
     return run.train(adapter, model, **run.flow_settings(locals()))
@@ -274,7 +286,10 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     if (last.parent.name, last.parent.parent.name) != ("weights", "ultralytics"):
         raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an autoprune "
                               f"run (resume writes <save_dir>/best.pt and last.pt): pass that file")
-    wrapper = yolo.resume_training(last, progress)
+    init_from_env()  # under torchrun: every rank trains on (DDP), rank 0 writes
+    device = {"device": str(torch.cuda.current_device())} \
+        if rank_and_world()[1] > 1 and torch.cuda.is_available() else {}  # the rank's own GPU
+    wrapper = yolo.resume_training(last, progress, **device)
     imgsz = wrapper.trainer.args.imgsz
     model = yolo.patch_model(wrapper.model.float()).eval()
     save_dir = last.parent.parent.parent
@@ -283,12 +298,15 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
                "build": adapter.build_kwargs(model), "input_size": imgsz,
                "pruned": hasattr(model, BASE_SHAPES)}
     for name, src in (("last.pt", last), ("best.pt", last.parent / "best.pt")):
-        if src.is_file():
+        if src.is_file() and rank_and_world()[0] == 0:
             target = save_dir / name
             meta = checkpoint_meta(target) if target.is_file() else derived
             net, _ = yolo.read_ultralytics(src)
             save_pruned(yolo.patch_model(net), target, **{**meta, "resumed": True})
     write_deployable(save_dir)
+    barrier()  # under torchrun: rank 0 has written best.pt, which the other ranks take
+    if rank_and_world()[0] != 0 and (save_dir / "best.pt").is_file():
+        model.load_state_dict(read_state_dict(save_dir / "best.pt"))
     return model
 
 

@@ -23,11 +23,13 @@ from typing import Iterator
 
 import matplotlib
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from ...engine.padding import pad_channels, remove_channels
 from ...engine.progress import interactive
-from ...errors import CheckpointError
+from ...errors import CheckpointError, ConfigError
+from ...flow.training import use_sync_batchnorm
 
 FONTS = ("Arial.ttf", "Arial.Unicode.ttf")
 
@@ -439,6 +441,73 @@ class PatientValidator(DetectionValidator):
             return super().postprocess(preds)
 
 
+def _world() -> int:
+    """The number of processes of torch.distributed's group (1 without one)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+@contextlib.contextmanager
+def one_process() -> Iterator[None]:
+    """Ultralytics as in a single process for the duration of the block, inside a torchrun rank.
+
+    Ultralytics reads ``RANK`` / ``LOCAL_RANK`` once, at import, into each of its modules; under
+    torchrun a standalone validation (one rank evaluating a model on its own: a sensitivity
+    point, the final check of best.pt) would otherwise gather its statistics from every rank and
+    wait for ranks busy elsewhere, and pick a CUDA device on CPU ranks. No-op in one process."""
+    saved = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("ultralytics"):
+            continue
+        for key in ("RANK", "LOCAL_RANK"):
+            value = vars(module).get(key)
+            if isinstance(value, int) and value != -1:
+                saved.append((module, key, value))
+                setattr(module, key, -1)
+    try:
+        yield
+    finally:
+        for module, key, value in saved:
+            setattr(module, key, value)
+
+
+def plain_batchnorm(model: nn.Module) -> nn.Module:
+    """Replace every ``SyncBatchNorm`` of ``model`` by a ``BatchNorm2d`` holding its parameters
+    and running statistics (in place); returns ``model``. Checkpoints then hold Ultralytics'
+    plain modules, whether or not training synchronised its statistics."""
+    for name, m in list(model.named_modules()):
+        if isinstance(m, nn.SyncBatchNorm) and name:
+            bn = nn.BatchNorm2d(m.num_features, m.eps, m.momentum, m.affine,
+                                m.track_running_stats)
+            bn.load_state_dict(m.state_dict())
+            bn.to(device=m.weight.device if m.affine else None)
+            if m.affine:
+                bn.requires_grad_(m.weight.requires_grad)
+            model.set_submodule(name, bn.train(m.training))
+    return model
+
+
+@contextlib.contextmanager
+def _cpu_ddp(enabled: bool) -> Iterator[None]:
+    """While enabled, DistributedDataParallel drops ``device_ids=[None]``: Ultralytics passes its
+    device's index, which a CPU device has not, and DDP refuses that list for CPU modules."""
+    original = nn.parallel.DistributedDataParallel
+    if not enabled:
+        yield
+        return
+
+    class CpuDDP(original):
+        def __init__(self, module, device_ids=None, *args, **kwargs):
+            if device_ids is not None and all(d is None for d in device_ids):
+                device_ids = None
+            super().__init__(module, device_ids, *args, **kwargs)
+
+    nn.parallel.DistributedDataParallel = CpuDDP
+    try:
+        yield
+    finally:
+        nn.parallel.DistributedDataParallel = original
+
+
 class KeepModuleTrainer(DetectionTrainer):
     """DetectionTrainer that trains the module it is given instead of rebuilding it from YAML.
 
@@ -446,9 +515,41 @@ class KeepModuleTrainer(DetectionTrainer):
     shapes match, which silently undoes pruning. Here a module passed as ``weights`` (resume, a
     loaded checkpoint) or set as ``module`` on a subclass (an in-memory model) is used as it is.
     Resume a run with ``YOLO(last_pt).train(resume=True, trainer=KeepModuleTrainer)``.
+
+    Inside torchrun's processes (a process group of several ranks already initialised, each rank
+    holding its own copy of the pruned module) it trains as Ultralytics' DDP workers do, over
+    that group: gloo on CPU ranks, whatever backend the group has on GPUs, each rank on the
+    device it was given; Ultralytics' own launcher, which rebuilds the model from YAML in a
+    subprocess, is never used. Rank 0 alone writes checkpoints and validates best.pt at the end.
+    ``sync_bn`` (set on a subclass) trains with ``SyncBatchNorm``; checkpoints keep BatchNorm.
     """
 
     module: nn.Module | None = None
+    sync_bn: bool = False
+    _restore_bn = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        world = _world()
+        if world > 1:
+            from ultralytics.engine import trainer as base
+
+            if base.RANK == -1:  # Ultralytics read no RANK: every rank would write the run
+                raise ConfigError("detection training on several processes needs torchrun's "
+                                  "environment (RANK, LOCAL_RANK, WORLD_SIZE): launch it with "
+                                  "`torchrun --nproc_per_node N ...`")
+            self.world_size, self.ddp = world, False  # a DDP worker already, not a launcher
+
+    def _setup_ddp(self):
+        """torchrun's process group is up already: pin this rank's GPU, start nothing."""
+        if _world() <= 1:
+            return super()._setup_ddp()
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if dist.get_rank() == 0:
+            print(f"[autoprune] DistributedDataParallel over {self.world_size} processes "
+                  f"({dist.get_backend()}), {self.batch_size // self.world_size} images per "
+                  f"process per step", flush=True)
 
     def get_model(self, cfg=None, weights=None, verbose=True):
         m = weights if isinstance(weights, nn.Module) else type(self).module
@@ -459,16 +560,50 @@ class KeepModuleTrainer(DetectionTrainer):
             m.names = self.data["names"]
         return m.float().requires_grad_(True)  # checkpoints are stored frozen, in half precision
 
+    def setup_model(self):
+        ckpt = super().setup_model()
+        if self.sync_bn and self._restore_bn is None:
+            self._restore_bn = use_sync_batchnorm(self.model)
+        return ckpt
+
+    def _setup_train(self):
+        with _cpu_ddp(self.device.type == "cpu" and self.world_size > 1):
+            super()._setup_train()
+        if self.sync_bn:  # the EMA (what checkpoints hold) is a copy: plain BatchNorm again
+            plain_batchnorm(self.ema.ema)
+
+    def _do_train(self):
+        try:
+            super()._do_train()
+        finally:
+            if self._restore_bn is not None:  # the module trained keeps its BatchNorm modules
+                self._restore_bn()
+                self._restore_bn = None
+
+    def final_eval(self):
+        """Validate best.pt at the end: under torchrun rank 0 alone, on the whole val split."""
+        if self.world_size <= 1 or _world() <= 1:
+            return super().final_eval()
+        if dist.get_rank() == 0:
+            self.validator.dataloader = None  # it held this rank's shard of the val split
+            with one_process():
+                super().final_eval()
+        dist.barrier()
+
     def get_validator(self):
         validator = super().get_validator()
         validator.__class__ = PatientValidator  # the same validator, NMS without a time limit
         return validator
 
 
-def keep_module_trainer(module: nn.Module) -> type[KeepModuleTrainer]:
-    """A KeepModuleTrainer subclass that trains ``module`` (an in-memory model)."""
-    return type("KeepModuleTrainer", (KeepModuleTrainer,), {"module": module,
-                                                           "__module__": __name__})
+def keep_module_trainer(module: nn.Module | None, base: type[KeepModuleTrainer] | None = None,
+                        *, sync_bn: bool = False) -> type[KeepModuleTrainer]:
+    """A subclass of ``base`` (KeepModuleTrainer, or another task's twin of it) that trains
+    ``module`` (an in-memory model; None: the module of the checkpoint it resumes), with
+    ``SyncBatchNorm`` when ``sync_bn``."""
+    base = base or KeepModuleTrainer
+    return type(base.__name__, (base,), {"module": module, "sync_bn": sync_bn,
+                                         "__module__": base.__module__})
 
 
 @contextlib.contextmanager
@@ -522,15 +657,18 @@ def read_ultralytics(path: str | os.PathLike) -> tuple[nn.Module, dict]:
     return model.eval(), ckpt
 
 
-def resume_training(last: str | os.PathLike, progress: bool = True):
+def resume_training(last: str | os.PathLike, progress: bool = True,
+                    trainer: type[KeepModuleTrainer] | None = None, **overrides):
     """Continue an interrupted Ultralytics run from its ``last.pt`` with :class:`KeepModuleTrainer`
-    (the pruned module itself trains on); returns the ``YOLO`` object, its ``trainer`` done."""
+    (or ``trainer``, a subclass of it: the pruned module itself trains on); ``overrides``: the
+    settings Ultralytics lets a resumed run change (``device``...). Returns the ``YOLO`` object,
+    its ``trainer`` done."""
     load_ultralytics(last)  # refuses a file of unknown classes before Ultralytics unpickles it
     threads = torch.get_num_threads()
     try:
         with quiet(not progress):
             wrapper = YOLO(str(last))
-            wrapper.train(resume=True, trainer=KeepModuleTrainer)
+            wrapper.train(resume=True, trainer=trainer or KeepModuleTrainer, **overrides)
     finally:
         torch.set_num_threads(threads)
     return wrapper
@@ -551,8 +689,8 @@ def load_ultralytics(path: str | os.PathLike) -> nn.Module:
 
 
 __all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
-           "ELANSplitFree",
-           "KeepModuleTrainer", "NativeWrite", "PSASplitFree", "PatientValidator", "SPLIT_FREE", "detect_head",
-           "ignored_layers", "is_patched", "keep_module_trainer", "load_ultralytics", "model_nc",
-           "patch_model", "read_ultralytics", "resume_training", "quiet", "setup_offline",
-           "to_native", "ultralytics", "write_native", "YOLOModel"]
+           "ELANSplitFree", "KeepModuleTrainer", "NativeWrite", "PSASplitFree", "PatientValidator",
+           "SPLIT_FREE", "detect_head", "ignored_layers", "is_patched", "keep_module_trainer",
+           "load_ultralytics", "model_nc", "one_process", "patch_model", "plain_batchnorm",
+           "read_ultralytics", "resume_training", "quiet", "setup_offline", "to_native",
+           "ultralytics", "write_native", "YOLOModel"]
