@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
         ignored = [n for n, m in model.named_modules() if m in adapter.ignored_layers(model)]
         base_top1 = adapter.evaluate(model)["top1"]
         flops0 = count_flops(model, example)
-        timer = PairedTimer(model, example, **timing)
+        timer = PairedTimer(model, example, rounds=25, **timing)  # as ratios_by_latency's
         measure = lambda r: 1.0 - timer.compare(pruned_copy(model, example, r, ignored))
         print(f"{args.arch} on Fashion-MNIST at {args.size}px: base top-1 {base_top1:.4f}, "
               f"{flops0 / 1e6:.1f}M FLOPs, {record.extra['latency']['baseline_ms']:.2f} ms "
