@@ -23,7 +23,7 @@ from timm.models import metaformer, mlp_mixer
 import autoprune as ap
 from autoprune import classification as cls
 from autoprune.tasks.classification import ClassificationAdapter
-from autoprune.tasks.classification import timm_models
+from autoprune.tasks import timm_rules as timm_models
 from conftest import assert_one_line, prunes_by_name_and_reloads
 
 RATIO = 0.3
@@ -147,3 +147,46 @@ def test_the_refusals_match_only_their_families():
     for name in ("eva02_base_patch14_224", "resnet18", "densenet121"):
         timm_models.check_supported(name)  # no error
     assert all(any(n.startswith(p) for n in timm.list_models()) for p in timm_models.REFUSED)
+
+
+# -- the timm model inside an smp tu- encoder gets the same rules (autoprune.tasks.timm_rules) ----
+def _segmenter(encoder: str):
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    torch.manual_seed(0)
+    adapter = SegmentationAdapter(num_classes=3, input_size=64, progress=False)
+    key = adapter.arch_key(f"unet/{encoder}")
+    return adapter, key, adapter.build(key).eval()
+
+
+def test_a_tu_encoder_keeps_its_heads_whole():
+    adapter, _, model = _segmenter("tu-edgenext_xx_small")
+    ignored = {id(m) for m in adapter.ignored_layers(model)}
+    heads = [layer for m in model.encoder.modules() for layer in timm_models.head_projections(m)]
+    assert len(heads) == 3 and all(id(layer) in ignored for layer in heads)  # XCA's qkv
+
+
+def test_a_tu_encoder_is_made_traceable_prunes_and_reloads(tmp_path):
+    from autoprune import segmentation as seg
+
+    adapter, key, model = _segmenter("tu-resnetblur18")
+    blur = [m for m in model.modules() if type(m).__name__ == "BlurPool2d"]
+    assert blur and all(m.channels is None and m.filt.shape[0] == 1 for m in blur)
+    x = adapter.example_inputs(model)
+    ignored = adapter.ignored_layers(model)
+    groups = ap.prunable_groups(model, x, ignored)
+    assert len(groups) == 22  # 18 without make_traceable: the probe left the blurred ones whole
+    result = ap.prune(model, x, {g.name: RATIO for g in groups}, ignored_layers=ignored)
+    assert result.flops_reduction > 0.45
+    path = ap.save_pruned(model, tmp_path / "p.pt", task="segmentation", arch=key,
+                          build=adapter.build_kwargs(model), input_size=64)
+    with torch.no_grad():
+        assert torch.equal(seg.load_model(path)(x), model(x))
+
+
+def test_a_refused_timm_family_is_refused_as_a_tu_encoder():
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    with pytest.raises(ap.ConfigError) as info:
+        SegmentationAdapter(num_classes=3).arch_key("unet/tu-dpn68")
+    assert assert_one_line(info).startswith("timm model 'dpn68' cannot be pruned by autoprune")
