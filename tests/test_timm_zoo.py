@@ -17,7 +17,7 @@ import timm
 import torch
 import torch.nn as nn
 
-from timm.layers import RmsNorm
+from timm.layers import GluMlp, RmsNorm
 from timm.models import metaformer, mlp_mixer
 
 import autoprune as ap
@@ -41,6 +41,9 @@ TINY = {
                                        num_heads=(1, 2)), 32),
     "mixer": (lambda: mlp_mixer.MlpMixer(img_size=32, patch_size=8, embed_dim=32, num_blocks=2),
               32),
+    "gmixer": (lambda: mlp_mixer.MlpMixer(img_size=32, patch_size=8, embed_dim=32, num_blocks=2,
+                                          mlp_ratio=(1.0, 4.0), mlp_layer=GluMlp,
+                                          act_layer=nn.SiLU), 32),
     "caformer": (lambda: metaformer.MetaFormer(  # (attention widths: multiples of 32)
         depths=(1, 1, 1, 1), dims=(16, 24, 32, 64),
         token_mixers=[metaformer.SepConv] * 2 + [metaformer.Attention] * 2,
@@ -105,6 +108,23 @@ def test_a_vit_keeps_its_heads_and_loses_embedding_and_mlp_channels():
     assert model.patch_embed.proj.out_channels == 34 and model.blocks[0].mlp.fc1.out_features == 134
     assert model.blocks[0].attn.qkv.out_features == 3 * 48  # 3 heads of 16, for q, k and v
     assert model.blocks[0].attn.qkv.in_features == 34
+
+
+def test_a_packed_glu_mlp_loses_the_ratio_asked_from_both_halves_alike():
+    # gmixer: fc1 makes 2 x 64 outputs, chunked into a value and a gate half, multiplied
+    model = _build("gmixer")
+    x = torch.randn(1, 3, 32, 32)
+    ignored = ClassificationAdapter().ignored_layers(model)
+    groups = {g.name: g for g in ap.prunable_groups(model, x, ignored)}
+    result = ap.prune(model, x, {name: 0.25 for name in groups}, ignored_layers=ignored)
+    for i, block in enumerate(model.blocks):
+        plan = result.plan[f"blocks.{i}.mlp_channels.fc1"]
+        assert plan["channels"] == 128 and plan["kept"] == 96  # 0.25 removed, not 0.5
+        removed = set(plan["removed"])
+        assert removed == {i + 64 for i in removed if i < 64} | {i for i in removed if i < 64}
+        assert block.mlp_channels.fc1.out_features == 96
+        assert block.mlp_channels.fc2.in_features == 48
+    assert model(x).shape == (1, 10)
 
 
 def test_make_traceable_keeps_the_outputs():

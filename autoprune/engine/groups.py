@@ -117,6 +117,7 @@ class PruningGraph:
         self._order = {n: i for i, n in enumerate(self.names.values())}
         self.modules = dict(model.named_modules())
         self.example_inputs = example_inputs
+        self._parts: dict[tuple[str, int], int] = {}  # packed parts of a group's root
         self.over_budget: list[str] = []  # roots whose group's walk went over its budget
         self.unmappable: list[str] = []  # roots whose walk torch-pruning could not map
         self.groups = self._list_groups()
@@ -322,25 +323,50 @@ class PruningGraph:
         With a multi-group GroupNorm in the group the same number of channels goes from each of
         its groups (the least important of each), so its channel count stays divisible. A
         multi-head attention whose embedding the group cuts (a ViT's) loses the same number of
-        channels from each head, so every head keeps its own channels."""
+        channels from each head, so every head keeps its own channels. A layer whose outputs are
+        packed parts multiplied together (a GLU MLP's ``fc1``, chunked in a value and a gate half)
+        loses the same positions from every part: ``ratio`` of its outputs in all, not twice."""
         full = self.tp_group(group)
         channels = len(full[0].idxs)
+        parts = self._packed_parts(group, channels)
+        units = channels // parts  # positions: one channel of each packed part
         blocks = self._blocks(full)
-        keep = channels_to_keep(channels, ratio, round_to)
-        keep = max(blocks, keep // blocks * blocks)
-        n_remove = channels - keep
+        keep = channels_to_keep(channels, ratio, round_to) // parts
+        keep = max(blocks, keep // blocks * blocks) if units % blocks == 0 else max(1, keep)
+        blocks = blocks if units % blocks == 0 else 1
+        n_remove = units - keep
         if n_remove <= 0:
             return []
         scores = _importance(criterion)(full)
         if scores is None:  # e.g. bn_scale on a group without BatchNorm
             scores = _importance("l1_norm")(full)
         scores = scores.detach().float().cpu()
-        size, per_block = channels // blocks, n_remove // blocks
+        unit_scores = scores.view(parts, units).sum(0)
+        size, per_block = units // blocks, n_remove // blocks
         removed = []
         for b in range(blocks):
-            order = torch.argsort(scores[b * size:(b + 1) * size], stable=True)
+            order = torch.argsort(unit_scores[b * size:(b + 1) * size], stable=True)
             removed += (order[:per_block] + b * size).tolist()
+        removed = [i + p * units for i in removed for p in range(parts)]
         return sorted(_keep_one_per_part(full, set(removed), scores, channels))
+
+    def _packed_parts(self, group: PrunableGroup, channels: int) -> int:
+        """How many packed parts the root's outputs hold (1 for most layers): a layer whose
+        output is chunked into parts that are then multiplied together (a GLU MLP's ``fc1``)
+        couples output ``i`` with ``i + channels / parts``, ``i + 2 * channels / parts``...;
+        torch-pruning removes the partners of a channel with it. Read from the group of channel
+        0; kept per group name and width."""
+        key = (group.name, channels)
+        if key not in self._parts:
+            root = self.modules[group.root]
+            found = {i for dep, idxs in self.tp_group(group, [0])
+                     if dep.target.module is root and self.dg.is_out_channel_pruning_fn(
+                         dep.handler) for i in idxs}
+            parts = len(found)
+            packed = parts > 1 and channels % parts == 0 and \
+                found == {p * (channels // parts) for p in range(parts)}
+            self._parts[key] = parts if packed else 1
+        return self._parts[key]
 
     @staticmethod
     def _blocks(tp_group) -> int:
