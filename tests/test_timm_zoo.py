@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from timm.layers import GluMlp, RmsNorm
-from timm.models import metaformer, mlp_mixer
+from timm.models import metaformer, mlp_mixer, resnet
 
 import autoprune as ap
 from autoprune import classification as cls
@@ -44,6 +44,8 @@ TINY = {
     "gmixer": (lambda: mlp_mixer.MlpMixer(img_size=32, patch_size=8, embed_dim=32, num_blocks=2,
                                           mlp_ratio=(1.0, 4.0), mlp_layer=GluMlp,
                                           act_layer=nn.SiLU), 32),
+    "resnext": (lambda: resnet.ResNet(block=resnet.Bottleneck, layers=(1, 1, 1, 1), cardinality=4,
+                                      base_width=4, num_classes=10), 32),
     "caformer": (lambda: metaformer.MetaFormer(  # (attention widths: multiples of 32)
         depths=(1, 1, 1, 1), dims=(16, 24, 32, 64),
         token_mixers=[metaformer.SepConv] * 2 + [metaformer.Attention] * 2,
@@ -124,6 +126,22 @@ def test_a_packed_glu_mlp_loses_the_ratio_asked_from_both_halves_alike():
         assert removed == {i + 64 for i in removed if i < 64} | {i for i in removed if i < 64}
         assert block.mlp_channels.fc1.out_features == 96
         assert block.mlp_channels.fc2.in_features == 48
+    assert model(x).shape == (1, 10)
+
+
+def test_grouped_convs_lose_the_same_positions_from_each_conv_group():
+    model = _build("resnext")
+    x = torch.randn(1, 3, 32, 32)
+    result = _prune_all(model, x)
+    for i in range(1, 5):  # each stage's grouped conv2: its input and output groups are pruned
+        conv = getattr(model, f"layer{i}")[0].conv2
+        assert conv.groups == 4 and f"layer{i}.0.conv1" in result.plan
+        assert f"layer{i}.0.conv2" in result.plan
+        removed = sorted(result.plan[f"layer{i}.0.conv1"]["removed"])
+        width = result.plan[f"layer{i}.0.conv1"]["channels"] // 4
+        assert removed == sorted(r % width + g * width for r in removed for g in range(4)
+                                 if r < width) and removed
+    assert result.flops_reduction > 0.4  # grouped-conv groups were left whole before
     assert model(x).shape == (1, 10)
 
 

@@ -90,7 +90,9 @@ class PruningGraph:
 
     Building it traces the model once with ``example_inputs``; the model's train/eval mode is kept.
     Groups that would change the model's output shape (the classifier, a detection head's last
-    conv) and groups with grouped (non-depthwise) convolutions are left out, and so (``probe``)
+    conv) and groups whose grouped (non-depthwise) convolutions see only part of their channels
+    are left out (a grouped conv that sees all of them loses the same positions from each of its
+    conv groups: :meth:`channels_to_remove`), and so (``probe``)
     are groups whose removal breaks the model: each group loses half its channels once, for a
     forward pass, and is left whole, with a warning, if that fails or changes the prediction's
     shape
@@ -223,15 +225,11 @@ class PruningGraph:
                    for dep, _ in group):
                 continue
             members = []
-            grouped_conv = False
             for dep, _ in group:
                 module = dep.target.module
-                if isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 \
-                        and tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV:
-                    grouped_conv = True
                 if self.dg.is_out_channel_pruning_fn(dep.handler) and module in self.names:
                     members.append(self.names[module])
-            if grouped_conv or not members or not self._norms_fit(group):
+            if not members or not self._norms_fit(group) or not self._grouped_convs_fit(group):
                 continue
             members = sorted(set(members), key=self._order.__getitem__)
             root = self.names[group[0].dep.target.module]
@@ -276,6 +274,20 @@ class PruningGraph:
         finally:
             self.model.train(was_training)
         return unsafe
+
+    def _grouped_convs_fit(self, group) -> bool:
+        """False when a grouped (not depthwise) conv sees a share of the group's channels other
+        than all of them (a concatenation), or the group's width does not divide into its conv
+        groups: the same positions of every conv group cannot be removed there."""
+        channels = len(group[0].idxs)
+        for dep, _ in group:
+            module = dep.target.module
+            if _grouped(module):
+                width = module.out_channels if self.dg.is_out_channel_pruning_fn(dep.handler) \
+                    else module.in_channels
+                if width != channels or channels % module.groups:
+                    return False
+        return True
 
     @staticmethod
     def _norms_fit(group) -> bool:
@@ -332,8 +344,8 @@ class PruningGraph:
         units = channels // parts  # positions: one channel of each packed part
         blocks = self._blocks(full)
         keep = channels_to_keep(channels, ratio, round_to) // parts
-        keep = max(blocks, keep // blocks * blocks) if units % blocks == 0 else max(1, keep)
-        blocks = blocks if units % blocks == 0 else 1
+        blocks = 1 if parts % blocks == 0 or units % blocks else blocks  # (parts hold blocks)
+        keep = max(blocks, keep // blocks * blocks)
         n_remove = units - keep
         if n_remove <= 0:
             return []
@@ -355,7 +367,10 @@ class PruningGraph:
         output is chunked into parts that are then multiplied together (a GLU MLP's ``fc1``)
         couples output ``i`` with ``i + channels / parts``, ``i + 2 * channels / parts``...;
         torch-pruning removes the partners of a channel with it. Read from the group of channel
-        0; kept per group name and width."""
+        0. A grouped (not depthwise) conv in the group counts its conv groups as parts: each
+        keeps the same input positions (torch-pruning slices a grouped conv's inputs that way),
+        as ResNeXt / SKNet convs need. The least common multiple of both; kept per group name and
+        width."""
         key = (group.name, channels)
         if key not in self._parts:
             root = self.modules[group.root]
@@ -365,7 +380,10 @@ class PruningGraph:
             parts = len(found)
             packed = parts > 1 and channels % parts == 0 and \
                 found == {p * (channels // parts) for p in range(parts)}
-            self._parts[key] = parts if packed else 1
+            convs = [dep.target.module.groups for dep, _ in self.tp_group(group)
+                     if _grouped(dep.target.module)]
+            parts = math.lcm(parts if packed else 1, *convs)
+            self._parts[key] = parts if channels % parts == 0 else 1
         return self._parts[key]
 
     @staticmethod
@@ -464,6 +482,12 @@ def _shapes(value: Any) -> tuple | None:
     may be intermediate feature maps, whose widths pruning changes legitimately)."""
     first = next(tensors_in(value), None)
     return None if first is None else tuple(first.shape)
+
+
+def _grouped(module: Any) -> bool:
+    """True for a grouped conv that is not depthwise (``groups`` > 1, fewer than its inputs)."""
+    return isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 and \
+        tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV
 
 
 def _gathers_channels(node) -> bool:
