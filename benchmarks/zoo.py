@@ -30,8 +30,9 @@ Which models:
   efficientnet-b0 (the encoders README.md names), 64 px (PAN: 128 px, the least it takes).
 - yolo: the smallest scale of every family of ``autoprune.tasks.yolo_names.YOLO_FAMILIES``, 64 px.
 
-Input size: 64 px; a classifier whose unpruned forward fails at 64 px (a ViT's fixed position
-embedding, a window size) runs at its native size, timm's ``pretrained_cfg["input_size"]``.
+Input size: 64 px; a classifier whose unpruned forward fails at 64 px runs at the least multiple
+of its patch size above 64 px (a ViT whose patch does not divide 64), else at its native size,
+timm's ``pretrained_cfg["input_size"]`` (a fixed position embedding, a window size).
 Explicit names: ``timm/<name>``, ``torchvision/<name>``, ``smp/<arch>/<encoder>``, a YOLO name
 (``yolov8n``, ``yolo/yolo26n``); a bare name goes to the classification task (timm first).
 """
@@ -101,16 +102,17 @@ def sweep_one(name: str, state: dict | None = None) -> dict:
     arch = adapter.arch_key(bare if source in ("smp", "yolo") else name)
     model = adapter.build(arch).eval()
     adapter.check_model(model)  # e.g. an input size the model cannot take: a one-line refusal
-    if source in ("timm", "torchvision"):  # the native size where 64 px does not run
-        try:
-            with torch.no_grad():
-                model(adapter.example_inputs(model))
-        except Exception:  # noqa: BLE001 - retried at the model's own size
-            native = _native_size(model)
-            if not native or native == size:
-                raise
-            size, adapter = native, adapter_for(native)
-            state["size"] = size
+    if source in ("timm", "torchvision"):  # a size the model takes where 64 px does not run
+        for retry in [*retry_sizes(model, size), None]:
+            try:
+                with torch.no_grad():
+                    model(adapter.example_inputs(model))
+                break
+            except Exception:  # noqa: BLE001 - retried at a patch multiple, then its own size
+                if retry is None:
+                    raise
+                size, adapter = retry, adapter_for(retry)
+                state["size"] = size
     times["build"] = time.time() - start
     reach("groups")
     x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
@@ -140,6 +142,34 @@ def sweep_one(name: str, state: dict | None = None) -> dict:
     return {"status": "failed" if error else "ok", "size": size, "groups": len(groups),
             "flops_red": round(result.flops_reduction, 3), **({"error": error} if error else {}),
             "t": {k: round(v, 1) for k, v in times.items()}}
+
+
+def retry_sizes(model, size: int) -> list[int]:
+    """The input sizes to try, in order, when ``model`` does not run at ``size``: the least
+    multiple of its patch size not below ``size`` (a ViT whose patch does not divide 64 px:
+    DeepSeek-ViT's 14 px patches run at 70 px, not at its native 546 px, where a 412M-parameter
+    model takes minutes on 2 cores), then its native size (a fixed position embedding, a
+    window size)."""
+    sizes = []
+    patch = _patch_size(model)
+    if patch and size % patch:
+        sizes.append(-(-size // patch) * patch)
+    native = _native_size(model)
+    if native and native != size and native not in sizes:
+        sizes.append(native)
+    return sizes
+
+
+def _patch_size(model) -> int | None:
+    """The patch side of the first patch embedding of ``model`` (timm ``PatchEmbed``: a
+    ``patch_size`` attribute, an int or a pair), or None."""
+    for module in model.modules():
+        patch = getattr(module, "patch_size", None)
+        if isinstance(patch, (tuple, list)) and patch and all(isinstance(p, int) for p in patch):
+            patch = max(patch)
+        if isinstance(patch, int) and patch > 1:
+            return patch
+    return None
 
 
 def _native_size(model) -> int | None:

@@ -31,3 +31,26 @@ def test_zoo_quick_prints_a_line_per_model_and_consistent_totals():
     # a CSP model whose concatenations torch-pruning maps wrongly prunes its other groups
     assert any(ln.startswith("timm/cs3darknet_focus_s") and " ok: " in ln for ln in rows)
     assert any(ln.startswith("timm/edgenext_xx_small") and " ok: " in ln for ln in rows)
+
+
+def _zoo():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo", ROOT / "benchmarks" / "zoo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_size_retry_tries_a_multiple_of_the_patch_size_before_the_native_size():
+    import timm
+    import torch
+
+    zoo = _zoo()
+    with torch.device("meta"):  # no memory, no weights: only the layout is read
+        deepseek = timm.create_model("deepseek_vit_412m", num_classes=10)
+        vit = timm.create_model("vit_tiny_patch16_224", num_classes=10)
+        resnet = timm.create_model("resnet18", num_classes=10)
+    assert zoo.retry_sizes(deepseek, 64) == [70, 546]  # 14 px patches; 546 px took minutes
+    assert zoo.retry_sizes(vit, 64) == [224]  # 64 px is a patch multiple: its position embedding
+    assert zoo.retry_sizes(resnet, 64) == [224]

@@ -17,13 +17,13 @@ import timm
 import torch
 import torch.nn as nn
 
-from timm.layers import RmsNorm
-from timm.models import metaformer, mlp_mixer
+from timm.layers import GluMlp, RmsNorm
+from timm.models import metaformer, mlp_mixer, resnet
 
 import autoprune as ap
 from autoprune import classification as cls
 from autoprune.tasks.classification import ClassificationAdapter
-from autoprune.tasks.classification import timm_models
+from autoprune.tasks import timm_rules as timm_models
 from conftest import assert_one_line, prunes_by_name_and_reloads
 
 RATIO = 0.3
@@ -41,6 +41,11 @@ TINY = {
                                        num_heads=(1, 2)), 32),
     "mixer": (lambda: mlp_mixer.MlpMixer(img_size=32, patch_size=8, embed_dim=32, num_blocks=2),
               32),
+    "gmixer": (lambda: mlp_mixer.MlpMixer(img_size=32, patch_size=8, embed_dim=32, num_blocks=2,
+                                          mlp_ratio=(1.0, 4.0), mlp_layer=GluMlp,
+                                          act_layer=nn.SiLU), 32),
+    "resnext": (lambda: resnet.ResNet(block=resnet.Bottleneck, layers=(1, 1, 1, 1), cardinality=4,
+                                      base_width=4, num_classes=10), 32),
     "caformer": (lambda: metaformer.MetaFormer(  # (attention widths: multiples of 32)
         depths=(1, 1, 1, 1), dims=(16, 24, 32, 64),
         token_mixers=[metaformer.SepConv] * 2 + [metaformer.Attention] * 2,
@@ -107,6 +112,39 @@ def test_a_vit_keeps_its_heads_and_loses_embedding_and_mlp_channels():
     assert model.blocks[0].attn.qkv.in_features == 34
 
 
+def test_a_packed_glu_mlp_loses_the_ratio_asked_from_both_halves_alike():
+    # gmixer: fc1 makes 2 x 64 outputs, chunked into a value and a gate half, multiplied
+    model = _build("gmixer")
+    x = torch.randn(1, 3, 32, 32)
+    ignored = ClassificationAdapter().ignored_layers(model)
+    groups = {g.name: g for g in ap.prunable_groups(model, x, ignored)}
+    result = ap.prune(model, x, {name: 0.25 for name in groups}, ignored_layers=ignored)
+    for i, block in enumerate(model.blocks):
+        plan = result.plan[f"blocks.{i}.mlp_channels.fc1"]
+        assert plan["channels"] == 128 and plan["kept"] == 96  # 0.25 removed, not 0.5
+        removed = set(plan["removed"])
+        assert removed == {i + 64 for i in removed if i < 64} | {i for i in removed if i < 64}
+        assert block.mlp_channels.fc1.out_features == 96
+        assert block.mlp_channels.fc2.in_features == 48
+    assert model(x).shape == (1, 10)
+
+
+def test_grouped_convs_lose_the_same_positions_from_each_conv_group():
+    model = _build("resnext")
+    x = torch.randn(1, 3, 32, 32)
+    result = _prune_all(model, x)
+    for i in range(1, 5):  # each stage's grouped conv2: its input and output groups are pruned
+        conv = getattr(model, f"layer{i}")[0].conv2
+        assert conv.groups == 4 and f"layer{i}.0.conv1" in result.plan
+        assert f"layer{i}.0.conv2" in result.plan
+        removed = sorted(result.plan[f"layer{i}.0.conv1"]["removed"])
+        width = result.plan[f"layer{i}.0.conv1"]["channels"] // 4
+        assert removed == sorted(r % width + g * width for r in removed for g in range(4)
+                                 if r < width) and removed
+    assert result.flops_reduction > 0.4  # grouped-conv groups were left whole before
+    assert model(x).shape == (1, 10)
+
+
 def test_make_traceable_keeps_the_outputs():
     # the BEiT bias added after the linear, BlurPool's single filter, MetaFormer's Scale
     for build, size in (TINY["beit"], TINY["convformer"],
@@ -147,3 +185,46 @@ def test_the_refusals_match_only_their_families():
     for name in ("eva02_base_patch14_224", "resnet18", "densenet121"):
         timm_models.check_supported(name)  # no error
     assert all(any(n.startswith(p) for n in timm.list_models()) for p in timm_models.REFUSED)
+
+
+# -- the timm model inside an smp tu- encoder gets the same rules (autoprune.tasks.timm_rules) ----
+def _segmenter(encoder: str):
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    torch.manual_seed(0)
+    adapter = SegmentationAdapter(num_classes=3, input_size=64, progress=False)
+    key = adapter.arch_key(f"unet/{encoder}")
+    return adapter, key, adapter.build(key).eval()
+
+
+def test_a_tu_encoder_keeps_its_heads_whole():
+    adapter, _, model = _segmenter("tu-edgenext_xx_small")
+    ignored = {id(m) for m in adapter.ignored_layers(model)}
+    heads = [layer for m in model.encoder.modules() for layer in timm_models.head_projections(m)]
+    assert len(heads) == 3 and all(id(layer) in ignored for layer in heads)  # XCA's qkv
+
+
+def test_a_tu_encoder_is_made_traceable_prunes_and_reloads(tmp_path):
+    from autoprune import segmentation as seg
+
+    adapter, key, model = _segmenter("tu-resnetblur18")
+    blur = [m for m in model.modules() if type(m).__name__ == "BlurPool2d"]
+    assert blur and all(m.channels is None and m.filt.shape[0] == 1 for m in blur)
+    x = adapter.example_inputs(model)
+    ignored = adapter.ignored_layers(model)
+    groups = ap.prunable_groups(model, x, ignored)
+    assert len(groups) == 22  # 18 without make_traceable: the probe left the blurred ones whole
+    result = ap.prune(model, x, {g.name: RATIO for g in groups}, ignored_layers=ignored)
+    assert result.flops_reduction > 0.45
+    path = ap.save_pruned(model, tmp_path / "p.pt", task="segmentation", arch=key,
+                          build=adapter.build_kwargs(model), input_size=64)
+    with torch.no_grad():
+        assert torch.equal(seg.load_model(path)(x), model(x))
+
+
+def test_a_refused_timm_family_is_refused_as_a_tu_encoder():
+    from autoprune.tasks.segmentation import SegmentationAdapter
+
+    with pytest.raises(ap.ConfigError) as info:
+        SegmentationAdapter(num_classes=3).arch_key("unet/tu-dpn68")
+    assert assert_one_line(info).startswith("timm model 'dpn68' cannot be pruned by autoprune")

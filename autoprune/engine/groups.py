@@ -90,7 +90,9 @@ class PruningGraph:
 
     Building it traces the model once with ``example_inputs``; the model's train/eval mode is kept.
     Groups that would change the model's output shape (the classifier, a detection head's last
-    conv) and groups with grouped (non-depthwise) convolutions are left out, and so (``probe``)
+    conv) and groups whose grouped (non-depthwise) convolutions see only part of their channels
+    are left out (a grouped conv that sees all of them loses the same positions from each of its
+    conv groups: :meth:`channels_to_remove`), and so (``probe``)
     are groups whose removal breaks the model: each group loses half its channels once, for a
     forward pass, and is left whole, with a warning, if that fails or changes the prediction's
     shape
@@ -117,6 +119,7 @@ class PruningGraph:
         self._order = {n: i for i, n in enumerate(self.names.values())}
         self.modules = dict(model.named_modules())
         self.example_inputs = example_inputs
+        self._parts: dict[tuple[str, int], int] = {}  # packed parts of a group's root
         self.over_budget: list[str] = []  # roots whose group's walk went over its budget
         self.unmappable: list[str] = []  # roots whose walk torch-pruning could not map
         self.groups = self._list_groups()
@@ -222,15 +225,11 @@ class PruningGraph:
                    for dep, _ in group):
                 continue
             members = []
-            grouped_conv = False
             for dep, _ in group:
                 module = dep.target.module
-                if isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 \
-                        and tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV:
-                    grouped_conv = True
                 if self.dg.is_out_channel_pruning_fn(dep.handler) and module in self.names:
                     members.append(self.names[module])
-            if grouped_conv or not members or not self._norms_fit(group):
+            if not members or not self._norms_fit(group) or not self._grouped_convs_fit(group):
                 continue
             members = sorted(set(members), key=self._order.__getitem__)
             root = self.names[group[0].dep.target.module]
@@ -275,6 +274,20 @@ class PruningGraph:
         finally:
             self.model.train(was_training)
         return unsafe
+
+    def _grouped_convs_fit(self, group) -> bool:
+        """False when a grouped (not depthwise) conv sees a share of the group's channels other
+        than all of them (a concatenation), or the group's width does not divide into its conv
+        groups: the same positions of every conv group cannot be removed there."""
+        channels = len(group[0].idxs)
+        for dep, _ in group:
+            module = dep.target.module
+            if _grouped(module):
+                width = module.out_channels if self.dg.is_out_channel_pruning_fn(dep.handler) \
+                    else module.in_channels
+                if width != channels or channels % module.groups:
+                    return False
+        return True
 
     @staticmethod
     def _norms_fit(group) -> bool:
@@ -322,25 +335,56 @@ class PruningGraph:
         With a multi-group GroupNorm in the group the same number of channels goes from each of
         its groups (the least important of each), so its channel count stays divisible. A
         multi-head attention whose embedding the group cuts (a ViT's) loses the same number of
-        channels from each head, so every head keeps its own channels."""
+        channels from each head, so every head keeps its own channels. A layer whose outputs are
+        packed parts multiplied together (a GLU MLP's ``fc1``, chunked in a value and a gate half)
+        loses the same positions from every part: ``ratio`` of its outputs in all, not twice."""
         full = self.tp_group(group)
         channels = len(full[0].idxs)
+        parts = self._packed_parts(group, channels)
+        units = channels // parts  # positions: one channel of each packed part
         blocks = self._blocks(full)
-        keep = channels_to_keep(channels, ratio, round_to)
+        keep = channels_to_keep(channels, ratio, round_to) // parts
+        blocks = 1 if parts % blocks == 0 or units % blocks else blocks  # (parts hold blocks)
         keep = max(blocks, keep // blocks * blocks)
-        n_remove = channels - keep
+        n_remove = units - keep
         if n_remove <= 0:
             return []
         scores = _importance(criterion)(full)
         if scores is None:  # e.g. bn_scale on a group without BatchNorm
             scores = _importance("l1_norm")(full)
         scores = scores.detach().float().cpu()
-        size, per_block = channels // blocks, n_remove // blocks
+        unit_scores = scores.view(parts, units).sum(0)
+        size, per_block = units // blocks, n_remove // blocks
         removed = []
         for b in range(blocks):
-            order = torch.argsort(scores[b * size:(b + 1) * size], stable=True)
+            order = torch.argsort(unit_scores[b * size:(b + 1) * size], stable=True)
             removed += (order[:per_block] + b * size).tolist()
+        removed = [i + p * units for i in removed for p in range(parts)]
         return sorted(_keep_one_per_part(full, set(removed), scores, channels))
+
+    def _packed_parts(self, group: PrunableGroup, channels: int) -> int:
+        """How many packed parts the root's outputs hold (1 for most layers): a layer whose
+        output is chunked into parts that are then multiplied together (a GLU MLP's ``fc1``)
+        couples output ``i`` with ``i + channels / parts``, ``i + 2 * channels / parts``...;
+        torch-pruning removes the partners of a channel with it. Read from the group of channel
+        0. A grouped (not depthwise) conv in the group counts its conv groups as parts: each
+        keeps the same input positions (torch-pruning slices a grouped conv's inputs that way),
+        as ResNeXt / SKNet convs need. The least common multiple of both; kept per group name and
+        width."""
+        key = (group.name, channels)
+        if key not in self._parts:
+            root = self.modules[group.root]
+            found = {i for dep, idxs in self.tp_group(group, [0])
+                     if dep.target.module is root and self.dg.is_out_channel_pruning_fn(
+                         dep.handler) for i in idxs}
+            parts = len(found)
+            packed = parts > 1 and channels % parts == 0 and \
+                found == {p * (channels // parts) for p in range(parts)}
+            convs = [dep.target.module.groups for dep, _ in self.tp_group(group)
+                     if _grouped(dep.target.module)]
+            parts = math.lcm(parts if packed else 1, *convs)
+            self._parts[key] = parts if channels % parts == 0 else 1
+        return self._parts[key]
 
     @staticmethod
     def _blocks(tp_group) -> int:
@@ -438,6 +482,12 @@ def _shapes(value: Any) -> tuple | None:
     may be intermediate feature maps, whose widths pruning changes legitimately)."""
     first = next(tensors_in(value), None)
     return None if first is None else tuple(first.shape)
+
+
+def _grouped(module: Any) -> bool:
+    """True for a grouped conv that is not depthwise (``groups`` > 1, fewer than its inputs)."""
+    return isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 and \
+        tp.ops.module2type(module) != tp.ops.OPTYPE.DEPTHWISE_CONV
 
 
 def _gathers_channels(node) -> bool:

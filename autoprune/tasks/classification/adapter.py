@@ -19,7 +19,7 @@ from ...datasets import FashionMNIST
 from ...errors import ConfigError
 from ...flow.training import FitConfig, evaluate_topk, pick_device
 from . import models as torchvision_models
-from . import timm_models
+from .. import timm_rules
 from ..supervised import SupervisedFit
 
 FASHION_MNIST = "fashion-mnist"
@@ -37,7 +37,7 @@ def resolve_arch(name: str) -> str:
         raise ConfigError(f"unknown model source {source!r} in {name!r}: use 'timm/<name>', "
                           f"'torchvision/<name>' or a bare name")
     if source in ("", "timm") and timm.is_model(bare):
-        timm_models.check_supported(bare)  # refused by name, before any work
+        timm_rules.check_supported(bare)  # refused by name, before any work
         return f"timm/{bare}"
     if source in ("", "torchvision") and bare in torchvision.models.list_models(
             module=torchvision.models):
@@ -100,7 +100,7 @@ def build_classifier(arch: str, num_classes: int) -> nn.Module:
     arch = resolve_arch(arch)
     source, name = arch.split("/", 1)
     if source == "timm":
-        return timm_models.make_traceable(
+        return timm_rules.make_traceable(
             timm.create_model(name, pretrained=False, num_classes=num_classes))
     model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
     return torchvision_models.make_traceable(model)
@@ -271,7 +271,7 @@ class ClassificationAdapter(SupervisedFit):
         if arch and arch.startswith("torchvision/"):
             torchvision_models.check_supported(arch.split("/", 1)[1])
         if arch and arch.startswith("timm/"):
-            timm_models.check_supported(arch.split("/", 1)[1])
+            timm_rules.check_supported(arch.split("/", 1)[1])
         return arch
 
     def check_model(self, model: nn.Module) -> None:
@@ -292,9 +292,9 @@ class ClassificationAdapter(SupervisedFit):
         """Nothing for most models (the classifier produces the output, which the core never
         prunes); a torchvision ShuffleNetV2 is made traceable and its shuffled convs are kept
         (:mod:`.models`); a timm model is made traceable and an attention model keeps all but its
-        blocks' inner widths (:mod:`.timm_models`)."""
-        torchvision_models.make_traceable(timm_models.make_traceable(model))
-        return torchvision_models.ignored_layers(model) + timm_models.ignored_layers(model)
+        blocks' inner widths (:mod:`..timm_rules`)."""
+        torchvision_models.make_traceable(timm_rules.make_traceable(model))
+        return torchvision_models.ignored_layers(model) + timm_rules.ignored_layers(model)
 
     def _eval_indices(self, limit: int) -> list[int]:
         """A subset takes from every class in turn when the labels are known."""

@@ -9,6 +9,9 @@ What pruning must leave alone (``ignored_layers``):
 
 - the segmentation head's final conv (it produces the class maps) and every module whose class
   name contains "Attention" (smp's scSE blocks, Segformer attention);
+- in a ``tu-`` encoder (a timm model), what a timm classifier keeps (:mod:`..timm_rules`: the
+  projections into attention heads, token-mixing MLPs, CSP ``conv_exp``), with its timm layers
+  made traceable;
 
 A group whose channels are a concatenation seen by a depthwise conv (DeepLabV3+'s 256 + 48
 decoder input) is pruned like any other; the channel choice keeps at least one channel of each
@@ -32,6 +35,7 @@ from ...engine.data import CachedBatches, check_limits, make_loader
 from ...errors import ConfigError
 from .metrics import evaluate_iou
 from ...flow.training import FitConfig, pick_device
+from .. import timm_rules
 from ..supervised import SupervisedFit
 from .data import (SCENES, class_key, infer_classes, is_scenes,
                                 resolve_segmentation_data, scene_class_names)
@@ -187,10 +191,11 @@ class SegmentationAdapter(SupervisedFit):
         return self.example_inputs(model)
 
     def ignored_layers(self, model: nn.Module) -> list[Any]:
-        """Head conv and attention blocks (see the module docstring).
+        """Head conv, attention blocks and what the timm model of a ``tu-`` encoder needs
+        (:mod:`..timm_rules`; see the module docstring).
         GroupNorms with several groups (FPN's decoder) are pruned by equal cuts per norm group
         (:meth:`~autoprune.groups.PruningGraph.channels_to_remove`)."""
-        ignored: list[nn.Module] = []
+        ignored: list[nn.Module] = timm_rules.ignored_layers(timm_rules.make_traceable(model))
         head = head_conv(model)
         if head is not None:
             ignored.append(head)

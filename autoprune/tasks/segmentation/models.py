@@ -20,6 +20,7 @@ import torch.nn as nn
 import segmentation_models_pytorch as smp
 import timm
 
+from .. import timm_rules
 from ...engine.attributes import output_channels, register_metadata_sync
 from ...errors import ConfigError
 
@@ -59,6 +60,8 @@ def resolve_arch(name: str, encoder: str | None = None, default_encoder: str | N
     known = enc in smp.encoders.get_encoder_names()
     if not known and enc.startswith("tu-"):
         known = timm.is_model(enc[3:])
+    if known and enc.startswith("tu-"):
+        timm_rules.check_supported(enc[3:])  # a timm family refused by name
     if not known:
         raise ConfigError(f"unknown encoder {enc!r}: use resnet18, resnet34, mobilenet_v2, "
                           f"efficientnet-b0, another smp encoder or tu-<timm model name>")
@@ -182,6 +185,7 @@ def build_segmenter(arch: str, num_classes: int, in_channels: int = 3,
             first = str(e).strip().splitlines()[0][:160]
             raise ConfigError(f"encoder_weights {encoder_weights} do not fit the {encoder} "
                               f"encoder ({first})") from None
+    timm_rules.make_traceable(model)  # a tu- encoder's timm layers (state dict unchanged)
     skip_unused_modules(model, in_channels=in_channels)
     return model
 

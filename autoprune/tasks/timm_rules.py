@@ -1,4 +1,6 @@
-"""timm classifiers that need help to be pruned, and those refused by name.
+"""timm models that need help to be pruned, and those refused by name: the rules shared by the
+classification task (a timm classifier) and the segmentation task (the timm model inside an smp
+``tu-`` encoder). The rules apply to every part of a model built by timm (:func:`timm_parts`).
 
 torch-pruning's dependency graph does not describe every timm layout; the probe of
 :class:`~autoprune.engine.groups.PruningGraph` leaves whole the groups whose removal breaks a
@@ -33,7 +35,7 @@ import types
 import torch
 import torch.nn as nn
 
-from ...errors import ConfigError
+from ..errors import ConfigError
 
 # timm name prefix -> why autoprune cannot prune it (checked at the name lookup, before any work)
 REFUSED: dict[str, str] = {
@@ -59,7 +61,27 @@ def check_supported(name: str) -> None:
 
 
 def is_timm(model: nn.Module) -> bool:
+    """True for a module whose class timm defines (a timm model, a timm layer)."""
     return type(model).__module__.startswith("timm.")
+
+
+def timm_parts(model: nn.Module) -> list[nn.Module]:
+    """The outermost timm modules of ``model``: ``[model]`` for a timm model, the timm model of
+    an smp ``tu-`` encoder (or smp's encoders built from timm layers), empty for others."""
+    parts: list[nn.Module] = []
+    inside: set[int] = set()
+    for module in model.modules():
+        if id(module) in inside:
+            continue
+        if is_timm(module):
+            parts.append(module)
+            inside |= {id(m) for m in module.modules()}
+    return parts
+
+
+def _timm_modules(model: nn.Module) -> list[nn.Module]:
+    """Every module of ``model``'s timm parts (see :func:`timm_parts`)."""
+    return [m for part in timm_parts(model) for m in part.modules()]
 
 
 def _layer_of(module: nn.Module) -> nn.Module | None:
@@ -86,12 +108,10 @@ def head_projections(module: nn.Module) -> list[nn.Module]:
 
 
 def ignored_layers(model: nn.Module) -> list[nn.Module]:
-    """What a timm model needs ignored (empty for most): the projections into attention heads and
-    the token-mixing MLPs; the ``conv_exp`` of CSP stages."""
-    if not is_timm(model):
-        return []
+    """What the timm parts of ``model`` need ignored (empty for most): the projections into
+    attention heads and the token-mixing MLPs; the ``conv_exp`` of CSP stages."""
     ignored: dict[int, nn.Module] = {}
-    for m in model.modules():
+    for m in _timm_modules(model):
         for layer in head_projections(m):
             ignored[id(layer)] = layer
         if type(m).__name__ in ("CrossStage", "CrossStage3") and hasattr(m, "conv_exp"):
@@ -114,11 +134,10 @@ def _scale_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def make_traceable(model: nn.Module) -> nn.Module:
-    """Make ``model``'s timm layers prunable (see the module doc; in place, idempotent, outputs
-    equal up to float rounding, state dict unchanged); other models are returned as they are."""
-    if not is_timm(model):
-        return model
-    for module in model.modules():
+    """Make the timm layers of ``model`` prunable (see the module doc; in place, idempotent,
+    outputs equal up to float rounding, state dict unchanged); a model without timm parts is
+    returned as it is."""
+    for module in _timm_modules(model):
         kind = type(module).__name__
         if isinstance(getattr(module, "qkv_bias_separate", None), bool) and \
                 isinstance(getattr(module, "qkv", None), nn.Linear):
