@@ -19,13 +19,14 @@ import copy
 import logging
 import math
 import os
-from typing import Any, Iterable, Mapping
+import statistics
+from typing import Any, Callable, Iterable, Mapping
 
 import torch.nn as nn
 
 from ..errors import ConfigError
 from .allocate import ignored_names
-from .groups import PruningGraph, check_criterion
+from .groups import PruningGraph, channels_to_keep, check_criterion
 from .latency import PairedTimer, check_latency_table, describe, latency_setting
 from .prune import check_round_to, prune
 from .store import SensitivityRecord, check_fingerprint, read_record
@@ -148,6 +149,46 @@ def _record(sens_or_record: Any) -> tuple[SensitivityRecord, Any]:
                       f"{type(sens_or_record).__name__}")
 
 
+MAX_TIMES = 4  # timings of one pruned model, at most
+
+
+class Timings:
+    """The measured reductions of the pruned models tried, by model: goals whose allocations
+    keep the same channel counts (``shape_of(ratios)``) are the same model, and share its
+    timings. A model's reduction is the median of its timings (one that a busy moment put out
+    of line does not decide once the model has three)."""
+
+    def __init__(self, shape_of: Callable[[Mapping[str, float]], Any]):
+        self.shape_of = shape_of
+        self.shape: dict[float, Any] = {}  # goal -> model
+        self.timings: dict[Any, list[float]] = {}  # model -> measured reductions
+        self.count, self.last = 0, math.nan
+
+    def add(self, goal: float, ratios: Mapping[str, float], reduction: float) -> float:
+        """Record one timing of ``goal``'s model; its reduction so far."""
+        shape = self.shape[goal] = self.shape_of(ratios)
+        self.timings.setdefault(shape, []).append(reduction)
+        self.count, self.last = self.count + 1, reduction
+        return self.reduction(goal)
+
+    def reduction(self, goal: float) -> float:
+        """The median timing of ``goal``'s model."""
+        return statistics.median(self.timings[self.shape[goal]])
+
+    def times(self, goal: float) -> int:
+        """How often ``goal``'s model was timed (0 if never)."""
+        return len(self.timings.get(self.shape.get(goal), ()))
+
+    @property
+    def models(self) -> int:
+        """How many different models were timed."""
+        return len(self.timings)
+
+    def by_goal(self) -> dict[float, float]:
+        """Every goal tried, with its model's reduction."""
+        return {g: self.reduction(g) for g in self.shape}
+
+
 def next_goal(tried: Mapping[float, float], target: float, most: float) -> float | None:
     """The next goal (summed table saving) to time, from the goals timed so far and their measured
     reductions: those are first made non-decreasing in the goal (isotonic regression: one timing
@@ -218,16 +259,16 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
                                                criterion=criterion, round_to=round_to,
                                                ignored_layers=ignored_layers)
     most = allocation(path, math.inf)[1]
-    timings: dict[float, list[float]] = {}  # goal (summed table saving) -> measured reductions
-    mean = lambda g: sum(timings[g]) / len(timings[g])
+    timed = Timings(lambda ratios: tuple(sorted(
+        (g, channels_to_keep(graph.group(g).channels, r, round_to)) for g, r in ratios.items())))
     goal = min(target, most)
-    while goal is not None and sum(map(len, timings.values())) < max_tries:
-        timings.setdefault(goal, []).append(measure(allocation(path, goal)[0]))
-        achieved = mean(goal)
-        log.debug("ratios_by_latency: goal %.4f (table saving) measured %.4f", goal,
-                  timings[goal][-1])
+    while goal is not None and timed.count < max_tries:
+        ratios = allocation(path, goal)[0]
+        achieved = timed.add(goal, ratios, measure(ratios))
+        log.debug("ratios_by_latency: goal %.4f (table saving) measured %.4f, %.4f over %d",
+                  goal, timed.last, achieved, timed.times(goal))
         if abs(achieved - target) <= tolerance / 2:
-            if len(timings[goal]) > 1:
+            if timed.times(goal) > 1:
                 break
             continue  # a close one is timed once more before it is taken
         if achieved < target and goal >= most:  # every point of the table taken, still too slow
@@ -236,18 +277,21 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
                 f"allows is {achieved:.3f} (measured on {describe(wanted)}, each group "
                 f"pruned as far as its timed points save latency); lower the target or "
                 f"measure larger ratios")
-        goal = next_goal({g: mean(g) for g in timings}, target, most)
-    tried = {g: mean(g) for g in timings}
+        goal = next_goal(timed.by_goal(), target, most)
+        if goal is None or timed.times(goal) >= MAX_TIMES:
+            break
+    tried = timed.by_goal()
+
     def rank(g: float) -> tuple:  # close and confirmed first, then the closest
         close = abs(tried[g] - target) <= tolerance / 2
-        return (not close, -len(timings[g]) if close else 0, abs(tried[g] - target))
+        return (not close, -timed.times(g) if close else 0, abs(tried[g] - target))
 
     goal = min(tried, key=rank)
     achieved = tried[goal]
     ratios, table_saving, loss = allocation(path, goal)
     if abs(achieved - target) > tolerance:
         raise ConfigError(f"pruned_latency={target} was missed by more than {tolerance:.2f}: the "
-                          f"closest of {len(tried)} timed allocations removed {achieved:.3f} "
+                          f"closest of {timed.models} timed models removed {achieved:.3f} "
                           f"on {describe(wanted)}; the timings vary too much here (a busy "
                           f"machine?) or the table's steps are coarse: retry, or pass "
                           f"tolerance={max(0.05, round(abs(achieved - target) + 0.01, 2))}")
@@ -258,5 +302,5 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     result.pruned_ms = timer.baseline_ms * (1.0 - achieved)
     result.setting = {**timer.setting, "baseline_ms": result.baseline_ms}
     log.info("ratios_by_latency: target %.3f, achieved %.3f (%.2f -> %.2f ms, %d timed)",
-             target, achieved, result.baseline_ms, result.pruned_ms, len(tried))
+             target, achieved, result.baseline_ms, result.pruned_ms, timed.count)
     return result
