@@ -14,7 +14,7 @@ import autoprune as ap
 from autoprune.cli.main import main
 from autoprune.engine import latency as latency_mod
 from autoprune.engine import latency_target
-from autoprune.engine.groups import PruningGraph
+from autoprune.engine.groups import PruningGraph, channels_to_keep
 from autoprune.engine.latency import PairedTimer, latency_setting
 from autoprune.engine.latency_target import (Timings, allocation, curves, greedy_path,
                                              isotonic, next_goal)
@@ -340,7 +340,7 @@ def test_known_answer_on_a_synthetic_table(toy, x, mocked):
     # fuse.0 to 0.5 (0.002 for 0.1), then stem.0 (0.1 per saving) to 0.5: 0.022 in all
     assert dict(result) == {"fuse.0": pytest.approx(0.5), "stem.0": pytest.approx(0.5)}
     assert result.loss == pytest.approx(0.022) and result.table_saving == pytest.approx(0.3)
-    assert result.achieved == pytest.approx(0.3) and len(mocked["measured"]) == 2  # confirmed
+    assert result.achieved == pytest.approx(0.3) and len(mocked["measured"]) == 3  # confirmed
     assert result.target == 0.3 and result.baseline_ms > 0
     assert result.pruned_ms == pytest.approx(result.baseline_ms * 0.7)
     table = {g: [(0.0, 0.0, 0.0)] + [(r, l, s) for r, (l, s) in p.items()]
@@ -361,7 +361,7 @@ def test_a_measurement_at_the_edge_of_the_tolerance_is_refined(toy, x, mocked):
     # 0.279 is within 0.03 of 0.3 but a re-measurement elsewhere could fall outside: one more try
     mocked["scale"] = 0.93
     result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3)
-    assert len(mocked["measured"]) == 3 and result.achieved == pytest.approx(0.3)
+    assert len(mocked["measured"]) == 4 and result.achieved == pytest.approx(0.3)
 
 
 def test_a_lucky_timing_is_not_taken_unconfirmed(toy, x, mocked):
@@ -372,7 +372,10 @@ def test_a_lucky_timing_is_not_taken_unconfirmed(toy, x, mocked):
     first, again = mocked["measured"][:2]
     assert first == again and len(mocked["measured"]) > 2
     assert abs(result.achieved - 0.3) <= 0.015
-    assert sum(m == dict(result) for m in mocked["measured"]) == 2
+    graph = PruningGraph(toy, x)  # allocations that keep the same channels are one model
+    kept = lambda ratios: sorted((g, channels_to_keep(graph.group(g).channels, r))
+                                 for g, r in ratios.items())
+    assert sum(kept(m) == kept(result) for m in mocked["measured"]) >= 3
 
 
 def test_goals_that_keep_the_same_channels_share_their_timings():
