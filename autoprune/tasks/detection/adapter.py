@@ -71,6 +71,10 @@ class DetectionAdapter(TaskAdapter):
     task = "detection"
     metric = "map50_95"
     higher_is_better = True
+    # what another Ultralytics task (instance segmentation) changes in a subclass
+    yolo_task = "detect"                      # Ultralytics' name of the task
+    trainer_class = yolo.KeepModuleTrainer    # the trainer that keeps the pruned module
+    validator_class = yolo.PatientValidator   # the validator (NMS without a time limit)
     no_distill_reason = ("Ultralytics computes the loss inside the model's loss() in its own "
                          "training loop, where autoprune cannot add a teacher's term without "
                          "replacing that loop")
@@ -209,7 +213,8 @@ class DetectionAdapter(TaskAdapter):
             threads = torch.get_num_threads()
             try:
                 with yolo.quiet(not self.progress):
-                    trainer = yolo.keep_module_trainer(model)(overrides=args)
+                    trainer = yolo.keep_module_trainer(model, self.trainer_class)(
+                        overrides=args)
                     trainer.train()
             finally:
                 torch.set_num_threads(threads)
@@ -266,7 +271,7 @@ class DetectionAdapter(TaskAdapter):
             return None
         print(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/{epochs}",
               flush=True)
-        return yolo.resume_training(last, self.progress).trainer
+        return yolo.resume_training(last, self.progress, self.trainer_class).trainer
 
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
                     dynamic_batch: bool = True) -> Path:
@@ -301,19 +306,18 @@ class DetectionAdapter(TaskAdapter):
         args = {"data": str(self._val_data_yaml()), "imgsz": self.input_size,
                 "batch": self.batch_size, "device": _ultralytics_device(self.device),
                 "plots": False, "verbose": False, "save_json": False,
-                "workers": self.workers, "task": "detect", "split": "val",
+                "workers": self.workers, "task": self.yolo_task, "split": "val",
                 "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
         threads = torch.get_num_threads()
         try:
             with yolo.quiet():
-                validator = yolo.PatientValidator(dataloader=self._loader, save_dir=self._tmp,
-                                                    args=args)
+                validator = self.validator_class(dataloader=self._loader, save_dir=self._tmp,
+                                                 args=args)
                 stats = validator(model=net)
         finally:
             torch.set_num_threads(threads)
         self._loader = validator.dataloader
-        return {"map50_95": float(stats["metrics/mAP50-95(B)"]),
-                "map50": float(stats["metrics/mAP50(B)"])}
+        return self.metrics_of(stats)
 
     # -- helpers ---------------------------------------------------------------------------------
     @property
@@ -338,11 +342,17 @@ class DetectionAdapter(TaskAdapter):
         return self._val_yaml
 
     @staticmethod
-    def _ultralytics_metrics(trainer: Any) -> dict[str, float]:
+    def metrics_of(stats: dict[str, Any]) -> dict[str, float]:
+        """autoprune's metrics from Ultralytics' (``metrics/mAP50-95(B)``...): ``map50_95``,
+        ``map50``."""
+        return {"map50_95": float(stats["metrics/mAP50-95(B)"]),
+                "map50": float(stats["metrics/mAP50(B)"])}
+
+    def _ultralytics_metrics(self, trainer: Any) -> dict[str, float]:
         m = trainer.metrics or {}
         if "metrics/mAP50-95(B)" not in m:
             return {}
-        return {"map50_95": float(m["metrics/mAP50-95(B)"]), "map50": float(m["metrics/mAP50(B)"])}
+        return self.metrics_of(m)
 
 
 def write_deployable(save_dir: Path) -> None:

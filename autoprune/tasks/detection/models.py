@@ -465,10 +465,12 @@ class KeepModuleTrainer(DetectionTrainer):
         return validator
 
 
-def keep_module_trainer(module: nn.Module) -> type[KeepModuleTrainer]:
-    """A KeepModuleTrainer subclass that trains ``module`` (an in-memory model)."""
-    return type("KeepModuleTrainer", (KeepModuleTrainer,), {"module": module,
-                                                           "__module__": __name__})
+def keep_module_trainer(module: nn.Module,
+                        base: type[KeepModuleTrainer] | None = None) -> type[KeepModuleTrainer]:
+    """A subclass of ``base`` (KeepModuleTrainer, or another task's twin of it) that trains
+    ``module`` (an in-memory model)."""
+    base = base or KeepModuleTrainer
+    return type(base.__name__, (base,), {"module": module, "__module__": base.__module__})
 
 
 @contextlib.contextmanager
@@ -522,15 +524,17 @@ def read_ultralytics(path: str | os.PathLike) -> tuple[nn.Module, dict]:
     return model.eval(), ckpt
 
 
-def resume_training(last: str | os.PathLike, progress: bool = True):
+def resume_training(last: str | os.PathLike, progress: bool = True,
+                    trainer: type[KeepModuleTrainer] | None = None):
     """Continue an interrupted Ultralytics run from its ``last.pt`` with :class:`KeepModuleTrainer`
-    (the pruned module itself trains on); returns the ``YOLO`` object, its ``trainer`` done."""
+    (or ``trainer``, another task's twin of it: the pruned module itself trains on); returns the
+    ``YOLO`` object, its ``trainer`` done."""
     load_ultralytics(last)  # refuses a file of unknown classes before Ultralytics unpickles it
     threads = torch.get_num_threads()
     try:
         with quiet(not progress):
             wrapper = YOLO(str(last))
-            wrapper.train(resume=True, trainer=KeepModuleTrainer)
+            wrapper.train(resume=True, trainer=trainer or KeepModuleTrainer)
     finally:
         torch.set_num_threads(threads)
     return wrapper
