@@ -110,17 +110,25 @@ def _save_png(array: np.ndarray, path: Path) -> None:
 
 
 def polygon(region: np.ndarray) -> np.ndarray:
-    """The outline of the largest connected part of the boolean ``region`` (H, W) as a polygon
-    (N, 2) of x, y pixel corners (OpenCV's ``findContours``), at least three points."""
+    """The outline of the boolean ``region`` (H, W) as one polygon (N, 2) of x, y pixel centres
+    (OpenCV's ``findContours``). A region in several parts (a garment cut by one pasted over
+    it) gives one polygon that visits each part over a zero-width bridge from the closest point
+    of the outline so far, as Ultralytics' ``merge_multi_segment`` joins COCO's parts."""
     import cv2  # OpenCV comes with Ultralytics, the only reader of these labels
 
     contours, _ = cv2.findContours(region.astype(np.uint8), cv2.RETR_EXTERNAL,
                                    cv2.CHAIN_APPROX_SIMPLE)
-    best = max(contours, key=lambda c: (cv2.contourArea(c), len(c))).reshape(-1, 2)
-    if len(best) < 3:  # a line of pixels: its bounding rectangle
-        (x0, y0), (x1, y1) = best.min(0), best.max(0) + 1
-        best = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
-    return best.astype(np.float64)
+    parts = sorted((c.reshape(-1, 2).astype(np.float64) for c in contours),
+                   key=lambda c: -cv2.contourArea(c.astype(np.float32)))
+    outline = parts[0]
+    for part in parts[1:]:
+        gaps = np.linalg.norm(outline[:, None] - part[None], axis=2)
+        i, j = np.unravel_index(int(gaps.argmin()), gaps.shape)
+        outline = np.concatenate([outline[:i + 1], part[j:], part[:j + 1], outline[i:]])
+    if len(outline) < 3:  # a pixel or a line of pixels: its bounding rectangle
+        (x0, y0), (x1, y1) = outline.min(0), outline.max(0) + 1
+        outline = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float64)
+    return outline
 
 
 def _label_lines(s: Scene, size: int, task: str) -> list[str]:
