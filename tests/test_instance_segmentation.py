@@ -152,15 +152,16 @@ def test_one_call_flow_by_flops(flow):
 
 def test_one_call_flow_by_loss(flow, data_yaml, tmp_path):
     """The measured file, a tolerated loss: the ratios are PaddleSlim's by-loss ones of it (a
-    tolerance of 1.0 takes every group to its largest measured ratio) and retraining keeps them."""
+    tolerance of 0.99 takes nearly every group to its largest measured ratio, whatever the
+    barely trained model's losses) and retraining keeps them."""
     result, out = flow
     sens = autoprune.load_sensitivities(out / "sens.json")
     r = iseg.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path / "run",
-                   sensitivities_file=out / "sens.json", ratios=(0.3,), eval_metric_loss=1.0,
+                   sensitivities_file=out / "sens.json", ratios=(0.3,), eval_metric_loss=0.99,
                    eval_limit=8, **SMALL)
-    want = {k: v for k, v in autoprune.ratios_by_loss(sens, 1.0).items() if v > 0}
+    want = {k: v for k, v in autoprune.ratios_by_loss(sens, 0.99).items() if v > 0}
     assert {k: v for k, v in r.ratios.items() if v > 0} == want and want
-    assert r.report["flops_reduction"] > 0.3
+    assert r.report["flops_reduction"] > 0.1
     assert _shapes(iseg.load_model(r.pruned_path)) == _shapes(r.model)
 
 

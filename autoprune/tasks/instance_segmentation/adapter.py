@@ -1,6 +1,6 @@
-"""Instance-segmentation adapter: the detection adapter (Ultralytics trains and validates, the pruned
-module is kept through training) with YOLO-seg models, Ultralytics' segment trainer and validator,
-the prototype head kept intact, and mask mAP50-95 as the metric."""
+"""Instance-segmentation adapter: the detection adapter (Ultralytics trains and validates, the
+pruned module is kept through training) with YOLO-seg models, Ultralytics' segment trainer and
+validator, the prototype head kept intact, and mask mAP50-95 as the metric."""
 from __future__ import annotations
 
 import os

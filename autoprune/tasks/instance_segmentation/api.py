@@ -10,7 +10,7 @@ Nothing is downloaded (build from YAML: ``"yolo11n-seg.yaml"``)::
     data = write_yolo_dataset("scenes", size=128, task="segment")     # polygon labels
     r = iseg.train("yolo11n-seg.yaml", data, epochs=30, input_size=128, save_dir="out",
                    sensitivities_file="out/sens.json", pruned_flops=0.4)
-    model = iseg.load_model(r.pruned_path)   # weights-only; or YOLO(<run>/ultralytics/weights/best.pt)
+    model = iseg.load_model(r.pruned_path)  # or YOLO("out/pruned/ultralytics/weights/best.pt")
 """
 from __future__ import annotations
 
