@@ -250,3 +250,25 @@ def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     assert got[0].shape == (1, 4 + 10 + 32, 84) and got[1].shape == (1, 32, 16, 16)
     np.testing.assert_allclose(got[0], boxes.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got[1], protos.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_cli_yaml_prunes_and_exports(flow, data_yaml, tmp_path):
+    """``autoprune train`` on a YAML with ``task: instance_segmentation`` prunes with the measured
+    file; ``autoprune export`` takes the YOLO-seg path for its checkpoint."""
+    from autoprune.cli import main
+    result, out = flow
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "task": "instance_segmentation", "model": str(result.baseline_path),
+        "data": str(data_yaml), "epochs": 1, "save_dir": str(tmp_path / "run"),
+        "sensitivities_file": str(out / "sens.json"), "ratios": [0.3], "pruned_flops": 0.2,
+        "eval_limit": 8, **SMALL}))
+    assert main(["train", str(config)]) == 0
+    rep = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert rep["task"] == "instance_segmentation"
+    assert rep["flops_reduction"] == pytest.approx(0.2, abs=0.02)
+    pruned = tmp_path / "run" / "pruned" / "best.pt"
+    assert main(["export", str(pruned), str(tmp_path / "cli.onnx")]) == 0
+    import onnx
+    graph = onnx.load(str(tmp_path / "cli.onnx"))
+    assert [o.name for o in graph.graph.output] == ["output0", "output1"]
