@@ -272,3 +272,35 @@ def test_cli_yaml_prunes_and_exports(flow, data_yaml, tmp_path):
     import onnx
     graph = onnx.load(str(tmp_path / "cli.onnx"))
     assert [o.name for o in graph.graph.output] == ["output0", "output1"]
+
+
+def test_build_profile_and_default_resolves(tmp_path, monkeypatch):
+    """``autoprune profiles build`` for a YOLO-seg model on 8 polygon scenes, 1 epoch: the mask
+    mAP of such a model is 0, so the evaluation is replaced by a made-up non-zero score (the real
+    one runs in the flow above); DEFAULT then resolves for the model and a YOLO object."""
+    from autoprune.flow.sensitivities import check_sensitivities_file
+    from autoprune.profiles.build import build_profile
+
+    def fake_evaluate(self, model):
+        score = 0.5 + 1e-9 * sum(float(p.abs().sum()) for p in model.parameters())
+        return {"map50_95_mask": score, "map50_mask": score, "map50_95_box": score,
+                "map50_box": score}
+
+    monkeypatch.setattr(InstanceSegmentationAdapter, "evaluate", fake_evaluate)
+    out = tmp_path / "profiles"
+    path = build_profile("yolov8n-seg.yaml", out, epochs=1, train_images=8, val_images=4,
+                         input_size=64, batch_size=8, ratios=(0.5,), progress=False,
+                         work_dir=tmp_path)
+    assert path == out / "instance_segmentation-yolov8n-seg.json"
+    record = autoprune.read_record(path)
+    assert record.metric["name"] == "map50_95_mask" and record.model["arch"] == "yolov8n-seg"
+    assert "polygon" in record.extra["how"]["dataset"]
+    assert "--task instance_segmentation" in record.extra["how"]["command"]
+    monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: out)
+    adapter = InstanceSegmentationAdapter(nc=10, input_size=64)
+    from ultralytics import YOLO
+    with yolo.quiet():
+        wrapper = YOLO("yolov8n-seg.yaml")
+    module = adapter.build("yolov8n-seg")
+    assert adapter.arch_key(wrapper) == "yolov8n-seg"
+    assert check_sensitivities_file(adapter, module, "DEFAULT", "yolov8n-seg") == path
