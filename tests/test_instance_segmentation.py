@@ -145,8 +145,10 @@ def test_one_call_flow_by_flops(flow):
     assert _shapes(pruned) == _shapes(result.model)
     assert _params(pruned) < _params(iseg.load_model(result.baseline_path))
     assert seg.segment_head(pruned).proto.cv3.conv.out_channels == 32
-    ul, _ = yolo.read_ultralytics(run / "pruned" / "ultralytics" / "weights" / "best.pt")
-    assert not any(isinstance(m, yolo.SPLIT_FREE) for m in ul.modules())  # native blocks
+    ul_best = run / "pruned" / "ultralytics" / "weights" / "best.pt"
+    ul, _ = yolo.read_ultralytics(ul_best)
+    assert not any(isinstance(m, yolo.SPLIT_FREE) for m in ul.modules())  # native blocks:
+    assert b"autoprune.tasks" not in ul_best.read_bytes()  # YOLO(path) needs no autoprune
     assert _shapes(yolo.patch_model(ul)) == _shapes(pruned)
 
 
