@@ -137,7 +137,8 @@ def _label_lines(s: Scene, size: int, task: str) -> list[str]:
     lines = []
     for k, ((x0, y0, x1, y1), c) in enumerate(zip(s.boxes, s.labels)):
         if task == "segment":
-            points = np.clip(polygon(s.instances == k) / size, 0.0, 1.0)
+            # pixel (i, j) covers [j, j + 1) x [i, i + 1): its centre is at + 0.5
+            points = np.clip((polygon(s.instances == k) + 0.5) / size, 0.0, 1.0)
             lines.append(f"{c} " + " ".join(f"{v:.6f}" for v in points.reshape(-1)))
         else:
             cx, cy = (x0 + x1) / 2 / size, (y0 + y1) / 2 / size
