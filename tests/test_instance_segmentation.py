@@ -100,6 +100,22 @@ def test_pruned_segment_head_keeps_its_prototypes_and_trains(arch):
     model.train()(torch.rand(2, 3, 64, 64))
 
 
+def test_pruned_yolo26_seg_trains_with_its_semantic_branch(data_yaml, tmp_path):
+    """YOLO26-seg's loss also trains the semantic branch (training only, not in the eval-mode
+    graph): pruned at 0.3 per group, it trains an epoch with Ultralytics' segment trainer and
+    reloads with its pruned shapes."""
+    adapter = InstanceSegmentationAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
+                                          train_args=TRAIN_ARGS)
+    model = adapter.build("yolo26n-seg")
+    x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    names = [g.name for g in autoprune.prunable_groups(model, x, ignored)]
+    autoprune.prune(model, x, {n: 0.3 for n in names}, ignored_layers=ignored)
+    shapes = _shapes(model)
+    trained = adapter.fit(model, 1, tmp_path / "run", meta={**META, "arch": "yolo26n-seg"})
+    assert _shapes(trained) == shapes
+    assert _shapes(iseg.load_model(tmp_path / "run" / "best.pt")) == shapes
+
+
 def test_scene_polygons_outline_each_garment():
     """Each garment's polygon, filled, covers its visible pixels (IoU >= 0.7; the fill misses only
     holes and thin bridges), also for a garment cut in parts by one pasted over it."""
