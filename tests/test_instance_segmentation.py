@@ -322,3 +322,12 @@ def test_build_profile_and_default_resolves(tmp_path, monkeypatch):
     module = adapter.build("yolov8n-seg")
     assert adapter.arch_key(wrapper) == "yolov8n-seg"
     assert check_sensitivities_file(adapter, module, "DEFAULT", "yolov8n-seg") == path
+
+
+def test_bundled_default_profile_prunes_the_trained_model(flow, data_yaml, tmp_path):
+    """The bundled yolov8n-seg profile (10 classes, like these scenes) fits the trained model."""
+    result, _ = flow
+    r = iseg.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path / "run",
+                   sensitivities_file="DEFAULT", pruned_flops=0.2, eval_limit=8, **SMALL)
+    assert r.sensitivities_path.name == "instance_segmentation-yolov8n-seg.json"
+    assert r.report["flops_reduction"] == pytest.approx(0.2, abs=0.02)
