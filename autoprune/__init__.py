@@ -10,7 +10,8 @@ The core works on any ``nn.Module`` plus an evaluation function (PaddleSlim-styl
     autoprune.save_pruned(result.model, "pruned.pt")
 
 Each registered task is reached as ``autoprune.<task>`` (``from autoprune import classification as
-cls``, ``detection``, ``segmentation``): see :mod:`autoprune.tasks.registry`.
+cls``, ``detection``, ``segmentation``, ``instance_segmentation``): see
+:mod:`autoprune.tasks.registry`.
 
 Layers, each importing only those below it: ``cli`` -> ``profiles`` -> ``tasks`` -> ``flow`` ->
 ``engine`` (``errors`` is shared by all).

@@ -3,7 +3,8 @@
 # when there is one). Profiles already listed in the output folder's index.json are skipped
 # unless --force is given. Extra arguments after the options go to every build (e.g. --seed 1).
 #
-#   pretrained_sensitivities/build_all.sh [--out DIR] [--force] [--only classification|detection|segmentation]
+#   pretrained_sensitivities/build_all.sh [--out DIR] [--force]
+#       [--only classification|detection|segmentation|instance_segmentation]
 #
 # Default output: this folder (pretrained_sensitivities/, what the wheel ships).
 set -euo pipefail
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --force) skip=""; shift ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) extra+=("$1"); shift ;;
   esac
 done
@@ -26,13 +27,14 @@ python=${PYTHON:-python}
 classification=(resnet18 resnet34 resnet50 mobilenet_v2 mobilenetv3_large_100
                 mobilenetv3_small_100 efficientnet_b0)
 detection=(yolov8n yolov8s yolo11n yolo11s yolo26n)
+instance_segmentation=(yolov8n-seg yolo11n-seg)
 segmentation=()
 for arch in unet fpn deeplabv3plus; do
   for encoder in resnet18 mobilenet_v2; do segmentation+=("smp/$arch/$encoder"); done
 done
 
 failed=()
-for task in classification detection segmentation; do
+for task in classification detection segmentation instance_segmentation; do
   [ -n "$only" ] && [ "$only" != "$task" ] && continue
   declare -n archs="$task"
   for arch in "${archs[@]}"; do

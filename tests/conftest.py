@@ -279,3 +279,50 @@ def torchrun(args: list[str], nproc: int = 2, timeout: int = 900) -> str:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-1500:]
     return done.stdout
+
+
+def stop_after_first_save(monkeypatch, trainer_class) -> None:
+    """Make the Ultralytics trainer class ``trainer_class`` raise KeyboardInterrupt right after it
+    saved its first epoch (a Ctrl-C between epochs); ``monkeypatch.undo()`` lifts it."""
+    save_model = trainer_class.save_model
+
+    def save_then_stop(trainer):
+        save_model(trainer)
+        raise KeyboardInterrupt("simulated interruption")
+
+    monkeypatch.setattr(trainer_class, "save_model", save_then_stop)
+
+
+def run_offline_child(tmp_path, body: str, timeout: int = 600) -> dict:
+    """Run the Python code ``body`` in a fresh process where every network call is refused and
+    recorded in ``attempts`` (a list the code may print), no ``YOLO_*`` variable is set and the
+    user's settings live in ``tmp_path/config``; ``body`` ends with ``print("RESULT", json.dumps(
+    {...}))``. Returns that dict (the process must succeed)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent("""
+        import json, socket, sys
+        attempts = []
+        def refuse(*args, **kwargs):
+            attempts.append(repr(args[:2])[:120])
+            raise OSError("network access refused by the test")
+        socket.socket.connect = socket.socket.connect_ex = refuse
+        socket.create_connection = socket.getaddrinfo = socket.gethostbyname = refuse
+        import torch
+        torch.set_num_threads(1)
+    """) + textwrap.dedent(body))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("YOLO_")}
+    paths = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p),
+               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])

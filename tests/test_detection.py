@@ -5,9 +5,6 @@ modes, and bad inputs. Tiny settings: 64 px, 24 scene images, a few epochs."""
 import copy
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
-from conftest import randomize_norms
+from conftest import randomize_norms, run_offline_child, stop_after_first_save
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
@@ -212,13 +209,7 @@ def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yam
     shapes, n = _shapes(model), _params(model)
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                train_args=SMALL["train_args"])
-    save_model = yolo.KeepModuleTrainer.save_model
-
-    def save_then_stop(trainer):  # a Ctrl-C right after epoch 1 of 2 was saved
-        save_model(trainer)
-        raise KeyboardInterrupt("simulated interruption")
-
-    monkeypatch.setattr(yolo.KeepModuleTrainer, "save_model", save_then_stop)
+    stop_after_first_save(monkeypatch, yolo.KeepModuleTrainer)  # a Ctrl-C after epoch 1 of 2
     with pytest.raises(KeyboardInterrupt):
         adapter.fit(model, 2, tmp_path / "run", meta={"task": "detection", "arch": "yolov8n",
                                                       "build": {"nc": 10}, "input_size": 64})
@@ -249,17 +240,7 @@ def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, 
     expected = det.load_model(result.pruned_path)(x)[0].detach()
     ul_best = out / "run" / "pruned" / "ultralytics" / "weights" / "best.pt"
     image = next((Path(data_yaml).parent / "images" / "train").glob("*.png"))
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
-        import json, socket, sys
-        attempts = []
-        def refuse(*args, **kwargs):
-            attempts.append(repr(args[:2])[:120])
-            raise OSError("network access refused by the test")
-        socket.socket.connect = socket.socket.connect_ex = refuse
-        socket.create_connection = socket.getaddrinfo = socket.gethostbyname = refuse
-        import torch
-        torch.set_num_threads(1)
+    child = run_offline_child(tmp_path, f"""
         from autoprune import detection as det
         model = det.load_model({str(result.pruned_path)!r})
         torch.save(model(torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True))[0].detach(),
@@ -277,14 +258,7 @@ def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, 
                                     "map": float(val.box.map), "onnx": [str(onnx_a), str(onnx_b)],
                                     "baseline": str(r.baseline_path),
                                     "tuned_params": sum(p.numel() for p in r.model.parameters())}}))
-    """))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("YOLO_")}
-    env.update(PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path / "config"))
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    child = json.loads(line[len("RESULT "):])
+    """)
     assert child["attempts"] == []
     assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected)
     assert (tmp_path / "config" / "autoprune" / "Ultralytics" / "Arial.ttf").is_file()
@@ -585,13 +559,7 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                train_args=SMALL["train_args"])
     meta = {"task": "detection", "arch": "yolov8n", "build": {"nc": 10}, "input_size": 64}
-    save_model = yolo.KeepModuleTrainer.save_model
-
-    def save_then_stop(trainer):
-        save_model(trainer)
-        raise KeyboardInterrupt("simulated interruption")
-
-    monkeypatch.setattr(yolo.KeepModuleTrainer, "save_model", save_then_stop)
+    stop_after_first_save(monkeypatch, yolo.KeepModuleTrainer)
     with pytest.raises(KeyboardInterrupt):
         adapter.fit(model, 2, tmp_path / "run", meta=meta)
     monkeypatch.undo()

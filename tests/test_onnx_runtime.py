@@ -14,6 +14,8 @@ from autoprune.cli import main
 from autoprune.tasks import TASKS, get_adapter, get_task
 from autoprune.tasks.detection.models import Detect
 
+YOLO_TASKS = ("detection", "instance_segmentation")  # Ultralytics' names (nc=), export head
+
 
 def _session(path):
     options = ort.SessionOptions()
@@ -22,8 +24,8 @@ def _session(path):
 
 
 def _deployed(name, model):
-    """The module the task exports (detection: Ultralytics' export head)."""
-    if name != "detection":
+    """The module the task exports (the YOLO tasks: Ultralytics' export head)."""
+    if name not in YOLO_TASKS:
         return model
     net = copy.deepcopy(model)
     for m in net.modules():
@@ -34,7 +36,7 @@ def _deployed(name, model):
 
 def _pruned_example(name):
     torch.manual_seed(0)
-    classes = {"nc": 3} if name == "detection" else {"num_classes": 3}
+    classes = {"nc": 3} if name in YOLO_TASKS else {"num_classes": 3}
     adapter = get_adapter(name, input_size=64, **classes)
     model = adapter.build(adapter.arch_key(get_task(name).example)).eval()
     x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
@@ -51,12 +53,15 @@ def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
     assert session.get_inputs()[0].shape[0] == "batch"
     for batch in (1, 4):
         x = torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
-        got = session.run(None, {"input": x.numpy()})[0]
+        outputs = session.run(None, {"input": x.numpy()})
         with torch.no_grad():
             out = _deployed(name, model)(x)
-        expected = (out if torch.is_tensor(out) else out[0]).numpy()
-        assert got.shape == expected.shape and got.shape[0] == batch
-        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
+        wanted = [out] if torch.is_tensor(out) else list(out)  # YOLO-seg: boxes, prototypes
+        assert len(outputs) == len(wanted)
+        for got, expected in zip(outputs, (t.numpy() for t in wanted)):
+            assert got.shape == expected.shape and got.shape[0] == batch
+            np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
+        got, expected = outputs[0], wanted[0].numpy()
     # the declared output shape: the batch axis named, every other axis the real, fixed size (the
     # exporter's shape inference had named a mask's height "batch")
     declared = session.get_outputs()[0].shape

@@ -4,7 +4,9 @@ Each garment keeps its real pixels (tinted with a random colour) on a textured b
 garments give exact labels for two tasks:
 
 - detection: one box per garment (tight around its visible pixels), written in YOLO format;
-- segmentation: a per-pixel class mask (0 = background, ``c + 1`` = Fashion-MNIST class ``c``).
+- segmentation: a per-pixel class mask (0 = background, ``c + 1`` = Fashion-MNIST class ``c``);
+- instance segmentation: one polygon per garment, the outline of its visible pixels, written in
+  YOLO-seg format (``write_yolo_dataset(..., task="segment")``).
 
 ``write_yolo_dataset`` and ``write_segmentation_dataset`` write folders any user tool can read;
 ``make_scenes`` returns arrays for in-memory use.
@@ -28,12 +30,14 @@ INK = 40  # a garment pixel counts as the garment where its gray value exceeds t
 @dataclass
 class Scene:
     """One scene: ``image`` (H, W, 3) uint8, ``mask`` (H, W) uint8, ``boxes`` (N, 4) x0 y0 x1 y1
-    in pixels, ``labels`` (N,) Fashion-MNIST class indices."""
+    in pixels, ``labels`` (N,) Fashion-MNIST class indices, ``instances`` (H, W) int64: the index
+    of the garment (into ``boxes``/``labels``) each pixel shows, -1 for the background."""
 
     image: np.ndarray
     mask: np.ndarray
     boxes: np.ndarray
     labels: np.ndarray
+    instances: np.ndarray | None = None
 
 
 def _garments(split: str, root: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
@@ -75,14 +79,16 @@ def make_scene(rng: np.random.Generator, images: np.ndarray, labels: np.ndarray,
         owner[y:y + side, x:x + side][on] = k
         picked.append(int(labels[i]))
     boxes, kept = [], []
+    instances = np.full((size, size), -1, np.int64)
     for k, label in enumerate(picked):
         ys, xs = np.nonzero(owner == k)
         if len(xs) < 12:  # hidden behind later garments
             continue
+        instances[ys, xs] = len(kept)
         boxes.append([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
         kept.append(label)
     return Scene(canvas.astype(np.uint8), mask, np.array(boxes, np.float32).reshape(-1, 4),
-                 np.array(kept, np.int64))
+                 np.array(kept, np.int64), instances)
 
 
 def make_scenes(count: int, *, size: int = 128, seed: int = 0, split: str = "train",
@@ -103,11 +109,53 @@ def _save_png(array: np.ndarray, path: Path) -> None:
     Image.fromarray(array).save(path)
 
 
+def polygon(region: np.ndarray) -> np.ndarray:
+    """The outline of the boolean ``region`` (H, W) as one polygon (N, 2) of x, y pixel centres
+    (OpenCV's ``findContours``). A region in several parts (a garment cut by one pasted over
+    it) gives one polygon that visits each part over a zero-width bridge from the closest point
+    of the outline so far, as Ultralytics' ``merge_multi_segment`` joins COCO's parts."""
+    import cv2  # OpenCV comes with Ultralytics, the only reader of these labels
+
+    contours, _ = cv2.findContours(region.astype(np.uint8), cv2.RETR_EXTERNAL,
+                                   cv2.CHAIN_APPROX_SIMPLE)
+    parts = sorted((c.reshape(-1, 2).astype(np.float64) for c in contours),
+                   key=lambda c: -cv2.contourArea(c.astype(np.float32)))
+    outline = parts[0]
+    for part in parts[1:]:
+        gaps = np.linalg.norm(outline[:, None] - part[None], axis=2)
+        i, j = np.unravel_index(int(gaps.argmin()), gaps.shape)
+        outline = np.concatenate([outline[:i + 1], part[j:], part[:j + 1], outline[i:]])
+    if len(outline) < 3:  # a pixel or a line of pixels: its bounding rectangle
+        (x0, y0), (x1, y1) = outline.min(0), outline.max(0) + 1
+        outline = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float64)
+    return outline
+
+
+def _label_lines(s: Scene, size: int, task: str) -> list[str]:
+    """YOLO label lines of a scene: ``class cx cy w h`` per garment (detect) or ``class x1 y1 x2
+    y2 ...`` around its visible pixels (segment); fractions of the canvas."""
+    lines = []
+    for k, ((x0, y0, x1, y1), c) in enumerate(zip(s.boxes, s.labels)):
+        if task == "segment":
+            # pixel (i, j) covers [j, j + 1) x [i, i + 1): its centre is at + 0.5
+            points = np.clip((polygon(s.instances == k) + 0.5) / size, 0.0, 1.0)
+            lines.append(f"{c} " + " ".join(f"{v:.6f}" for v in points.reshape(-1)))
+        else:
+            cx, cy = (x0 + x1) / 2 / size, (y0 + y1) / 2 / size
+            lines.append(f"{c} {cx:.6f} {cy:.6f} {(x1 - x0) / size:.6f} {(y1 - y0) / size:.6f}")
+    return lines
+
+
 def write_yolo_dataset(root: str | os.PathLike, *, train: int = 64, val: int = 16,
                        size: int = 128, seed: int = 0, objects: tuple[int, int] = (1, 4),
                        scale: tuple[float, float] = (0.25, 0.5),
-                       data_root: str | os.PathLike | None = None) -> Path:
-    """Write a YOLO detection set (``images/``, ``labels/``, ``data.yaml``); returns data.yaml."""
+                       data_root: str | os.PathLike | None = None, task: str = "detect") -> Path:
+    """Write a YOLO detection set (``images/``, ``labels/``, ``data.yaml``); returns data.yaml.
+    ``task="segment"`` writes a YOLO-seg set instead: one polygon per garment, the outline of its
+    largest visible part (the same images)."""
+    if task not in ("detect", "segment"):
+        raise ConfigError(f"task={task!r}: write_yolo_dataset writes 'detect' (boxes) or "
+                          f"'segment' (polygons) labels")
     root = Path(root)
     for split, count, offset, source in (("train", train, 0, "train"), ("val", val, 1, "test")):
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
@@ -116,10 +164,7 @@ def write_yolo_dataset(root: str | os.PathLike, *, train: int = 64, val: int = 1
                              objects=objects, scale=scale, root=data_root)
         for n, s in enumerate(scenes):
             _save_png(s.image, root / "images" / split / f"{n:05d}.png")
-            lines = []
-            for (x0, y0, x1, y1), c in zip(s.boxes, s.labels):
-                cx, cy, w, h = (x0 + x1) / 2 / size, (y0 + y1) / 2 / size, (x1 - x0) / size, (y1 - y0) / size
-                lines.append(f"{c} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}")
+            lines = _label_lines(s, size, task)
             (root / "labels" / split / f"{n:05d}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))
     data = {"path": str(root.resolve()), "train": "images/train", "val": "images/val",
             "names": {i: name for i, name in enumerate(CLASSES)}}

@@ -1,6 +1,6 @@
-"""The tasks: one package per task (``classification/``, ``detection/``, ``segmentation/``), each
-behind the :class:`~autoprune.tasks.base.TaskAdapter` contract and registered in
-:mod:`autoprune.tasks.registry`."""
+"""The tasks: one package per task (``classification/``, ``detection/``, ``segmentation/``,
+``instance_segmentation/``), each behind the :class:`~autoprune.tasks.base.TaskAdapter` contract
+and registered in :mod:`autoprune.tasks.registry`."""
 from __future__ import annotations
 
 from .base import TaskAdapter, TrainResult

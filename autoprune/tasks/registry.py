@@ -145,3 +145,13 @@ register_task(Task(
     arch_help="smp/<arch>/<encoder> (smp/unet/resnet18)",
     config_example="model: smp/unet/resnet18, train_data: fashion-scenes",
     example="smp/unet/resnet18"))
+register_task(Task(
+    "instance_segmentation", package="autoprune.tasks.instance_segmentation",
+    adapter="autoprune.tasks.instance_segmentation.adapter:InstanceSegmentationAdapter",
+    resolve_arch="autoprune.tasks.instance_segmentation.names:resolve_arch",
+    profile="autoprune.tasks.instance_segmentation.profile:measure_profile",
+    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
+                          batch_size=16),
+    arch_help="a YOLO-seg name (yolo11n-seg, yolov8s-seg, yolo26n-seg)",
+    config_example="model: yolo11n-seg.yaml, data: data.yaml", data_key="data",
+    example="yolov8n-seg"))

@@ -71,9 +71,11 @@ class DetectionAdapter(TaskAdapter):
     task = "detection"
     metric = "map50_95"
     higher_is_better = True
-    # the trainer that keeps the pruned module (and trains it under torchrun); another
-    # Ultralytics task (instance segmentation) sets its twin in a subclass
+    # what another Ultralytics task (instance segmentation) changes in a subclass
+    yolo_task = "detect"                      # Ultralytics' name of the task
+    # the trainer that keeps the pruned module (and trains it under torchrun)
     trainer_class = yolo.KeepModuleTrainer
+    validator_class = yolo.PatientValidator   # the validator (NMS without a time limit)
     no_distill_reason = ("Ultralytics computes the loss inside the model's loss() in its own "
                          "training loop, where autoprune cannot add a teacher's term without "
                          "replacing that loop")
@@ -339,19 +341,18 @@ class DetectionAdapter(TaskAdapter):
         args = {"data": str(self._val_data_yaml()), "imgsz": self.input_size,
                 "batch": self.batch_size, "device": _ultralytics_device(self.device),
                 "plots": False, "verbose": False, "save_json": False,
-                "workers": self.workers, "task": "detect", "split": "val",
+                "workers": self.workers, "task": self.yolo_task, "split": "val",
                 "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
         threads = torch.get_num_threads()
         try:  # under torchrun each rank validates on its own (one_process), in its own temp dir
             with yolo.quiet(), yolo.one_process():
-                validator = yolo.PatientValidator(dataloader=self._loader, save_dir=self._tmp,
-                                                    args=args)
+                validator = self.validator_class(dataloader=self._loader, save_dir=self._tmp,
+                                                 args=args)
                 stats = validator(model=net)
         finally:
             torch.set_num_threads(threads)
         self._loader = validator.dataloader
-        return {"map50_95": float(stats["metrics/mAP50-95(B)"]),
-                "map50": float(stats["metrics/mAP50(B)"])}
+        return self.metrics_of(stats)
 
     # -- helpers ---------------------------------------------------------------------------------
     @property
@@ -376,11 +377,17 @@ class DetectionAdapter(TaskAdapter):
         return self._val_yaml
 
     @staticmethod
-    def _ultralytics_metrics(trainer: Any) -> dict[str, float]:
+    def metrics_of(stats: dict[str, Any]) -> dict[str, float]:
+        """autoprune's metrics from Ultralytics' (``metrics/mAP50-95(B)``...): ``map50_95``,
+        ``map50``."""
+        return {"map50_95": float(stats["metrics/mAP50-95(B)"]),
+                "map50": float(stats["metrics/mAP50(B)"])}
+
+    def _ultralytics_metrics(self, trainer: Any) -> dict[str, float]:
         m = trainer.metrics or {}
         if "metrics/mAP50-95(B)" not in m:
             return {}
-        return {"map50_95": float(m["metrics/mAP50-95(B)"]), "map50": float(m["metrics/mAP50(B)"])}
+        return self.metrics_of(m)
 
 
 def write_deployable(save_dir: Path) -> None:

@@ -82,9 +82,9 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
             raise ConfigError(f"model is already a checkpoint ({model}): leave pretrain_weights "
                               f"unset")
         meta = checkpoint_meta(model)
-        if meta.get("task") != "detection" or not meta.get("arch"):
-            raise ConfigError(f"{model} is not a detection checkpoint of a named YOLO model: pass "
-                              f"a YAML name such as 'yolov8n.yaml'")
+        if meta.get("task") != adapter.task or not meta.get("arch"):
+            raise ConfigError(f"{model} is not a {adapter.task} checkpoint of a named YOLO model: "
+                              f"pass a YAML name such as 'yolov8n.yaml'")
         nc = meta.get("build", {}).get("nc")
         if adapter.nc is not None and nc != adapter.nc:
             raise ConfigError(f"the model predicts {nc} classes but the data has {adapter.nc}: "
@@ -102,7 +102,7 @@ def _prepare(adapter: DetectionAdapter, model: Any, pretrain_weights: Any,
         raise ConfigError("model is already a trained YOLO model: leave pretrain_weights unset")
     start = save_dir / "start_weights.pt"  # its weights, loadable into a fresh build of arch
     if rank_and_world()[0] == 0:
-        save_pruned(module, start, task="detection", arch=arch,
+        save_pruned(module, start, task=adapter.task, arch=arch,
                     build=adapter.build_kwargs(module), input_size=adapter.input_size,
                     pruned=hasattr(module, BASE_SHAPES))
     barrier()  # under torchrun: rank 0 has written it
@@ -188,27 +188,37 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     input_size (default 640), batch_size (16), num_workers (0): the same names as the other
     tasks; Ultralytics' ``imgsz``, ``batch`` and ``workers`` still work, with a DeprecationWarning.
     """
-    s = _settings(dict(input_size=input_size, batch_size=batch_size, num_workers=num_workers),
-                  dict(imgsz=imgsz, batch=batch, workers=workers),
+    return train_with(DetectionAdapter, locals())
+
+
+def train_with(adapter_class: type[DetectionAdapter], arguments: Mapping[str, Any]) -> TrainResult:
+    """:func:`train` for a task whose adapter is ``adapter_class`` (detection or a subclass),
+    from the ``arguments`` of its ``train`` (its ``locals()``)."""
+    a = dict(arguments)
+    s = _settings(dict(input_size=a["input_size"], batch_size=a["batch_size"],
+                       num_workers=a["num_workers"]),
+                  dict(imgsz=a.get("imgsz"), batch=a.get("batch"), workers=a.get("workers")),
                   dict(input_size=640, batch_size=16, num_workers=0))
-    if train_data is not None:
-        if data is not None and Path(data) != Path(train_data):
+    if a["train_data"] is not None:
+        if a["data"] is not None and Path(a["data"]) != Path(a["train_data"]):
             raise ConfigError("pass the data.yaml once: data= or train_data=, not both")
-        data = train_data
-    if check_distill(distill):  # refused before any data is read
-        raise ConfigError(f"distill is not offered for detection yet: "
-                          f"{DetectionAdapter.no_distill_reason}; drop distill")
-    if data is None:
+        a["data"] = a["train_data"]
+    if check_distill(a["distill"]):  # refused before any data is read
+        raise ConfigError(f"distill is not offered for {adapter_class.task} yet: "
+                          f"{adapter_class.no_distill_reason}; drop distill")
+    if a["data"] is None:
         raise ConfigError("data=<path to a YOLO data.yaml> is required")
     init_from_env()  # under torchrun (a script, or the CLI): DDP training, the analysis shared
-    torch.manual_seed(seed)
-    adapter = DetectionAdapter(data, eval_data, input_size=s["input_size"],
-                               batch_size=s["batch_size"], eval_limit=eval_limit, device=device,
-                               workers=s["num_workers"], train_args=train_args, seed=seed,
-                               progress=progress, sync_bn=sync_bn)
-    save_dir = check_save_dir(save_dir)
-    model, pretrain_weights = _prepare(adapter, model, pretrain_weights, save_dir)
-    return run.train(adapter, model, **run.flow_settings(locals()))
+    torch.manual_seed(a["seed"])
+    adapter = adapter_class(a["data"], a["eval_data"], input_size=s["input_size"],
+                            batch_size=s["batch_size"], eval_limit=a["eval_limit"],
+                            device=a["device"], workers=s["num_workers"],
+                            train_args=a["train_args"], seed=a["seed"], progress=a["progress"],
+                            sync_bn=a["sync_bn"])
+    a["save_dir"] = check_save_dir(a["save_dir"])
+    model, a["pretrain_weights"] = _prepare(adapter, a["model"], a["pretrain_weights"],
+                                            a["save_dir"])
+    return run.train(adapter, model, **run.flow_settings(a))
 
 
 def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,
@@ -230,27 +240,36 @@ def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any
     come from it), an Ultralytics .pt, a YOLO object, or a YAML name plus ``pretrain_weights``.
     ``imgsz``, ``batch``, ``workers``: Ultralytics' names, deprecated (as in :func:`train`).
     """
-    s = _settings(dict(input_size=input_size, batch_size=batch_size, num_workers=num_workers),
-                  dict(imgsz=imgsz, batch=batch, workers=workers),
+    return analyze_with(DetectionAdapter, locals())
+
+
+def analyze_with(adapter_class: type[DetectionAdapter],
+                 a: Mapping[str, Any]) -> dict[str, dict[float, float]]:
+    """:func:`analyze_sensitivity` for a task whose adapter is ``adapter_class``, from the
+    arguments ``a`` of its ``analyze_sensitivity`` (its ``locals()``)."""
+    s = _settings(dict(input_size=a["input_size"], batch_size=a["batch_size"],
+                       num_workers=a["num_workers"]),
+                  dict(imgsz=a.get("imgsz"), batch=a.get("batch"), workers=a.get("workers")),
                   dict(input_size=None, batch_size=16, num_workers=0))
-    meta = _autoprune_meta(model_or_checkpoint) if _is_file(model_or_checkpoint) else None
+    model = a["model_or_checkpoint"]
+    meta = _autoprune_meta(model) if _is_file(model) else None
     if meta is not None:
         s["input_size"] = s["input_size"] or meta.get("input_size")
-    adapter = DetectionAdapter(None, data, input_size=s["input_size"], batch_size=s["batch_size"],
-                               eval_limit=eval_limit, device=device, workers=s["num_workers"],
-                               progress=progress)
-    model = model_or_checkpoint
+    adapter = adapter_class(None, a["data"], input_size=s["input_size"],
+                            batch_size=s["batch_size"], eval_limit=a["eval_limit"],
+                            device=a["device"], workers=s["num_workers"], progress=a["progress"])
     if meta is None:
-        module, _ = _as_module(model_or_checkpoint)
+        module, _ = _as_module(model)
         if module is not None:
             adapter.check_model(module)
             model = module
     else:
-        adapter.check_model(load_model(model_or_checkpoint))
-    return run.analyze_sensitivity(adapter, model, save_file,
-                                   pretrain_weights=pretrain_weights, criterion=criterion,
-                                   ratios=ratios, progress=progress,
-                                   sensitivity_options=sensitivity_options)
+        adapter.check_model(checkpoints.load_model(model, adapter_class()))
+    return run.analyze_sensitivity(adapter, model, a["save_file"],
+                                   pretrain_weights=a["pretrain_weights"],
+                                   criterion=a["criterion"], ratios=a["ratios"],
+                                   progress=a["progress"],
+                                   sensitivity_options=a["sensitivity_options"])
 
 
 def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> nn.Module:
@@ -280,6 +299,12 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     ``<save_dir>/pruned``) — the pruned module itself resumes (not a rebuild from YAML) — and
     write autoprune's ``<stage>/best.pt`` / ``last.pt``. Returns the model holding the best
     weights. (The task API does the same with ``train(..., resume=True)``.)"""
+    return resume_with(DetectionAdapter, last, progress)
+
+
+def resume_with(adapter_class: type[DetectionAdapter], last: str | os.PathLike,
+                progress: bool = True) -> nn.Module:
+    """:func:`resume` for a task whose adapter is ``adapter_class`` (detection or a subclass)."""
     last = Path(last)
     if not last.is_file():
         raise CheckpointError(f"no checkpoint at {last}: pass <save_dir>/ultralytics/weights/last.pt")
@@ -289,12 +314,12 @@ def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     init_from_env()  # under torchrun: every rank trains on (DDP), rank 0 writes
     device = {"device": str(torch.cuda.current_device())} \
         if rank_and_world()[1] > 1 and torch.cuda.is_available() else {}  # the rank's own GPU
-    wrapper = yolo.resume_training(last, progress, **device)
+    wrapper = yolo.resume_training(last, progress, adapter_class.trainer_class, **device)
     imgsz = wrapper.trainer.args.imgsz
     model = yolo.patch_model(wrapper.model.float()).eval()
     save_dir = last.parent.parent.parent
-    adapter = DetectionAdapter(nc=yolo.model_nc(model), input_size=imgsz)
-    derived = {"task": "detection", "arch": adapter.arch_of(model),
+    adapter = adapter_class(nc=yolo.model_nc(model), input_size=imgsz)
+    derived = {"task": adapter.task, "arch": adapter.arch_of(model),
                "build": adapter.build_kwargs(model), "input_size": imgsz,
                "pruned": hasattr(model, BASE_SHAPES)}
     for name, src in (("last.pt", last), ("best.pt", last.parent / "best.pt")):

@@ -51,7 +51,9 @@ def resolve_arch(name: str) -> str:
             raise ConfigError(f"{name!r}: {family} is not supported: {why}")
     for suffix, task in _OTHER_TASKS.items():
         if suffix in stem:
+            other = " (autoprune.instance_segmentation prunes YOLO-seg models)" \
+                if suffix == "-seg" else ""
             raise ConfigError(f"{name!r} is not a plain detection model ({task}): "
-                              f"autoprune.detection prunes {FAMILIES}")
+                              f"autoprune.detection prunes {FAMILIES}{other}")
     raise ConfigError(f"unknown model name {name!r}: use one of {FAMILIES} (e.g. 'yolo26n.yaml'), "
                       f"a .pt checkpoint or a YOLO object")

@@ -1,0 +1,120 @@
+"""Instance-segmentation adapter: the detection adapter (Ultralytics trains and validates, the
+pruned module is kept through training) with YOLO-seg models, Ultralytics' segment trainer and
+validator, the prototype head kept intact, and mask mAP50-95 as the metric."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from ...engine.checkpoint import read_pruned_metadata
+from ...errors import CheckpointError, ConfigError
+from ..detection import models as yolo
+from ..detection.adapter import DetectionAdapter
+from . import models as seg
+from .data import check_polygons
+from .names import FAMILIES, canonical_seg_arch, resolve_arch
+
+
+def arch_of_model(model: Any) -> str | None:
+    """The key (``yolov8n-seg``...) of a YOLO object or SegmentationModel, from the YAML it was
+    built from (its file name, or the family plus its ``scale``); None when it is not one of
+    ours."""
+    if isinstance(model, yolo.YOLOModel):
+        model = model.model
+    cfg = getattr(model, "yaml", None)
+    if not isinstance(cfg, dict):
+        return None
+    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
+    scale = str(cfg.get("scale") or "")
+    candidates = [stem]
+    if stem.endswith("-seg"):  # yolov8-seg.yaml + scale n
+        candidates.append(f"{stem[:-len('-seg')]}{scale}-seg")
+    for candidate in candidates:
+        key = canonical_seg_arch(candidate)
+        if key:
+            return key
+    return None
+
+
+class InstanceSegmentationAdapter(DetectionAdapter):
+    """Instance segmentation with Ultralytics YOLO-seg on a YOLO-seg ``data.yaml`` (polygon
+    labels): builds patched SegmentationModels, trains them with Ultralytics' segment trainer
+    (the pruned module itself), validates mask and box mAP with its segment validator. Metrics:
+    ``map50_95_mask`` (the pruning metric), ``map50_mask``, ``map50_95_box``, ``map50_box``."""
+
+    task = "instance_segmentation"
+    metric = "map50_95_mask"
+    yolo_task = "segment"
+    trainer_class = seg.KeepModuleSegmentationTrainer
+    validator_class = seg.PatientSegmentationValidator
+
+    def __init__(self, data: str | os.PathLike | None = None,
+                 eval_data: str | os.PathLike | None = None, **kwargs: Any):
+        super().__init__(data, eval_data, **kwargs)
+        for found in (self.data, self.eval_data):
+            if found is not None:
+                check_polygons(found)
+
+    def arch_key(self, model: Any) -> str | None:
+        """``yolov8n-seg``... of a name (``"yolov8n-seg.yaml"``; ConfigError if unknown), a .pt
+        checkpoint (autoprune's metadata, or the YAML inside an Ultralytics one), or a YOLO object
+        / SegmentationModel (None if unknown)."""
+        if not isinstance(model, (str, os.PathLike)):
+            return arch_of_model(model)
+        path = Path(model)
+        if path.suffix.lower() == ".pt" and path.is_file() \
+                and not canonical_seg_arch(path.stem.lower()):
+            try:
+                arch = read_pruned_metadata(path).get("arch")
+            except CheckpointError:  # an Ultralytics checkpoint (a pickle: the user's own file)
+                arch = arch_of_model(yolo.load_ultralytics(path))
+            if arch is None:
+                raise ConfigError(f"{path} does not say which YOLO-seg model it holds: pass its "
+                                  f"YAML name ({FAMILIES})")
+            return arch
+        return resolve_arch(str(model))
+
+    def arch_of(self, model: nn.Module) -> str | None:
+        """The architecture key of a built model, from the YAML it was made from."""
+        return arch_of_model(model)
+
+    def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
+        """An untrained, patched (split-free) SegmentationModel of ``arch``."""
+        nc = nc or self.nc
+        if nc is None:
+            raise ConfigError("the number of classes is unknown: pass data=<data.yaml> or nc=")
+        with yolo.quiet():
+            model = seg.SegmentationModel(f"{resolve_arch(arch)}.yaml", nc=nc, verbose=False)
+        if self.names and len(self.names) == nc:
+            model.names = dict(self.names)
+        return yolo.patch_model(model).eval()
+
+    def check_model(self, model: nn.Module) -> None:
+        """Refuse a model that is not a patched YOLO-seg model of the data's classes."""
+        if seg.segment_head(model) is None:
+            raise ConfigError(f"{type(model).__name__} has no YOLO Segment head: pass a YOLO-seg "
+                              f"model (e.g. 'yolo11n-seg.yaml')")
+        super().check_model(model)
+
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        return seg.ignored_layers(model)
+
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
+                    dynamic_batch: bool = True) -> Path:
+        """``model`` as ONNX at ``path`` with Ultralytics' export head: ``output0`` ``(batch, 4 + nc
+        + nm, anchors)`` (boxes xywh, class scores, mask coefficients; NMS is left to the caller)
+        and ``output1`` ``(batch, nm, size/4, size/4)`` (the mask prototypes); any batch size
+        unless ``dynamic_batch`` is False."""
+        return super().export_onnx(model, path, opset_version, dynamic_batch)
+
+    @staticmethod
+    def metrics_of(stats: dict[str, Any]) -> dict[str, float]:
+        """autoprune's metrics from Ultralytics' segment metrics: mask and box mAP."""
+        return {"map50_95_mask": float(stats["metrics/mAP50-95(M)"]),
+                "map50_mask": float(stats["metrics/mAP50(M)"]),
+                "map50_95_box": float(stats["metrics/mAP50-95(B)"]),
+                "map50_box": float(stats["metrics/mAP50(B)"])}
