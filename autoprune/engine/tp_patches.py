@@ -69,8 +69,8 @@ tp.dependency.index_mapping.update_reshape_index_mapping = _update_reshape_index
 # global-context block's view, an area attention's heads): the index lists grow by the folded
 # size at each such step, and on some graphs (MAnet's fusion blocks, ECA-ResNets, FocalNet's
 # modulation, YOLO12's area attention unless ignored) the walk revisits the same layers with
-# ever new index sets for many minutes. Measured on 2 cores: a healthy group of the zoo (ResNets, DenseNets, ViT-B,
-# YOLOv8) maps no folded index (the most: VGG-11's last conv at 224 px, flattened into its
+# ever new index sets for many minutes. Measured on 2 cores: a healthy group of the zoo (ResNets,
+# DenseNets, ViT-B, YOLOv8) maps no folded index (the most: VGG-11's last conv at 224 px, flattened into its
 # classifier, 150k) and holds at most ~1000 items (ViT-B/16), each layer reached at most 6 times;
 # the runaway walks pass 2 million folded indices or 169 visits of one layer. A group over budget
 # is left whole (with a warning); the check costs ~1 s per such root.
