@@ -153,16 +153,17 @@ def test_interrupted_run_resumes_under_torchrun_from_the_cli(ddp_run, data_yaml,
     meta = {k: v for k, v in autoprune.read_pruned_metadata(run / "pruned" / "best.pt").items()
             if k in ("task", "arch", "build", "input_size", "pruned", "plan")}
     with pytest.raises(KeyboardInterrupt):
-        adapter.fit(model, 2, tmp_path / "tune", meta=meta)
+        adapter.fit(model, 2, tmp_path / "tune" / "baseline", meta=meta)  # training's stage
     monkeypatch.undo()
     cfg = {"task": "detection", "model": str(run / "pruned" / "best.pt"),
            "data": str(data_yaml), "epochs": 2, "save_dir": str(tmp_path / "tune"), **SMALL}
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     stdout = torchrun(["-m", "autoprune", "train", str(tmp_path / "cfg.yaml"), "--resume"])
     assert "resuming" in stdout and stdout.count(DDP_LINE) == 1
-    rows = (tmp_path / "tune" / "ultralytics" / "results.csv").read_text().strip().splitlines()
+    stage = tmp_path / "tune" / "baseline"
+    rows = (stage / "ultralytics" / "results.csv").read_text().strip().splitlines()
     assert len(rows) == 3  # header + epoch 1 (one process) + epoch 2 (two ranks)
-    assert _shapes(det.load_model(tmp_path / "tune" / "best.pt")) == ranks[0]["shapes"]
+    assert _shapes(det.load_model(stage / "best.pt")) == ranks[0]["shapes"]
 
 
 @pytest.mark.parametrize("settings, match", [

@@ -43,7 +43,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
           train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
           sensitivity_options: Mapping[str, Any] | None = None,
           train_data: str | os.PathLike | None = None, resume: bool = False,
-          distill: bool | dict[str, float] = False, prune_steps: int = 1) -> TrainResult:
+          distill: bool | dict[str, float] = False, prune_steps: int = 1,
+          sync_bn: bool = False) -> TrainResult:
     """Train a YOLO-seg model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
     model: ``"yolov8n-seg.yaml"``, ``"yolo11s-seg.yaml"``, ``"yolo26n-seg.yaml"`` (any of
@@ -57,7 +58,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     run, ``report.*``, ``sensitivity.png``) and ``resume=True`` are as in
     :func:`autoprune.detection.train`. The prototype head's last conv, the last conv of each box,
     class and mask-coefficient branch keep their channels. ``distill`` is not offered (as for
-    detection).
+    detection). Under torchrun it trains as detection does (DDP, ``sync_bn`` on GPUs); that path
+    is not tested for this task yet.
     """
     return train_with(InstanceSegmentationAdapter, locals())
 
