@@ -218,3 +218,34 @@ def test_one_process_hides_torchrun_ranks_from_ultralytics(monkeypatch):
     with yolo.one_process():
         assert validator.RANK == -1 and val.LOCAL_RANK == -1
     assert validator.RANK == 1 and val.LOCAL_RANK == 1
+
+
+ISEG_SCRIPT = '''
+import json, os, sys
+import torch
+torch.set_num_threads(1)
+from autoprune import instance_segmentation as iseg
+out, data, save_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+r = iseg.train("yolov8n-seg.yaml", data, epochs=1, pretrain_epochs=1, save_dir=save_dir, **KWARGS)
+json.dump({"shapes": {k: list(v.shape) for k, v in r.model.state_dict().items()}},
+          open(f"{out}.{os.environ['RANK']}.json", "w"))
+'''
+
+
+def test_instance_segmentation_retrains_its_pruned_model_under_torchrun(tmp_path):
+    """The YOLO-seg task inherits detection's DDP trainer: both stages train over two gloo
+    ranks, every rank ends holding the pruned model that was written."""
+    from autoprune import instance_segmentation as iseg
+
+    data = write_yolo_dataset(tmp_path / "scenes", train=16, val=4, size=64, seed=0,
+                              objects=(1, 1), scale=(0.8, 1.0), task="segment")
+    script = tmp_path / "train.py"
+    script.write_text(ISEG_SCRIPT.replace("KWARGS", repr({**SMALL, **PRUNE})))
+    stdout = torchrun([str(script), str(tmp_path / "out"), str(data), str(tmp_path / "run")])
+    ranks = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in range(2)]
+    assert stdout.count(DDP_LINE) == 2
+    pruned = iseg.load_model(tmp_path / "run" / "pruned" / "best.pt")
+    base = iseg.load_model(tmp_path / "run" / "baseline" / "best.pt")
+    assert ranks[0]["shapes"] == ranks[1]["shapes"] == _shapes(pruned)
+    assert sum(p.numel() for p in pruned.parameters()) < \
+        sum(p.numel() for p in base.parameters())
