@@ -76,6 +76,10 @@ class DetectionAdapter(TaskAdapter):
     # the trainer that keeps the pruned module (and trains it under torchrun)
     trainer_class = yolo.KeepModuleTrainer
     validator_class = yolo.PatientValidator   # the validator (NMS without a time limit)
+    kind, families = "YOLO", FAMILIES         # the models' names, in words
+    canonical_arch = staticmethod(canonical_arch)  # "yolov8n" of a name, or None
+    resolve_arch = staticmethod(resolve_arch)      # the same, a ConfigError if unknown
+    arch_of_model = staticmethod(arch_of_model)    # the key of a built model, or None
     no_distill_reason = ("Ultralytics computes the loss inside the model's loss() in its own "
                          "training loop, where autoprune cannot add a teacher's term without "
                          "replacing that loop")
@@ -129,19 +133,19 @@ class DetectionAdapter(TaskAdapter):
         (autoprune's metadata, or the YAML inside an Ultralytics one), or a YOLO object /
         DetectionModel (None if unknown)."""
         if not isinstance(model, (str, os.PathLike)):
-            return arch_of_model(model)
+            return self.arch_of_model(model)
         path = Path(model)
         if path.suffix.lower() == ".pt" and path.is_file() \
-                and not canonical_arch(path.stem.lower()):
+                and not self.canonical_arch(path.stem.lower()):
             try:
                 arch = read_pruned_metadata(path).get("arch")
             except CheckpointError:  # an Ultralytics checkpoint (a pickle: the user's own file)
-                arch = arch_of_model(yolo.load_ultralytics(path))
+                arch = self.arch_of_model(yolo.load_ultralytics(path))
             if arch is None:
-                raise ConfigError(f"{path} does not say which YOLO model it holds: pass its YAML "
-                                  f"name ({FAMILIES})")
+                raise ConfigError(f"{path} does not say which {self.kind} model it holds: pass "
+                                  f"its YAML name ({self.families})")
             return arch
-        return resolve_arch(str(model))
+        return self.resolve_arch(str(model))
 
     def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
         nc = nc or self.nc
@@ -176,7 +180,7 @@ class DetectionAdapter(TaskAdapter):
 
     def arch_of(self, model: nn.Module) -> str | None:
         """The architecture key of a built model, from the YAML it was made from."""
-        return arch_of_model(model)
+        return self.arch_of_model(model)
 
     def fit(self, model: nn.Module, epochs: int, save_dir: Path,
             meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:

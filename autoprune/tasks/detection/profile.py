@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...datasets.scenes import write_yolo_dataset
 from .api import analyze_sensitivity, train
@@ -17,22 +17,36 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
     scenes into ``work_dir/sens.json``. ``data``: an existing data.yaml to use instead (then
     recorded as the dataset). ``train_args`` go to Ultralytics' trainer over the small-set
     defaults (AdamW, lr0 0.003, one warm-up epoch, a step per batch)."""
+    return measure_with(train, analyze_sensitivity, key, work_dir, s, ratios, device=device,
+                        progress=progress, data=data, train_args=train_args)
+
+
+def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], key: str,
+                 work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
+                 scenes_task: str = "detect", device: str = "auto", progress: bool = True,
+                 data: str | Path | None = None, train_args: dict[str, Any] | None = None
+                 ) -> tuple[Path, dict[str, Any]]:
+    """:func:`measure_profile` for a YOLO task whose API has ``train_fn`` / ``analyze_fn``
+    (detection, or instance segmentation with ``scenes_task="segment"``: polygon labels)."""
     # Ultralytics' defaults suit large sets; a small set wants a step per batch and AdamW
     train_args = {"optimizer": "AdamW", "lr0": 0.003, "warmup_epochs": 1,
                   "nbs": s["batch_size"], **(train_args or {})}
     if data is None:
         data_yaml = write_yolo_dataset(work_dir / "scenes", train=s["train_images"],
-                                       val=s["val_images"], size=s["input_size"], seed=s["seed"])
-        dataset = ("Fashion-MNIST scenes (autoprune.datasets.scenes.write_yolo_dataset: 1-4 "
-                   "garments per canvas, 10 classes; train garments from the train split, "
-                   "val from the test split)")
+                                       val=s["val_images"], size=s["input_size"], seed=s["seed"],
+                                       task=scenes_task)
+        how = ("Fashion-MNIST scenes with polygon labels (autoprune.datasets.scenes."
+               "write_yolo_dataset(task='segment'): " if scenes_task == "segment" else
+               "Fashion-MNIST scenes (autoprune.datasets.scenes.write_yolo_dataset: ")
+        dataset = how + ("1-4 garments per canvas, 10 classes; train garments from the train "
+                         "split, val from the test split)")
     else:
         data_yaml, dataset = Path(data), f"user data {Path(data).name}"
-    base = train(f"{key}.yaml", data_yaml, epochs=s["epochs"], input_size=s["input_size"],
-                 batch_size=s["batch_size"], save_dir=work_dir / "base", device=device,
-                 seed=s["seed"], train_args=train_args, progress=progress)
+    base = train_fn(f"{key}.yaml", data_yaml, epochs=s["epochs"], input_size=s["input_size"],
+                    batch_size=s["batch_size"], save_dir=work_dir / "base", device=device,
+                    seed=s["seed"], train_args=train_args, progress=progress)
     measured = work_dir / "sens.json"
-    analyze_sensitivity(base.baseline_path, data_yaml, measured, ratios=ratios,
-                        batch_size=s["batch_size"], device=device, eval_limit=s["val_images"],
-                        progress=progress)
+    analyze_fn(base.baseline_path, data_yaml, measured, ratios=ratios,
+               batch_size=s["batch_size"], device=device, eval_limit=s["val_images"],
+               progress=progress)
     return measured, {"dataset": dataset, "train_args": train_args}

@@ -10,8 +10,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from ...engine.checkpoint import read_pruned_metadata
-from ...errors import CheckpointError, ConfigError
+from ...errors import ConfigError
 from ..detection import models as yolo
 from ..detection.adapter import DetectionAdapter
 from . import models as seg
@@ -51,6 +50,10 @@ class InstanceSegmentationAdapter(DetectionAdapter):
     yolo_task = "segment"
     trainer_class = seg.KeepModuleSegmentationTrainer
     validator_class = seg.PatientSegmentationValidator
+    kind, families = "YOLO-seg", FAMILIES
+    canonical_arch = staticmethod(canonical_seg_arch)
+    resolve_arch = staticmethod(resolve_arch)
+    arch_of_model = staticmethod(arch_of_model)
 
     def __init__(self, data: str | os.PathLike | None = None,
                  eval_data: str | os.PathLike | None = None, **kwargs: Any):
@@ -58,29 +61,6 @@ class InstanceSegmentationAdapter(DetectionAdapter):
         for found in (self.data, self.eval_data):
             if found is not None:
                 check_polygons(found)
-
-    def arch_key(self, model: Any) -> str | None:
-        """``yolov8n-seg``... of a name (``"yolov8n-seg.yaml"``; ConfigError if unknown), a .pt
-        checkpoint (autoprune's metadata, or the YAML inside an Ultralytics one), or a YOLO object
-        / SegmentationModel (None if unknown)."""
-        if not isinstance(model, (str, os.PathLike)):
-            return arch_of_model(model)
-        path = Path(model)
-        if path.suffix.lower() == ".pt" and path.is_file() \
-                and not canonical_seg_arch(path.stem.lower()):
-            try:
-                arch = read_pruned_metadata(path).get("arch")
-            except CheckpointError:  # an Ultralytics checkpoint (a pickle: the user's own file)
-                arch = arch_of_model(yolo.load_ultralytics(path))
-            if arch is None:
-                raise ConfigError(f"{path} does not say which YOLO-seg model it holds: pass its "
-                                  f"YAML name ({FAMILIES})")
-            return arch
-        return resolve_arch(str(model))
-
-    def arch_of(self, model: nn.Module) -> str | None:
-        """The architecture key of a built model, from the YAML it was made from."""
-        return arch_of_model(model)
 
     def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
         """An untrained, patched (split-free) SegmentationModel of ``arch``."""
