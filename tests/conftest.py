@@ -326,3 +326,19 @@ def run_offline_child(tmp_path, body: str, timeout: int = 600) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
+
+
+def scenes_validated_on_train(root, train: int, task: str = "detect"):
+    """A YOLO data.yaml of ``train`` scenes of one large garment at 64 px (``task="segment"``:
+    polygon labels) whose val split is the training images, so a model trained for seconds
+    already scores above 0 (the sensitivities need a non-zero baseline)."""
+    import yaml
+
+    from autoprune.datasets.scenes import write_yolo_dataset
+
+    path = write_yolo_dataset(root, train=train, val=4, size=64, seed=0, objects=(1, 1),
+                              scale=(0.8, 1.0), task=task)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["val"] = "images/train"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path

@@ -18,7 +18,8 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
-from conftest import randomize_norms, run_offline_child, stop_after_first_save
+from conftest import (randomize_norms, run_offline_child, scenes_validated_on_train,
+                      stop_after_first_save)
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
@@ -45,15 +46,7 @@ def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.fixture(scope="module")
 def data_yaml(tmp_path_factory):
-    """24 scenes of one large garment; validation runs on the training images, so a model trained
-    for a few seconds already scores above 0 (the sensitivities need a non-zero baseline)."""
-    root = tmp_path_factory.mktemp("scenes")
-    path = write_yolo_dataset(root, train=24, val=4, size=64, seed=0, objects=(1, 1),
-                              scale=(0.8, 1.0))
-    cfg = yaml.safe_load(path.read_text())
-    cfg["val"] = "images/train"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
+    return scenes_validated_on_train(tmp_path_factory.mktemp("scenes"), 24)
 
 
 @pytest.fixture(scope="module")

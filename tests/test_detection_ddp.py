@@ -13,11 +13,10 @@ import yaml
 
 import autoprune
 from autoprune import detection as det
-from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import DetectionAdapter
 from autoprune.tasks.detection import models as yolo
 
-from conftest import torchrun
+from conftest import scenes_validated_on_train, torchrun
 
 pytestmark = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir() and
@@ -74,13 +73,7 @@ def _shapes(model: torch.nn.Module) -> dict:
 
 @pytest.fixture(scope="module")
 def data_yaml(tmp_path_factory):
-    root = tmp_path_factory.mktemp("scenes")
-    path = write_yolo_dataset(root, train=16, val=4, size=64, seed=0, objects=(1, 1),
-                              scale=(0.8, 1.0))
-    cfg = yaml.safe_load(path.read_text())
-    cfg["val"] = "images/train"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
+    return scenes_validated_on_train(tmp_path_factory.mktemp("scenes"), 16)
 
 
 @pytest.fixture(scope="module")
@@ -237,8 +230,7 @@ def test_instance_segmentation_retrains_its_pruned_model_under_torchrun(tmp_path
     ranks, every rank ends holding the pruned model that was written."""
     from autoprune import instance_segmentation as iseg
 
-    data = write_yolo_dataset(tmp_path / "scenes", train=16, val=4, size=64, seed=0,
-                              objects=(1, 1), scale=(0.8, 1.0), task="segment")
+    data = scenes_validated_on_train(tmp_path / "scenes", 16, task="segment")
     script = tmp_path / "train.py"
     script.write_text(ISEG_SCRIPT.replace("KWARGS", repr({**SMALL, **PRUNE})))
     stdout = torchrun([str(script), str(tmp_path / "out"), str(data), str(tmp_path / "run")])

@@ -21,7 +21,8 @@ from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.instance_segmentation import InstanceSegmentationAdapter
 from autoprune.tasks.instance_segmentation import models as seg
 
-from conftest import randomize_norms, run_offline_child, stop_after_first_save
+from conftest import (randomize_norms, run_offline_child, scenes_validated_on_train,
+                      stop_after_first_save)
 
 TRAIN_ARGS = dict(nbs=8, optimizer="AdamW", lr0=0.005, warmup_epochs=0, mosaic=0.0)
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False, train_args=TRAIN_ARGS)
@@ -43,15 +44,7 @@ def _shapes(model: nn.Module) -> dict:
 
 @pytest.fixture(scope="module")
 def data_yaml(tmp_path_factory):
-    """24 scenes of one large garment with polygon labels; validation on the training images, so
-    a model trained for seconds scores above 0 (the sensitivities need a non-zero baseline)."""
-    root = tmp_path_factory.mktemp("seg_scenes")
-    path = write_yolo_dataset(root, train=24, val=4, size=64, seed=0, objects=(1, 1),
-                              scale=(0.8, 1.0), task="segment")
-    cfg = yaml.safe_load(path.read_text())
-    cfg["val"] = "images/train"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
+    return scenes_validated_on_train(tmp_path_factory.mktemp("seg_scenes"), 24, task="segment")
 
 
 @pytest.fixture(scope="module")
