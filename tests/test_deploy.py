@@ -171,7 +171,8 @@ def test_a_stage_says_in_one_line_whether_its_ultralytics_file_needs_autoprune(t
     weights.mkdir(parents=True)
     for name in ("best.pt", "last.pt"):
         _save_like_ultralytics(model, weights / name)
-    monkeypatch.setattr(yolo, "native_block", lambda block: None)  # nothing can be written back
+    from autoprune.tasks.detection import native
+    monkeypatch.setattr(native, "native_block", lambda block: None)  # nothing can be written back
     write_deployable(tmp_path / "run")
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all("\n" not in line for line in lines)  # best.pt, last.pt

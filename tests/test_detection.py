@@ -1,10 +1,11 @@
-"""Detection journey (Ultralytics YOLO): split-free twins, groups and pruning, training that keeps the
-pruned module (train, last.pt, resume, val), weights-only reload in a fresh process, Ultralytics
+"""Detection journey (Ultralytics YOLO): split-free twins, groups and pruning, training that keeps
+the pruned module (train, last.pt, resume, val), weights-only reload in a fresh process, Ultralytics
 loading and ONNX export with no network access, the one-call flow and the three sensitivities_file
 modes, and bad inputs. Tiny settings: 64 px, 24 scene images, a few epochs."""
 import copy
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -179,7 +180,8 @@ def test_default_without_profile_lists_available(flow, data_yaml, tmp_path, monk
     empty = tmp_path / "no_profiles"
     empty.mkdir()
     monkeypatch.setattr("autoprune.flow.defaults.profile_dir", lambda: empty)
-    with pytest.raises(autoprune.ConfigError, match="no DEFAULT sensitivity profile for 'yolov8n'") as e:
+    with pytest.raises(autoprune.ConfigError,
+                       match="no DEFAULT sensitivity profile for 'yolov8n'") as e:
         det.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path / "c",
                   sensitivities_file="DEFAULT", **SMALL)
     assert "bundled: none yet" in str(e.value) and "\n" not in str(e.value)
@@ -263,7 +265,8 @@ def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, 
     for path, batch in zip(child["onnx"], ("batch", 1)):  # ours: any batch; Ultralytics': 1
         graph = onnx.load(path)
         onnx.checker.check_model(graph)
-        dims = [d.dim_param or d.dim_value for d in graph.graph.output[0].type.tensor_type.shape.dim]
+        shape = graph.graph.output[0].type.tensor_type.shape
+        dims = [d.dim_param or d.dim_value for d in shape.dim]
         assert dims[0] == batch, path
 
 
@@ -522,7 +525,8 @@ def test_foreign_pickle_is_refused_without_running_it(data_yaml, tmp_path):
 
 
 def test_ultralytics_checkpoint_of_patched_model_loads_safely(tmp_path):
-    """Ultralytics checkpoints of autoprune's own (split-free, pruned) modules pass the safe load."""
+    """Ultralytics checkpoints of autoprune's own (split-free, pruned) modules pass the safe load;
+    they name the split-free classes as files written before models.py was split did."""
     with yolo.quiet():
         model = yolo.patch_model(yolo.DetectionModel("yolo11n.yaml", nc=3, verbose=False))
     torch.save({"model": copy.deepcopy(model).half(), "train_args": {"imgsz": 64}},
@@ -530,10 +534,15 @@ def test_ultralytics_checkpoint_of_patched_model_loads_safely(tmp_path):
     loaded = yolo.load_ultralytics(tmp_path / "u.pt")
     assert any(isinstance(m, yolo.SPLIT_FREE) for m in loaded.modules())
     assert _shapes(loaded) == _shapes(model) and loaded.args["imgsz"] == 64
+    with zipfile.ZipFile(tmp_path / "u.pt") as archive:
+        pickled = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+    assert b"autoprune.tasks.detection.models\nC2fSplitFree" in pickled
+    assert b"autoprune.tasks.detection.twins" not in pickled
 
 
 def test_resume_refuses_a_last_pt_outside_an_autoprune_run(tmp_path):
-    """resume writes best.pt / last.pt three folders up: only from <save_dir>/ultralytics/weights."""
+    """resume writes best.pt / last.pt three folders up: only from
+    <save_dir>/ultralytics/weights."""
     stray = tmp_path / "elsewhere" / "last.pt"
     stray.parent.mkdir()
     stray.write_bytes(b"x")

@@ -1,7 +1,6 @@
-"""Detection adapter: Ultralytics YOLO (the families of :mod:`.yolo_names`) on a YOLO
-``data.yaml`` (read by :mod:`.detection_data`); Ultralytics trains and validates, mAP50-95 is the
-metric. With :mod:`autoprune.tasks.yolo`, the only modules of the package that import Ultralytics
-(offline: see that module)."""
+"""Detection adapter: Ultralytics YOLO (the families of :mod:`.names`) on a YOLO ``data.yaml``
+(read by :mod:`.data`); Ultralytics trains and validates, mAP50-95 is the metric. Ultralytics is
+reached through :mod:`.models` (whose modules import it offline: see :mod:`.offline`)."""
 from __future__ import annotations
 
 import copy
@@ -99,7 +98,8 @@ class DetectionAdapter(TaskAdapter):
             raise ConfigError(f"input_size={self.input_size} must be a multiple of 32 (YOLO's "
                               f"largest stride), at least 32: e.g. 64, 320 or 640")
         self.device = pick_device(device)
-        self.batch_size, self.workers, self.seed, self.progress = batch_size, workers, seed, progress
+        self.batch_size, self.workers = batch_size, workers
+        self.seed, self.progress = seed, progress
         self.sync_bn = bool(sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
         self.train_args = dict(train_args or {})
         taken = sorted(set(self.train_args) & RESERVED)
@@ -117,7 +117,8 @@ class DetectionAdapter(TaskAdapter):
                               f"classes: use the same 'names:' in both")
         found = (self.data or self.eval_data or {}).get("nc")
         if nc is not None and found is not None and nc != found:
-            raise ConfigError(f"nc={nc} but the data has {found} classes: pass nc={found} or omit it")
+            raise ConfigError(f"nc={nc} but the data has {found} classes: pass nc={found} or "
+                              f"omit it")
         self.nc = nc if nc is not None else found
         self.names = (self.data or self.eval_data or {}).get("names")
         self.eval_set = None

@@ -43,7 +43,8 @@ from .adapter import DetectionAdapter, write_deployable
 
 
 def _is_file(x: Any) -> bool:
-    return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(".pt") and Path(x).is_file()
+    return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(".pt") \
+        and Path(x).is_file()
 
 
 def _autoprune_meta(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -307,10 +308,12 @@ def resume_with(adapter_class: type[DetectionAdapter], last: str | os.PathLike,
     """:func:`resume` for a task whose adapter is ``adapter_class`` (detection or a subclass)."""
     last = Path(last)
     if not last.is_file():
-        raise CheckpointError(f"no checkpoint at {last}: pass <save_dir>/ultralytics/weights/last.pt")
+        raise CheckpointError(f"no checkpoint at {last}: pass "
+                              f"<save_dir>/ultralytics/weights/last.pt")
     if (last.parent.name, last.parent.parent.name) != ("weights", "ultralytics"):
-        raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an autoprune "
-                              f"run (resume writes <save_dir>/best.pt and last.pt): pass that file")
+        raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an "
+                              f"autoprune run (resume writes <save_dir>/best.pt and last.pt): "
+                              f"pass that file")
     init_from_env()  # under torchrun: every rank trains on (DDP), rank 0 writes
     device = {"device": str(torch.cuda.current_device())} \
         if rank_and_world()[1] > 1 and torch.cuda.is_available() else {}  # the rank's own GPU

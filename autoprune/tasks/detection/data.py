@@ -38,7 +38,8 @@ def _images_of(entry: Any, root: Path, split: str, data_yaml: Path) -> list[Path
 
 
 def label_path(image: Path) -> Path:
-    """Where Ultralytics looks for an image's labels (``.../images/...`` -> ``.../labels/....txt``)."""
+    """Where Ultralytics looks for an image's labels (``.../images/...`` ->
+    ``.../labels/....txt``)."""
     parts = str(image).rsplit(f"{os.sep}images{os.sep}", 1)
     return Path(f"{os.sep}labels{os.sep}".join(parts)).with_suffix(".txt")
 

@@ -44,7 +44,7 @@ class PatientSegmentationValidator(SegmentationValidator):
     """SegmentationValidator whose NMS has no time limit (same results, independent of load)."""
 
     def postprocess(self, preds):
-        with yolo._patient_nms():
+        with yolo.patient_nms():
             return super().postprocess(preds)
 
 

@@ -1,0 +1,139 @@
+"""The trainer that fine-tunes the given (pruned) module instead of rebuilding it from YAML, in one
+process or in torchrun's (DDP over the process group it finds), and the resumption of a run."""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from ...errors import ConfigError
+from ...flow.training import use_sync_batchnorm
+from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
+from .checkpoints import load_ultralytics
+from .console import quiet
+from .ddp import cpu_ddp, group_size, one_process, plain_batchnorm
+from .twins import patch_model
+from .validator import PatientValidator
+
+from ultralytics import YOLO  # noqa: E402
+from ultralytics.models.yolo.detect import DetectionTrainer  # noqa: E402
+
+
+class KeepModuleTrainer(DetectionTrainer):
+    """DetectionTrainer that trains the module it is given instead of rebuilding it from YAML.
+
+    Ultralytics' own ``get_model`` builds a fresh model from the YAML and copies the tensors whose
+    shapes match, which silently undoes pruning. Here a module passed as ``weights`` (resume, a
+    loaded checkpoint) or set as ``module`` on a subclass (an in-memory model) is used as it is.
+    Resume a run with ``YOLO(last_pt).train(resume=True, trainer=KeepModuleTrainer)``.
+
+    Inside torchrun's processes (a process group of several ranks already initialised, each rank
+    holding its own copy of the pruned module) it trains as Ultralytics' DDP workers do, over
+    that group: gloo on CPU ranks, whatever backend the group has on GPUs, each rank on the
+    device it was given; Ultralytics' own launcher, which rebuilds the model from YAML in a
+    subprocess, is never used. Rank 0 alone writes checkpoints and validates best.pt at the end.
+    ``sync_bn`` (set on a subclass) trains with ``SyncBatchNorm``; checkpoints keep BatchNorm.
+    """
+
+    module: nn.Module | None = None
+    sync_bn: bool = False
+    _restore_bn = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        world = group_size()
+        if world > 1:
+            from ultralytics.engine import trainer as base
+
+            if base.RANK == -1:  # Ultralytics read no RANK: every rank would write the run
+                raise ConfigError("detection training on several processes needs torchrun's "
+                                  "environment (RANK, LOCAL_RANK, WORLD_SIZE): launch it with "
+                                  "`torchrun --nproc_per_node N ...`")
+            self.world_size, self.ddp = world, False  # a DDP worker already, not a launcher
+
+    def _setup_ddp(self):
+        """torchrun's process group is up already: pin this rank's GPU, start nothing."""
+        if group_size() <= 1:
+            return super()._setup_ddp()
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if dist.get_rank() == 0:
+            print(f"[autoprune] DistributedDataParallel over {self.world_size} processes "
+                  f"({dist.get_backend()}), {self.batch_size // self.world_size} images per "
+                  f"process per step", flush=True)
+
+    def get_model(self, cfg=None, weights=None, verbose=True):
+        m = weights if isinstance(weights, nn.Module) else type(self).module
+        if m is None:
+            return super().get_model(cfg, weights, verbose)
+        m = patch_model(m)  # an unpatched checkpoint trains as well, and stays prunable
+        if self.data.get("names"):
+            m.names = self.data["names"]
+        return m.float().requires_grad_(True)  # checkpoints are stored frozen, in half precision
+
+    def setup_model(self):
+        ckpt = super().setup_model()
+        if self.sync_bn and self._restore_bn is None:
+            self._restore_bn = use_sync_batchnorm(self.model)
+        return ckpt
+
+    def _setup_train(self):
+        with cpu_ddp(self.device.type == "cpu" and self.world_size > 1):
+            super()._setup_train()
+        if self.sync_bn:  # the EMA (what checkpoints hold) is a copy: plain BatchNorm again
+            plain_batchnorm(self.ema.ema)
+
+    def _do_train(self):
+        try:
+            super()._do_train()
+        finally:
+            if self._restore_bn is not None:  # the module trained keeps its BatchNorm modules
+                self._restore_bn()
+                self._restore_bn = None
+
+    def final_eval(self):
+        """Validate best.pt at the end: under torchrun rank 0 alone, on the whole val split."""
+        if self.world_size <= 1 or group_size() <= 1:
+            return super().final_eval()
+        if dist.get_rank() == 0:
+            self.validator.dataloader = None  # it held this rank's shard of the val split
+            with one_process():
+                super().final_eval()
+        dist.barrier()
+
+    def get_validator(self):
+        validator = super().get_validator()
+        validator.__class__ = PatientValidator  # the same validator, NMS without a time limit
+        return validator
+
+
+def keep_module_trainer(module: nn.Module | None, base: type[KeepModuleTrainer] | None = None,
+                        *, sync_bn: bool = False) -> type[KeepModuleTrainer]:
+    """A subclass of ``base`` (KeepModuleTrainer, or another task's twin of it) that trains
+    ``module`` (an in-memory model; None: the module of the checkpoint it resumes), with
+    ``SyncBatchNorm`` when ``sync_bn``."""
+    base = base or KeepModuleTrainer
+    return type(base.__name__, (base,), {"module": module, "sync_bn": sync_bn,
+                                         "__module__": base.__module__})
+
+
+def resume_training(last: str | os.PathLike, progress: bool = True,
+                    trainer: type[KeepModuleTrainer] | None = None, **overrides):
+    """Continue an interrupted Ultralytics run from its ``last.pt`` with :class:`KeepModuleTrainer`
+    (or ``trainer``, a subclass of it: the pruned module itself trains on); ``overrides``: the
+    settings Ultralytics lets a resumed run change (``device``...). Returns the ``YOLO`` object,
+    its ``trainer`` done."""
+    load_ultralytics(last)  # refuses a file of unknown classes before Ultralytics unpickles it
+    threads = torch.get_num_threads()
+    try:
+        with quiet(not progress):
+            wrapper = YOLO(str(last))
+            wrapper.train(resume=True, trainer=trainer or KeepModuleTrainer, **overrides)
+    finally:
+        torch.set_num_threads(threads)
+    return wrapper
+
+
+__all__ = ["KeepModuleTrainer", "keep_module_trainer", "resume_training"]

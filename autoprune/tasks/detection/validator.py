@@ -1,0 +1,39 @@
+"""Ultralytics' detection validator with an NMS that has no time limit: the same results,
+independent of the machine's load."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
+
+from ultralytics.models.yolo.detect import DetectionValidator  # noqa: E402
+from ultralytics.utils import nms  # noqa: E402
+
+
+@contextlib.contextmanager
+def patient_nms() -> Iterator[None]:
+    """Ultralytics' NMS stops after 2 s + 0.05 s per image and drops the rest: on a loaded CPU
+    that makes mAP (and every sensitivity point) depend on the machine's load. Lift the limit."""
+    original = nms.non_max_suppression
+
+    def patient(*args, **kwargs):
+        kwargs.setdefault("max_time_img", 1e6)
+        return original(*args, **kwargs)
+
+    nms.non_max_suppression = patient
+    try:
+        yield
+    finally:
+        nms.non_max_suppression = original
+
+
+class PatientValidator(DetectionValidator):
+    """DetectionValidator whose NMS has no time limit (same results, independent of load)."""
+
+    def postprocess(self, preds):
+        with patient_nms():
+            return super().postprocess(preds)
+
+
+__all__ = ["PatientValidator", "patient_nms"]
