@@ -23,6 +23,23 @@ NUM_CLASSES = 10
 IMG = 32
 
 
+def has_fmnist() -> bool:
+    """True when Fashion-MNIST is where autoprune looks for it (``$AUTOPRUNE_FASHION_MNIST``, then
+    Debian's ``/usr/share/datasets/fashion-mnist``: ``apt-get install dataset-fashion-mnist``)."""
+    from autoprune.datasets import find_root
+    from autoprune.errors import ConfigError
+
+    try:
+        find_root()
+    except ConfigError:
+        return False
+    return True
+
+
+# the tests that train on Fashion-MNIST (or its scenes) skip where it is not installed
+needs_fmnist = pytest.mark.skipif(not has_fmnist(), reason="dataset-fashion-mnist not installed")
+
+
 class ToyNet(nn.Module):
     """stem conv-bn-relu; a residual block x + bn(conv(relu(bn(conv(x))))); two parallel conv
     branches concatenated; a strided conv; global pool; linear head."""

@@ -7,9 +7,10 @@ import pytest
 
 from autoprune.engine.checkpoint import read_pruned_metadata, read_state_dict
 
+from conftest import needs_fmnist
+
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
-                                reason="dataset-fashion-mnist not installed")
+pytestmark = needs_fmnist
 
 
 def test_task_flows_quick(tmp_path, capsys):

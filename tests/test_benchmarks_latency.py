@@ -1,7 +1,6 @@
 """benchmarks/latency_aware.py runs end to end on tiny settings, with timing replaced by FLOPs
 ratios (deterministic: its figures come from real timings in full runs)."""
 import importlib.util
-import os
 import re
 from pathlib import Path
 
@@ -9,6 +8,8 @@ import pytest
 
 from autoprune.engine.latency import PairedTimer
 from autoprune.engine.measure import count_flops
+
+from conftest import needs_fmnist
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -19,9 +20,7 @@ def _flops_ratio(self, candidate):
     return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-                    not os.environ.get("AUTOPRUNE_FASHION_MNIST"),
-                    reason="dataset-fashion-mnist not installed")
+@needs_fmnist
 def test_latency_aware_benchmark_tiny(capsys, monkeypatch):
     monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
     spec = importlib.util.spec_from_file_location("bench_latency_aware",

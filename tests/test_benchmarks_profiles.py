@@ -1,18 +1,17 @@
 """benchmarks/default_vs_own.py on tiny settings (classification only): a profile built into
 tmp_path is the DEFAULT, compared with the model's own analysis at the same FLOPs target."""
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
 from autoprune.profiles.build import build_profile
 
+from conftest import needs_fmnist
+
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(
-    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
+pytestmark = needs_fmnist
 
 
 def test_default_vs_own_classification(tmp_path, monkeypatch, capsys):

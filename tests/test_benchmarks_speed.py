@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from conftest import needs_fmnist
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -45,8 +47,7 @@ def test_latency_vs_flops_tiny(capsys):
 
 @pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                     reason="torch.distributed with gloo is not available")
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
-                    reason="dataset-fashion-mnist not installed")
+@needs_fmnist
 def test_distributed_speed_tiny(capsys):
     bench = _load("distributed_speed")
     result = bench.main(["--quick", "--train-images", "128", "--limit", "32", "--ratios", "0.5",

@@ -18,14 +18,13 @@ from autoprune import classification as cls
 from autoprune.cli import main
 from autoprune.datasets import find_root
 
+from conftest import needs_fmnist
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(epochs=1, batch_size=32, input_size=32, train_limit=160, eval_limit=60,
              progress=False)
 RATIOS = (0.3, 0.6)
 
-needs_fmnist = pytest.mark.skipif(
-    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
 
 
 def _sha(path) -> str:

@@ -7,6 +7,8 @@ import pytest
 import autoprune
 from autoprune.cli import main
 
+from conftest import needs_fmnist
+
 
 @pytest.fixture
 def sens_file(tmp_path):
@@ -82,8 +84,7 @@ def test_version(capsys):
     assert version("autoprune") == autoprune.__version__
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
-                    reason="dataset-fashion-mnist not installed")
+@needs_fmnist
 def test_demo_runs_the_main_job_and_a_rerun_continues_without_training(tmp_path, capsys):
     """`autoprune demo` (what ./run.sh runs) on a tiny subset: it prunes, writes its outputs, and
     run again it resumes: nothing is trained or measured twice, the table is printed again."""

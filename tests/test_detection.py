@@ -4,7 +4,6 @@ loading and ONNX export with no network access, the one-call flow and the three 
 modes, and bad inputs. Tiny settings: 64 px, 24 scene images, a few epochs."""
 import copy
 import json
-import os
 import zipfile
 from pathlib import Path
 
@@ -19,17 +18,15 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
-from conftest import (randomize_norms, run_offline_child, scenes_validated_on_train,
-                      stop_after_first_save)
+from conftest import (needs_fmnist, randomize_norms, run_offline_child,
+                      scenes_validated_on_train, stop_after_first_save)
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
              train_args=dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=1, mosaic=0.0))
 ARCHS = ["yolov8n", "yolov8s", "yolo11n", "yolo11s"]
 
-pytestmark = pytest.mark.skipif(
-    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
+pytestmark = needs_fmnist
 
 
 def _params(model: nn.Module) -> int:

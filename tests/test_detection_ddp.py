@@ -4,8 +4,6 @@ loads and has the single-process run's architecture; an interrupted run resumes 
 from the CLI; settings that cannot work over several processes are refused in one line.
 Tiny settings: YOLOv8n from YAML, 16 scenes at 64 px, 1 epoch per stage."""
 import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,11 +14,9 @@ from autoprune import detection as det
 from autoprune.tasks.detection import DetectionAdapter
 from autoprune.tasks.detection import models as yolo
 
-from conftest import scenes_validated_on_train, torchrun
+from conftest import needs_fmnist, scenes_validated_on_train, torchrun
 
-pytestmark = pytest.mark.skipif(
-    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
+pytestmark = needs_fmnist
 
 TRAIN_ARGS = dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=0, mosaic=0.0)
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, device="cpu", progress=False,

@@ -1,6 +1,5 @@
 """Sensitivity analysis sharded over 2 gloo processes equals the single-process result; rank 0
 writes one file; a killed distributed run's shard files are absorbed by the next run."""
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +9,8 @@ import torchvision
 
 import autoprune
 from autoprune.engine.store import SensitivityRecord, shard_path, write_record
+
+from conftest import needs_fmnist
 
 GROUPS = ["conv1", "layer1.0.conv1", "layer2.0.conv2", "layer3.0.conv1", "layer4.1.conv1"]
 RATIOS = (0.3, 0.6)
@@ -102,8 +103,6 @@ def _torchrun(args: list[str]) -> str:
     return torchrun(["-m", "autoprune", *args])
 
 
-needs_fmnist = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
-                                  reason="dataset-fashion-mnist not installed")
 
 
 @needs_fmnist

@@ -4,7 +4,6 @@ module kept through an interrupted and resumed training, reload in a fresh offli
 ONNX export. Tiny settings: 64 px, 24 scene images of one large garment, 1 epoch after the base."""
 import copy
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,17 +20,15 @@ from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.instance_segmentation import InstanceSegmentationAdapter
 from autoprune.tasks.instance_segmentation import models as seg
 
-from conftest import (randomize_norms, run_offline_child, scenes_validated_on_train,
-                      stop_after_first_save)
+from conftest import (needs_fmnist, randomize_norms, run_offline_child,
+                      scenes_validated_on_train, stop_after_first_save)
 
 TRAIN_ARGS = dict(nbs=8, optimizer="AdamW", lr0=0.005, warmup_epochs=0, mosaic=0.0)
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False, train_args=TRAIN_ARGS)
 META = {"task": "instance_segmentation", "arch": "yolov8n-seg", "build": {"nc": 10},
         "input_size": 64}
 
-pytestmark = pytest.mark.skipif(
-    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
+pytestmark = needs_fmnist
 
 
 def _params(model: nn.Module) -> int:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-from pathlib import Path
 
 import pytest
 import yaml
@@ -19,13 +17,12 @@ from autoprune.engine.latency import PairedTimer
 from autoprune.engine.measure import count_flops
 from autoprune.flow.report import target_rows, to_console, to_csv, to_markdown
 
+from conftest import needs_fmnist
+
 SMALL = dict(epochs=1, batch_size=32, input_size=32, train_limit=160, eval_limit=60,
              progress=False)
 RATIOS = (0.3, 0.6, 0.9)
 
-needs_fmnist = pytest.mark.skipif(
-    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import autoprune
 from autoprune.cli import main
 from autoprune.flow.defaults import available_profiles, find_profile, profile_dir, register_profile
 
+from conftest import needs_fmnist
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -170,9 +172,6 @@ def test_wheel_ships_the_profiles_and_resolves_default(tmp_path):
 
 
 # -- architecture keys of what the user passes, DEFAULT resolution and refusal ---------------------
-needs_fmnist = pytest.mark.skipif(
-    not Path("/usr/share/datasets/fashion-mnist").is_dir() and
-    not os.environ.get("AUTOPRUNE_FASHION_MNIST"), reason="dataset-fashion-mnist not installed")
 
 
 def _fake_profile(folder, adapter, model, task, key):

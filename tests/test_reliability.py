@@ -13,11 +13,9 @@ import torch
 
 import autoprune
 from autoprune.cli import main
-from conftest import RefEval, make_input, make_model
+from conftest import RefEval, make_input, make_model, needs_fmnist
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_fmnist = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
-                                  reason="dataset-fashion-mnist not installed")
 
 GUARD = textwrap.dedent("""
     import socket

@@ -16,8 +16,9 @@ from PIL import Image
 import autoprune
 from autoprune import segmentation as seg
 from autoprune.cli import main
-from autoprune.datasets import find_root
 from autoprune.tasks.segmentation import SegmentationAdapter
+
+from conftest import has_fmnist, needs_fmnist
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(epochs=1, batch_size=8, input_size=64, train_limit=32, eval_limit=8, progress=False)
@@ -29,21 +30,12 @@ SCENE_KEYS = {"miou", "iou_background", "iou_t_shirt_top", "iou_trouser", "iou_p
               "iou_ankle_boot"}
 
 
-def _has_fmnist() -> bool:
-    try:
-        find_root()
-        return True
-    except autoprune.ConfigError:
-        return False
-
-
-needs_fmnist = pytest.mark.skipif(not _has_fmnist(), reason="dataset-fashion-mnist not installed")
 
 
 @pytest.fixture(scope="module")
 def base_ckpt(tmp_path_factory):
     """A Unet-resnet18 trained one epoch on 32 scenes (plain training, step 1)."""
-    if not _has_fmnist():
+    if not has_fmnist():
         pytest.skip("dataset-fashion-mnist not installed")
     out = tmp_path_factory.mktemp("segbase")
     result = seg.train("unet", "resnet18", train_data="fashion-scenes", save_dir=out, **SMALL)
@@ -340,7 +332,7 @@ def test_bad_dataset_items(dataset, match, tmp_path):
 ])
 def test_bad_arguments_one_line(kwargs, match, tmp_path):
     kwargs = {"train_data": "fashion-scenes", **kwargs}
-    if kwargs["train_data"] == "fashion-scenes" and not _has_fmnist():
+    if kwargs["train_data"] == "fashion-scenes" and not has_fmnist():
         pytest.skip("dataset-fashion-mnist not installed")
     with pytest.raises(autoprune.AutopruneError, match=match) as e:
         seg.train(save_dir=tmp_path, **{**SMALL, **kwargs})
