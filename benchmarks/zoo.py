@@ -9,11 +9,19 @@ removed, seconds) and a last line ``ok=<n> refused=<r> failed=<f> total=<t>``.
     python benchmarks/zoo.py --only timm --jsonl zoo.jsonl    # one source (comma list allowed)
     python benchmarks/zoo.py timm/resnet18 smp/fpn/resnet34 yolov8n torchvision/alexnet
     python benchmarks/zoo.py                                  # all four sources (hours, 2 cores)
+    python benchmarks/zoo.py --jsonl zoo.jsonl --resume       # the same, in pieces: skips the
+                                                              # models zoo.jsonl already holds
 
 Status: ``ok`` (pruned, runs, reloads to identical outputs), ``refused`` (autoprune refuses the
 name with a ConfigError at ``arch_key`` / ``build``: one line with the reason), ``failed``
 (any other exception, outputs that differ after the round trip, or no result within
-``--timeout`` seconds).
+``--timeout`` seconds). A ``--jsonl`` line holds the result, the stage reached, the seconds each
+stage took (``t``) and the model's wall time (``wall``).
+
+``--resume`` (with ``--jsonl FILE``) skips the models that already have a line in FILE (whatever
+their status: delete a model's line to sweep it again) and prints the totals of the whole file,
+so a sweep interrupted, or run in shards (``--only timm``, ``--only smp``...) over several
+sessions, ends with the totals of all of it.
 
 Which models:
 
@@ -327,6 +335,38 @@ def line(res: dict) -> str:
     return f"{res['name']:44s} {size}  {detail}  ({res['wall']} s)"
 
 
+def read_results(path: str) -> dict[str, dict]:
+    """The last result per model name in the ``--jsonl`` file ``path`` (empty if there is none);
+    a line that does not parse, or has no name or known status (cut short by a killed sweep),
+    is skipped."""
+    results: dict[str, dict] = {}
+    if not os.path.exists(path):
+        return results
+    with open(path) as f:
+        for ln in f:
+            try:
+                res = json.loads(ln)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(res, dict) and isinstance(res.get("name"), str) and \
+                    res.get("status") in ("ok", "refused", "failed"):
+                results[res["name"]] = res
+    return results
+
+
+def _open_for_append(path: str):
+    """``path`` opened for appending, on a line of its own (a sweep killed mid-write leaves a
+    last line without its newline)."""
+    if os.path.exists(path) and os.path.getsize(path):
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            cut = f.read(1) != b"\n"
+        if cut:
+            with open(path, "a") as f:
+                f.write("\n")
+    return open(path, "a")
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", help="models (default: every model of the sources)")
@@ -334,6 +374,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--only", help="sources, comma-separated: " + ", ".join(SOURCES))
     p.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
     p.add_argument("--jsonl", help="also append each result to this file")
+    p.add_argument("--resume", action="store_true",
+                   help="with --jsonl: skip the models the file already holds; the totals count "
+                        "the whole file")
     p.add_argument("--child", metavar="NAME", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -343,25 +386,34 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = [s for s in sources if s not in SOURCES]
     if unknown:
         p.error(f"unknown source(s) {', '.join(unknown)}: choose from {', '.join(SOURCES)}")
+    if args.resume and not args.jsonl:
+        p.error("--resume needs --jsonl FILE: the results of the earlier runs to skip")
     if args.names:
         names = args.names
     elif args.quick:
         names = [n for n in QUICK if split_name(n)[0] in sources]
     else:
         names = [n for s in sources for n in LISTS[s]()]
-    out = open(args.jsonl, "a") if args.jsonl else None
-    counts = {"ok": 0, "refused": 0, "failed": 0}
+    results = read_results(args.jsonl) if args.resume else {}
+    todo = [n for n in names if n not in results]
+    if args.resume:
+        print(f"# {len(names) - len(todo)} of {len(names)} models already in {args.jsonl} "
+              f"(skipped), {len(results)} in all", flush=True)
+    out = _open_for_append(args.jsonl) if args.jsonl else None
     start = time.time()
-    for name in names:
+    for name in todo:
         res = run_one(name, args.timeout)
-        counts[res["status"]] += 1
+        results[name] = res
         print(line(res), flush=True)
         if out:
             out.write(json.dumps(res) + "\n")
             out.flush()
     if out:
         out.close()
-    print(f"# {len(names)} models in {time.time() - start:.0f} s", flush=True)
+    print(f"# {len(todo)} models in {time.time() - start:.0f} s", flush=True)
+    counts = {"ok": 0, "refused": 0, "failed": 0}
+    for res in results.values():  # this run's models; with --resume, the whole file's
+        counts[res["status"]] += 1
     print(f"ok={counts['ok']} refused={counts['refused']} failed={counts['failed']} "
           f"total={sum(counts.values())}", flush=True)
     return counts

@@ -1,7 +1,8 @@
 """benchmarks/zoo.py --quick: a fixed sample of the four zoos (timm, torchvision, smp, YOLO) runs in
 a subprocess, prints a line per model and the totals line. The sample holds models that prune
 today (a CSP stage with its conv_exp ignored, an attention model with its head projections
-ignored) and two refused by name (timm dpn48b, yolov9c), about a minute on the 2-core machine."""
+ignored) and two refused by name (timm dpn48b, yolov9c), about a minute on the 2-core machine.
+``--resume`` skips the models its ``--jsonl`` file holds and counts the whole file."""
 import re
 import subprocess
 import sys
@@ -54,3 +55,41 @@ def test_the_size_retry_tries_a_multiple_of_the_patch_size_before_the_native_siz
     assert zoo.retry_sizes(deepseek, 64) == [70, 546]  # 14 px patches; 546 px took minutes
     assert zoo.retry_sizes(vit, 64) == [224]  # 64 px is a patch multiple: its position embedding
     assert zoo.retry_sizes(resnet, 64) == [224]
+
+
+def _sweep(*args: str) -> list[str]:
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo.py"), *args],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.rstrip().splitlines()
+
+
+def test_resume_skips_the_models_the_jsonl_holds_and_counts_the_whole_file(tmp_path):
+    import json
+
+    jsonl = tmp_path / "zoo.jsonl"
+    earlier = {"name": "timm/mobilenetv3_small_050", "status": "failed", "source": "timm",
+               "error": "no result within 1 s", "wall": 1.0}  # a result no real run gives
+    # ... and a last line cut short by a killed sweep (no newline): skipped, not glued to
+    jsonl.write_text(json.dumps(earlier) + "\n" + '{"name": "timm/resnet18", "sta')
+    names = ["timm/mobilenetv3_small_050", "yolo/yolov8n"]
+    lines = _sweep(*names, "--jsonl", str(jsonl), "--resume")
+    rows = [ln for ln in lines[:-1] if not ln.startswith("#")]
+    assert len(rows) == 1 and rows[0].startswith("yolo/yolov8n ") and " ok: " in rows[0]
+    assert lines[-1] == "ok=1 refused=0 failed=1 total=2"  # the earlier failure is counted
+    results = [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.endswith("}")]
+    assert [r["name"] for r in results] == names and results[0] == earlier
+    assert results[1]["wall"] > 0 and results[1]["t"]["total"] > 0  # the model's own times
+
+    lines = _sweep(*names, "--jsonl", str(jsonl), "--resume")  # nothing left: nothing runs
+    assert not [ln for ln in lines[:-1] if not ln.startswith("#")]
+    assert lines[-1] == "ok=1 refused=0 failed=1 total=2"
+    # a shard of other models counts the file's models too
+    lines = _sweep("torchvision/not_a_model", "--jsonl", str(jsonl), "--resume")
+    assert lines[-1] == "ok=1 refused=1 failed=1 total=3", lines
+
+
+def test_resume_needs_a_jsonl():
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo.py"), "--resume",
+                          "yolov8n"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 2 and "--resume needs --jsonl FILE" in run.stderr

@@ -8,7 +8,8 @@ checkpoint is loaded into a fresh tiny model with ``load_pruned``); ``BY_NAME`` 
 smallest zoo member through the adapter and reloads it with ``cls.load_model`` (64 px or less).
 The whole sweep (``benchmarks/zoo.py``) covers one model per timm family; these are the layouts
 the sweep found broken: attention (head projections ignored), MetaFormer's ``Scale``, BlurPool,
-CSP stages, NFNet gains, RmsNorm, Sequencer's LSTMs and the group-search budget (ECA).
+CSP stages, NFNet gains, RmsNorm, Sequencer's LSTMs, the group-search budget (ECA) and SKNet's
+selective kernels.
 """
 from __future__ import annotations
 
@@ -18,13 +19,16 @@ import torch
 import torch.nn as nn
 
 from timm.layers import GluMlp, RmsNorm
-from timm.models import metaformer, mlp_mixer, resnet
+from timm.models import metaformer, mlp_mixer, resnet, sknet
 
 import autoprune as ap
 from autoprune import classification as cls
 from autoprune.tasks.classification import ClassificationAdapter
 from autoprune.tasks import timm_rules as timm_models
-from conftest import assert_one_line, prunes_by_name_and_reloads
+from autoprune.engine.groups import PruningGraph
+from autoprune.engine.masking import masked_matches_pruned
+from autoprune.engine.removal import pruned_temporarily
+from conftest import assert_one_line, prunes_by_name_and_reloads, randomize_norms
 
 RATIO = 0.3
 VIT = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=10)
@@ -56,6 +60,14 @@ TINY = {
     "sequencer": (lambda: timm.create_model("sequencer2d_s", layers=(1, 1, 1, 1),
                                             embed_dims=(24, 48, 48, 48),
                                             hidden_sizes=(12, 24, 24, 24)), 32),
+    # SKNet: skresnet's input split across the paths; skresnext's grouped paths on the whole input
+    "skresnet": (lambda: resnet.ResNet(block=sknet.SelectiveKernelBasic, layers=(1, 1, 1, 1),
+                                       block_args=dict(sk_kwargs=dict(
+                                           rd_ratio=1 / 8, rd_divisor=16, split_input=True))), 32),
+    "skresnext": (lambda: resnet.ResNet(block=sknet.SelectiveKernelBottleneck, layers=(1, 1, 1, 1),
+                                        cardinality=4, base_width=4, block_args=dict(sk_kwargs=dict(
+                                            rd_ratio=1 / 16, rd_divisor=32, split_input=False))),
+                  32),
 }
 
 # zoo name -> input size (pixels)
@@ -156,6 +168,46 @@ def test_make_traceable_keeps_the_outputs():
         x = torch.randn(2, 3, size, size)
         with torch.no_grad():
             torch.testing.assert_close(patched(x), plain(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["skresnet", "skresnext"])
+def test_selective_kernels_compute_what_timm_computes(family):
+    torch.manual_seed(0)
+    plain = randomize_norms(TINY[family][0]()).eval()
+    patched = timm_models.make_traceable(TINY[family][0]()).eval()
+    patched.load_state_dict(plain.state_dict())
+    assert any(type(m).__name__ == "SelectiveKernel" for m in patched.modules())
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(patched(x), plain(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["skresnet", "skresnext"])
+def test_selective_kernel_groups_remove_the_channels_they_name(family):
+    # a wrong channel mapping through the paths runs but computes something else: a real prune of
+    # each group must equal zeroing the same channels (their paths' outputs, the input slices)
+    model = randomize_norms(_build(family))
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    graph = PruningGraph(model, x, ClassificationAdapter().ignored_layers(model))
+    names = {g.name for g in graph.groups}
+    assert "layer1.0.conv1.paths.0.conv" in names or "layer1.0.conv2.paths.0.conv" in names
+    with torch.no_grad():
+        reference = model(x)
+    for group in graph.groups:
+        idxs = graph.channels_to_remove(group, RATIO)
+        with pruned_temporarily(graph, group, idxs), torch.no_grad():
+            pruned = model(x)
+        assert masked_matches_pruned(model, graph, group, idxs, lambda: model(x), reference,
+                                     lambda: pruned), group.name
+
+
+def test_skresnet18_prunes_its_selective_kernels_and_reloads(tmp_path):
+    def prune_all(model: nn.Module, x: torch.Tensor) -> None:
+        result = _prune_all(model, x)
+        assert result.flops_reduction > 0.2  # -0 % when its path groups were left whole
+        assert "layer4.1.conv1.paths.0.conv" in result.plan
+
+    prunes_by_name_and_reloads("skresnet18", 64, tmp_path, prune_all)
 
 
 @pytest.mark.parametrize("name", list(BY_NAME))

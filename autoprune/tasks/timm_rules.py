@@ -22,7 +22,10 @@ forward pass, but a layout can also break only in combination, or silently. What
 - :func:`make_traceable` (in place, idempotent; the state dict is unchanged): BEiT/EVA/SwinV2
   attention adds its q/v bias after the ``qkv`` linear instead of inside ``F.linear`` (so the graph
   sees the layer); ``BlurPool2d`` blurs any number of channels (its non-persistent filter was one
-  copy per channel); MetaFormer's ``Scale`` reads the length of its (pruned) scale.
+  copy per channel); MetaFormer's ``Scale`` reads the length of its (pruned) scale; SKNet's
+  ``SelectiveKernel`` (skresnet, skresnext) slices its input and its attention per path and adds
+  the weighted paths instead of ``torch.split`` / ``torch.stack`` / ``softmax``, which
+  torch-pruning maps wrongly (12 of skresnet18's 20 groups were left whole, FLOPs -0 %).
 - Weight-standardised convs (NFNet) and timm's ``RmsNorm`` are handled by the core (a conv's
   per-output ``gain``; ``normalized_shape`` follows the weight).
 - :data:`REFUSED`: families refused by name, before any work.
@@ -133,6 +136,44 @@ def _scale_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return x * self.scale.view((-1,) + tuple(self.shape[1:]))
 
 
+def _first_conv(module: nn.Module) -> nn.Module:
+    return next(m for m in module.modules() if isinstance(m, nn.Conv2d))
+
+
+def _selective_kernel_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """timm ``SelectiveKernel.forward`` (SKNet) without ``torch.split`` and ``torch.stack``: each
+    path reads its slice of the input (as wide as its conv's inputs now), the paths are added,
+    the attention's ``fc_select`` output is sliced into one part per path, the softmax across
+    the paths is written out (max, exp, sum) and the paths weighted by it are added. The same
+    function (equal up to float rounding), made of ops torch-pruning maps channel by channel
+    (it maps a ``torch.split`` part to the wrong consumer when a part has several)."""
+    if self.split_input:
+        x_paths, start = [], 0
+        for path in self.paths:
+            width = _first_conv(path).in_channels
+            x_paths.append(path(x[:, start:start + width]))
+            start += width
+    else:
+        x_paths = [path(x) for path in self.paths]
+    attn = self.attn
+    s = sum(x_paths[1:], x_paths[0]).mean((2, 3), keepdim=True)
+    s = attn.fc_select(attn.act(attn.bn(attn.fc_reduce(s))))
+    width = s.shape[1] // len(x_paths)
+    logits = [s[:, i * width:(i + 1) * width] for i in range(len(x_paths))]
+    top = logits[0]
+    for logit in logits[1:]:
+        top = torch.maximum(top, logit)
+    weights = [torch.exp(logit - top) for logit in logits]
+    total = sum(weights[1:], weights[0])
+    # weight * path, not path * weight: torch-pruning's trace then reaches the paths' convs
+    # before fc_select, and the paths' group is rooted at a path conv (C channels, not the
+    # 2C packed ones of fc_select, which no grouped path conv of SKNeXt would fit)
+    out = (weights[0] / total) * x_paths[0]
+    for path, weight in zip(x_paths[1:], weights[1:]):
+        out = out + (weight / total) * path
+    return out
+
+
 def make_traceable(model: nn.Module) -> nn.Module:
     """Make the timm layers of ``model`` prunable (see the module doc; in place, idempotent,
     outputs equal up to float rounding, state dict unchanged); a model without timm parts is
@@ -146,4 +187,6 @@ def make_traceable(model: nn.Module) -> nn.Module:
             _blur_any_width(module)
         elif kind == "Scale" and type(module).__module__ == "timm.models.metaformer":
             module.forward = types.MethodType(_scale_forward, module)
+        elif kind == "SelectiveKernel" and hasattr(module, "paths") and hasattr(module, "attn"):
+            module.forward = types.MethodType(_selective_kernel_forward, module)
     return model
