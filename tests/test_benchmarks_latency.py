@@ -56,11 +56,13 @@ def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch)
     spec.loader.exec_module(bench)
     task, arch, _, kwargs = bench.MODELS["resnet18"]
     monkeypatch.setitem(bench.MODELS, "resnet18", (task, arch, 32, kwargs))
-    rows = bench.main(["--models", "resnet18", "--ratios", "0.4,0.8", "--target", "0.3"])
+    rows = bench.main(["--models", "resnet18", "--ratios", "0.4,0.8", "--target", "0.3",
+                       "--fresh-runs", "2"])
     out = capsys.readouterr().out
     (row,) = rows
     assert abs(row["achieved"] - 0.3) <= 0.03  # the FLOPs stand-in for the in-process timing
     assert -1 < row["fresh"] < 1 and row["baseline_ms"] > 0 and row["pruned_ms"] > 0
+    assert len(row["fresh_runs"]) == 2 and row["fresh"] in row["fresh_runs"]  # two processes
     assert row["points"] > 0 and 0 < row["flops_removed"] < 1
     assert re.search(r"^resnet18 +32 +0\.300 ", out, re.M), out
     assert re.fullmatch(r"models=1 within=[01] target=0\.3 tolerance=0\.03",

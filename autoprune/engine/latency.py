@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from ..errors import ConfigError, SensitivityFileError
 from .groups import PruningGraph
-from .measure import flush_denormals, timed_runs, to_device
+from .measure import flush_denormals, timed_runs, to_device, warm_allocator
 from .progress import progress_bar
 from .points import pruned_temporarily
 from .store import SensitivityRecord, check_fingerprint, read_record, write_record
@@ -163,6 +163,7 @@ class PairedTimer:
         self.base_rounds: list[float] = []
         self.last_ratios: list[float] = []
         flush_denormals()
+        warm_allocator()  # a fresh process times like one that has run for a while
 
     def _time(self, model: nn.Module, n: int) -> float:
         clock = _cpu_clock if self.setting["clock"] != "wall" else _clock
