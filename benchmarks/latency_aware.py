@@ -86,9 +86,9 @@ QUICK_TARGET = 0.15
 # validated on the training images, 12 epochs at lr0=0.005 without warmup, so the barely trained
 # base model scores above 0 (as benchmarks/task_flows.py --quick and tests/test_detection.py)
 TINY = {"classification": dict(size=32, epochs=1, train=128, val=32, table=32, retrain=1,
-                               ratios="0.5"),
+                               ratios="0.5", bisect=4),
         "detection": dict(size=64, epochs=12, train=24, val=8, table=8, retrain=1, batch=8,
-                          ratios="0.5", val_on_train=True,
+                          bisect=4, ratios="0.5", val_on_train=True,
                           scenes=dict(objects=(1, 1), scale=(0.8, 1.0)),
                           train_args=dict(optimizer="AdamW", lr0=0.005, warmup_epochs=0,
                                           mosaic=0.0, nbs=8))}
@@ -146,14 +146,14 @@ def bisect_to_latency(make: Callable[[float], dict], measure: Callable[[dict], f
 def settings(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """The settings of model ``name``: its full run's, --quick's or --tiny's, then the options
     given on the command line."""
-    s = dict(MODELS[name])
+    s = dict(MODELS[name], bisect=8)
     if args.quick:
         s.update(QUICK)
     elif args.tiny:
         s.update(TINY[s["task"]])
     given = {"size": args.size, "epochs": args.epochs, "train": args.train_images,
              "val": args.val_images, "table": args.table_images, "retrain": args.retrain_epochs,
-             "ratios": args.ratios}
+             "ratios": args.ratios, "bisect": args.bisect_steps}
     s.update({k: v for k, v in given.items() if v is not None})
     s["table"] = min(s["table"], s["val"])
     return s
@@ -229,8 +229,10 @@ def compare(name: str, target: float, s: Mapping[str, Any], adapter, model, reco
     chosen = {"latency-aware": (dict(aware), aware.achieved)}
     most = max(max(p) for p in sens.values())
     chosen["flops"] = bisect_to_latency(
-        lambda f: ratios_by_flops(model, example, sens, f, ignored_layers=ignored), measure, goal)
-    chosen["uniform"] = bisect_to_latency(lambda r: {g: r for g in sens}, measure, goal, hi=most)
+        lambda f: ratios_by_flops(model, example, sens, f, ignored_layers=ignored), measure, goal,
+        steps=s["bisect"])
+    chosen["uniform"] = bisect_to_latency(lambda r: {g: r for g in sens}, measure, goal, hi=most,
+                                          steps=s["bisect"])
     chosen = {m: c for m, c in chosen.items() if c is not None}
     t1 = time.perf_counter()
 
@@ -318,6 +320,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                    help="evaluation images each sensitivity point is measured on")
     p.add_argument("--size", type=int, help="input pixels (overrides the model's)")
     p.add_argument("--ratios", help="ratios of the sensitivity table, e.g. 0.2,0.4,0.6,0.8")
+    p.add_argument("--bisect-steps", type=int,
+                   help="timed steps bringing the flops and uniform allocations to the latency "
+                        "the latency-aware one reached (default 8)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads while timing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", help="keep base models and sensitivity files here (a rerun "
