@@ -61,32 +61,34 @@ from autoprune.flow.checkpoints import load_model  # noqa: E402
 from autoprune.tasks import get_adapter  # noqa: E402
 
 METHODS = ("latency-aware", "flops", "uniform")
-# Per model, the full run's settings (one CPU core: see benchmarks/README.md section 7 for the
-# time of each stage). size: input pixels (mobilenetv3 at 224: at 64 or 128 px its batch-1 CPU
-# latency is mostly per-layer overhead, every group at ratio 0.8 removes only 32 / 42 % of it, so
-# -50 % is out of reach); train/val: images; table: the evaluation images each table point is
-# measured on (the before/after metrics use all ``val``); retrain: epochs given to each method.
+# Per model, the full run's settings (about an hour for the three on one CPU core: see
+# benchmarks/README.md section 7 for the time of each stage). size: input pixels (mobilenetv3 at
+# 224: at 64 or 128 px its batch-1 CPU latency is mostly per-layer overhead, every group at ratio
+# 0.8 removes only 32 / 42 % of it, so -50 % is out of reach); train/val: images; table: the
+# evaluation images each table point is measured on (the before/after metrics use all ``val``);
+# retrain: epochs given to each method, on the first ``retrain_images`` training images
+# (classification; detection retrains on all of its scenes).
 FASHION = dict(task="classification", data="fashion-mnist", batch=64, lr=0.05)
 SCENES = dict(task="detection", data="scenes", batch=16,
               train_args=dict(optimizer="AdamW", lr0=0.003, warmup_epochs=1, nbs=16))
 MODELS: dict[str, dict[str, Any]] = {
     "mobilenetv3_large_100": dict(FASHION, arch="mobilenetv3_large_100", size=224, epochs=2,
-                                  train=3000, val=500, table=200, retrain=1,
-                                  ratios="0.2,0.4,0.6,0.8"),
-    "resnet18": dict(FASHION, arch="resnet18", size=64, epochs=3, train=6000, val=500, table=200,
-                     retrain=1, ratios="0.2,0.4,0.6,0.8"),
-    "yolov8n": dict(SCENES, arch="yolov8n.yaml", size=128, epochs=30, train=256, val=64,
-                    table=64, retrain=5, ratios="0.3,0.6,0.9"),
+                                  train=1500, val=500, table=100, retrain=1, retrain_images=1000,
+                                  ratios="0.3,0.6,0.9"),
+    "resnet18": dict(FASHION, arch="resnet18", size=64, epochs=2, train=4000, val=500, table=100,
+                     retrain=1, retrain_images=1000, ratios="0.2,0.4,0.6,0.8"),
+    "yolov8n": dict(SCENES, arch="yolov8n.yaml", size=128, epochs=20, train=256, val=64,
+                    table=32, retrain=3, ratios="0.3,0.6,0.9"),
 }
 # --quick: the mobilenetv3 case of the first runs (README section 7)
-QUICK = dict(size=64, epochs=2, train=3000, val=300, table=300, retrain=1,
+QUICK = dict(size=64, epochs=2, train=3000, val=300, table=300, retrain=1, retrain_images=None,
              ratios="0.2,0.4,0.6,0.8")
 QUICK_TARGET = 0.15
 # --tiny (the tests: seconds, a single ratio). Detection: 24 scenes of one large garment,
 # validated on the training images, 12 epochs at lr0=0.005 without warmup, so the barely trained
 # base model scores above 0 (as benchmarks/task_flows.py --quick and tests/test_detection.py)
 TINY = {"classification": dict(size=32, epochs=1, train=128, val=32, table=32, retrain=1,
-                               ratios="0.5", bisect=4),
+                               retrain_images=None, ratios="0.5", bisect=4),
         "detection": dict(size=64, epochs=12, train=24, val=8, table=8, retrain=1, batch=8,
                           bisect=4, ratios="0.5", val_on_train=True,
                           scenes=dict(objects=(1, 1), scale=(0.8, 1.0)),
@@ -153,14 +155,17 @@ def settings(name: str, args: argparse.Namespace) -> dict[str, Any]:
         s.update(TINY[s["task"]])
     given = {"size": args.size, "epochs": args.epochs, "train": args.train_images,
              "val": args.val_images, "table": args.table_images, "retrain": args.retrain_epochs,
-             "ratios": args.ratios, "bisect": args.bisect_steps}
+             "ratios": args.ratios, "bisect": args.bisect_steps,
+             "retrain_images": args.retrain_images}
     s.update({k: v for k, v in given.items() if v is not None})
     s["table"] = min(s["table"], s["val"])
+    s["retrain_images"] = min(s.get("retrain_images") or s["train"], s["train"])
     return s
 
 
 def make_adapter(s: Mapping[str, Any], work: Path, seed: int):
-    """The task adapter holding the model's data and training settings (CPU)."""
+    """The task adapter holding the model's data and training settings (CPU); classification
+    trains on the first ``s["train"]`` images."""
     common = dict(input_size=s["size"], batch_size=s["batch"], device="cpu", seed=seed,
                   progress=False)
     if s["task"] == "classification":
@@ -209,6 +214,9 @@ def compare(name: str, target: float, s: Mapping[str, Any], adapter, model, reco
     """The three allocations of one model at one target, each evaluated, retrained and evaluated
     again; prints the markdown table and returns the figures."""
     timing = {"device": "cpu", "threads": args.threads, "batch": 1}
+    trainer = adapter  # retrains the pruned models (classification: on fewer images)
+    if s["task"] == "classification" and s["retrain_images"] < s["train"]:
+        trainer = make_adapter({**s, "train": s["retrain_images"]}, folder.parent, args.seed)
     example = adapter.example_inputs(model)
     ignored = ignored_names(model, adapter.ignored_layers(model))
     metric_name, sens = adapter.metric, record.sensitivities
@@ -250,7 +258,7 @@ def compare(name: str, target: float, s: Mapping[str, Any], adapter, model, reco
                        before=adapter.evaluate(net)[metric_name], after=float("nan"))
         if retrain > 0:
             torch.manual_seed(args.seed)  # the same retraining for the three
-            net = adapter.fit(net, retrain, folder / "retrain" / f"{target:g}" / method)
+            net = trainer.fit(net, retrain, folder / "retrain" / f"{target:g}" / method)
             figures["after"] = adapter.evaluate(net)[metric_name]
         lines.append(f"| {method} | -{reduction:.1%} ({timer.baseline_ms * (1 - reduction):.2f} "
                      f"ms) | {flops / 1e6:.1f}M (-{figures['flops_removed']:.1%}) "
@@ -258,10 +266,12 @@ def compare(name: str, target: float, s: Mapping[str, Any], adapter, model, reco
                      f"| {figures['after']:.4f} |")
     t2 = time.perf_counter()
     print("\n".join(lines), flush=True)  # after the training's own lines
-    print(f"\n{name}: unpruned {timer.baseline_ms:.2f} ms, {flops0 / 1e6:.1f}M FLOPs; the "
-          f"latency-aware allocation's own summed loss {aware.loss:.4f} (its steps may cross "
-          f"points); allocations {t1 - t0:.0f} s, evaluations and retraining {t2 - t1:.0f} s",
-          flush=True)
+    images = f"{s['retrain_images']} images" if s["task"] == "classification" else \
+        f"{s['train']} scenes"
+    print(f"\n{name}: unpruned {timer.baseline_ms:.2f} ms, {flops0 / 1e6:.1f}M FLOPs; "
+          f"retrained {retrain} epoch(s) on {images}; the latency-aware allocation's own summed "
+          f"loss {aware.loss:.4f} (its steps may cross points); allocations {t1 - t0:.0f} s, "
+          f"evaluations and retraining {t2 - t1:.0f} s", flush=True)
     return {**row, "achieved": goal, "baseline_ms": timer.baseline_ms, "methods": out}
 
 
@@ -315,6 +325,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--retrain-epochs", type=int,
                    help="epochs of the same retraining given to each pruned model (0: none)")
     p.add_argument("--train-images", type=int)
+    p.add_argument("--retrain-images", type=int,
+                   help="classification: the training images of the retraining (default: the "
+                        "model's setting; at most --train-images)")
     p.add_argument("--val-images", type=int)
     p.add_argument("--table-images", type=int,
                    help="evaluation images each sensitivity point is measured on")

@@ -52,14 +52,16 @@ def _check_rows(out, row, metric):
 @needs_fmnist
 def test_latency_aware_benchmark_tiny(capsys, monkeypatch, tmp_path):
     """resnet18 through the classification adapter: the table, the rows and the summary, the two
-    machine-read last lines; a rerun with the same --work-dir reuses the base model and table."""
+    machine-read last lines, retraining on fewer images; a rerun with the same --work-dir reuses
+    the base model and the table."""
     monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
     bench = _bench("latency_aware")
     args = ["--tiny", "--models", "resnet18", "--ratios", "0.3,0.6,0.9",
             "--work-dir", str(tmp_path)]
-    (row,) = bench.main([*args, "--targets", "0.3"])
+    (row,) = bench.main([*args, "--targets", "0.3", "--retrain-images", "64"])
     out = capsys.readouterr().out
     _check_rows(out, row, "top1")
+    assert "retrained 1 epoch(s) on 64 images" in out
     assert re.search(r"^\| resnet18 \| 32 \| -30% \| -\d+\.\d% \|", out, re.M), out
     before, after = out.rstrip().splitlines()[-2:]
     assert re.fullmatch(r"target=0\.3 achieved=0\.\d{3} aware_metric=[\d.]+ flops_metric=[\d.]+ "
