@@ -1,6 +1,7 @@
 """benchmarks/latency_aware.py runs end to end on tiny settings, with timing replaced by FLOPs
 ratios (deterministic: its figures come from real timings in full runs)."""
 import importlib.util
+import math
 import re
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 
 from autoprune.engine.latency import PairedTimer
 from autoprune.engine.measure import count_flops
+from autoprune.engine.store import read_record
 
 from conftest import needs_fmnist
 
@@ -20,40 +22,118 @@ def _flops_ratio(self, candidate):
     return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
 
 
-@needs_fmnist
-def test_latency_aware_benchmark_tiny(capsys, monkeypatch):
-    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
-    spec = importlib.util.spec_from_file_location("bench_latency_aware",
-                                                  BENCH / "latency_aware.py")
+def _bench(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    result = bench.main(["--arch", "resnet18", "--epochs", "1", "--train-images", "128",
-                         "--val-images", "32", "--size", "32", "--ratios", "0.3,0.6,0.9",
-                         "--pruned-latency", "0.3", "--retrain-epochs", "1"])
-    out = capsys.readouterr().out
-    rows = re.findall(r"^\| (latency-aware|flops|uniform) \| -([\d.]+)% \([\d.]+ ms\) \| "
-                      r"[\d.]+M \(-[\d.]+%\) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)
+    return bench
+
+
+ROW = (r"^\| (latency-aware|flops|uniform) \| -([\d.]+)% \([\d.]+ ms\) \| "
+       r"[\d.]+M \(-[\d.]+%\) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$")
+
+
+def _check_rows(out, row, metric):
+    """The three methods' rows of ``row`` printed, brought to the same measured latency, with
+    the figures returned; the metric named in the header."""
+    assert f"| {metric} before retraining | {metric} after 1 epoch(s) |" in out
+    rows = re.findall(ROW, out, re.M)
     assert [r[0] for r in rows] == ["latency-aware", "flops", "uniform"]
-    for method, reduction, top1, retrained in rows:  # all brought to the same measured latency
-        assert float(reduction) == pytest.approx(100 * result["achieved"], abs=3)
-        assert 0 <= float(top1) <= 1 and 0 <= float(retrained) <= 1
-        assert float(retrained) == pytest.approx(result["retrained"][method], abs=1e-4)
-    assert abs(result["achieved"] - 0.3) <= 0.03
+    for method, reduction, loss, before, after in rows:
+        figures = row["methods"][method]
+        assert float(reduction) == pytest.approx(100 * row["achieved"], abs=3)
+        assert float(loss) == pytest.approx(figures["table_loss"], abs=1e-4)
+        assert float(before) == pytest.approx(figures["before"], abs=1e-4)
+        assert float(after) == pytest.approx(figures["after"], abs=1e-4)
+        assert 0 <= figures["before"] <= 1 and 0 <= figures["after"] <= 1
+    assert abs(row["achieved"] - row["target"]) <= 0.03
+
+
+@needs_fmnist
+def test_latency_aware_benchmark_tiny(capsys, monkeypatch, tmp_path):
+    """resnet18 through the classification adapter: the table, the rows and the summary, the two
+    machine-read last lines, retraining on fewer images; a rerun with the same --work-dir reuses
+    the base model and the table."""
+    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
+    bench = _bench("latency_aware")
+    args = ["--tiny", "--models", "resnet18", "--ratios", "0.3,0.6,0.9",
+            "--work-dir", str(tmp_path)]
+    (row,) = bench.main([*args, "--targets", "0.3", "--retrain-images", "64"])
+    out = capsys.readouterr().out
+    _check_rows(out, row, "top1")
+    assert "retrained 1 epoch(s) on 64 images" in out
+    assert re.search(r"^\| resnet18 \| 32 \| -30% \| -\d+\.\d% \|", out, re.M), out
     before, after = out.rstrip().splitlines()[-2:]
     assert re.fullmatch(r"target=0\.3 achieved=0\.\d{3} aware_metric=[\d.]+ flops_metric=[\d.]+ "
                         r"uniform_metric=[\d.]+", before), before
     assert re.fullmatch(r"aware_retrained=[\d.]+ flops_retrained=[\d.]+ uniform_retrained=[\d.]+",
                         after), after
+    assert f"aware_metric={row['methods']['latency-aware']['before']:.4f}" in before
+
+    base, sens = (tmp_path / "resnet18-32px" / f for f in ("base/baseline/best.pt", "sens.json"))
+    stamp, table = base.stat().st_mtime_ns, read_record(sens).sensitivities
+    (again,) = bench.main([*args, "--targets", "0.2", "--retrain-epochs", "0"])
+    assert base.stat().st_mtime_ns == stamp and read_record(sens).sensitivities == table
+    assert again["target"] == 0.2 and math.isnan(again["methods"]["flops"]["after"])
+
+
+def _params_ratio(self, candidate):
+    """PairedTimer.compare with the parameter count standing in for the clock (deterministic,
+    and instant where counting a YOLO's FLOPs takes a third of a second)."""
+    self.base_rounds.append(10.0)
+    count = lambda m: sum(p.numel() for p in m.parameters())
+    return count(candidate) / count(self.base)
+
+
+@needs_fmnist
+def test_latency_aware_benchmark_detection_tiny(capsys, monkeypatch, tmp_path):
+    """YOLOv8n through the detection adapter: scenes written, trained by Ultralytics, its table
+    timed, the three allocations evaluated (mAP50-95) and retrained; a target out of the table's
+    reach is reported as such and the run goes on. For time, the table holds the 8 widest of the
+    59 groups (each point is a real prune and an Ultralytics validation): -28 % at most."""
+    import autoprune.flow.sensitivities as flow_sens
+    from autoprune.engine.groups import PruningGraph
+
+    monkeypatch.setattr(PairedTimer, "compare", _params_ratio)
+    measure = flow_sens.sensitivity
+
+    def widest_groups(model, example_inputs, eval_fn, **kwargs):
+        graph = PruningGraph(model, example_inputs, kwargs["ignored_layers"])
+        widest = sorted(graph.groups, key=lambda g: g.channels)[-8:]
+        return measure(model, example_inputs, eval_fn, groups=[g.name for g in widest], **kwargs)
+
+    monkeypatch.setattr(flow_sens, "sensitivity", widest_groups)
+    bench = _bench("latency_aware")
+    rows = bench.main(["--tiny", "--models", "yolov8n", "--targets", "0.2,0.6",
+                       "--work-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert [r["reachable"] for r in rows] == [True, False]
+    _check_rows(out, rows[0], "map50_95")
+    assert "pruned_latency=0.6 is not reachable with this table" in rows[1]["why"]
+    assert re.search(r"^\| yolov8n \| 64 \| -60% \| unreachable \|", out, re.M), out
+    assert (tmp_path / "yolov8n-64px" / "retrain" / "0.2" / "uniform" / "best.pt").is_file()
+    assert out.rstrip().splitlines()[-2].startswith("target=0.2 achieved=0.")
+
+
+def test_table_loss_reads_the_curve_as_the_allocations_do():
+    """Anchored at (0, 0), non-decreasing (a dip or a negative loss counts as the worst before
+    it), linear in between, flat past the largest ratio; groups at 0 or left out add nothing."""
+    bench = _bench("latency_aware")
+    sens = {"a": {0.2: 0.1, 0.4: 0.05, 0.6: 0.3}, "b": {0.5: -0.1}, "c": {0.5: 1.0}}
+    loss = bench.table_loss
+    assert loss(sens, {"a": 0.1}) == pytest.approx(0.05)
+    assert loss(sens, {"a": 0.3}) == pytest.approx(0.1)  # the dip at 0.4 does not count
+    assert loss(sens, {"a": 0.5}) == pytest.approx(0.2)
+    assert loss(sens, {"a": 0.8}) == pytest.approx(0.3)
+    assert loss(sens, {"a": 0.5, "b": 0.25, "c": 0.0}) == pytest.approx(0.2)
+    assert loss(sens, {"c": 0.25}) == pytest.approx(0.5)
 
 
 def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch):
     """latency_target_check.py: the DEFAULT profile's points timed (here: FLOPs ratios), the
     allocation pruned and saved, and a child process reloading the checkpoint to time it for real."""
     monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
-    spec = importlib.util.spec_from_file_location("bench_latency_check",
-                                                  BENCH / "latency_target_check.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench("latency_target_check")
     task, arch, _, kwargs = bench.MODELS["resnet18"]
     monkeypatch.setitem(bench.MODELS, "resnet18", (task, arch, 32, kwargs))
     rows = bench.main(["--models", "resnet18", "--ratios", "0.4,0.8", "--target", "0.3",
