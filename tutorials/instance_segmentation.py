@@ -1,4 +1,4 @@
-"""Tutorial: prune an Ultralytics YOLO-seg model the PaddleX way, in three steps, on CPU (~15 min).
+"""Tutorial: prune an Ultralytics YOLO-seg model the PaddleX way, in three steps, on CPU (~4 min).
 
     python tutorials/instance_segmentation.py [--out runs/tutorial_iseg] [--model yolo11n-seg.yaml]
 
