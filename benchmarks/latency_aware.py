@@ -17,8 +17,8 @@ target three pruned copies then remove the same share of *measured* latency:
 
 Each of the three is evaluated, retrained the same way (``--retrain-epochs``, same seed, data and
 schedule) and evaluated again. The column "summed table loss" is the sum over groups of the
-table's loss at each method's ratios (:func:`table_loss`): the objective the latency-aware
-allocation minimises, so a reader sees whether it wins on it even where the real metric, whose
+table's loss at each method's ratios (``autoprune.engine.allocate.summed_loss``): the objective
+the latency-aware allocation minimises, so a reader sees whether it wins on it even where the real metric, whose
 losses do not add up over groups, disagrees.
 
 Every latency is timed against the unpruned model in alternating rounds
@@ -28,8 +28,9 @@ Every latency is timed against the unpruned model in alternating rounds
     python benchmarks/latency_aware.py               # the three models at -30 % and -50 %
     python benchmarks/latency_aware.py --models resnet18 --targets 0.4 --work-dir runs/lat
 
-``--work-dir`` keeps each model's base model and timed table (a rerun reuses them, and measures
-only missing points). Prints a markdown table per model and target, a summary table, and, last,
+``--work-dir`` keeps each model's base model and timed table in a folder named by the model and
+the settings the base model depends on (``resnet18-64px-4000img-2ep-seed0``): a rerun with the
+same settings reuses them, and measures only missing points. Prints a markdown table per model and target, a summary table, and, last,
 for the first model at the first target: ``target=<t> achieved=<a> aware_metric=<x>
 flops_metric=<y> uniform_metric=<z>`` (the metric before retraining) followed by
 ``aware_retrained=<x> flops_retrained=<y> uniform_retrained=<z>`` (after it).
@@ -49,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from autoprune.engine.allocate import ignored_names, ratios_by_flops  # noqa: E402
+from autoprune.engine.allocate import (ignored_names, ratios_by_flops,  # noqa: E402
+                                       summed_loss)
 from autoprune.engine.latency import PairedTimer  # noqa: E402
 from autoprune.engine.latency_target import ratios_by_latency  # noqa: E402
 from autoprune.engine.measure import count_flops  # noqa: E402
@@ -94,28 +96,6 @@ TINY = {"classification": dict(size=32, epochs=1, train=128, val=32, table=32, r
                           scenes=dict(objects=(1, 1), scale=(0.8, 1.0)),
                           train_args=dict(optimizer="AdamW", lr0=0.005, warmup_epochs=0,
                                           mosaic=0.0, nbs=8))}
-
-
-def table_loss(sens: Mapping[str, Mapping[float, float]], ratios: Mapping[str, float]) -> float:
-    """The summed table loss of ``ratios``: over the groups, the table's loss at the group's
-    ratio, read as both allocations read it: the curve from (ratio 0, loss 0) over the measured
-    points, made non-decreasing (pruning more never counts as less harmful), linear in between,
-    flat past the largest measured ratio. Groups left out of ``ratios`` (or at 0) add nothing."""
-    total = 0.0
-    for group, ratio in ratios.items():
-        if ratio <= 0:
-            continue
-        curve, worst = [(0.0, 0.0)], 0.0
-        for r, loss in sorted((float(r), float(v)) for r, v in sens[group].items()):
-            worst = max(worst, loss)
-            curve.append((r, worst))
-        value = curve[-1][1]
-        for (r0, l0), (r1, l1) in zip(curve, curve[1:]):
-            if ratio <= r1:
-                value = l0 + (ratio - r0) * (l1 - l0) / (r1 - r0)
-                break
-        total += value
-    return total
 
 
 def pruned_copy(model, example, ratios, ignored):
@@ -191,7 +171,9 @@ def base_and_table(name: str, s: Mapping[str, Any], work: Path, args: argparse.N
     """The trained base model and its latency-timed sensitivity record (both reused when
     ``work`` already holds them); the adapter; the seconds each took."""
     adapter = make_adapter(s, work, args.seed)
-    folder = work / f"{name}-{s['size']}px"
+    # everything the base model depends on names its folder: a rerun with other settings trains
+    # a new one instead of reusing an old one silently
+    folder = work / f"{name}-{s['size']}px-{s['train']}img-{s['epochs']}ep-seed{args.seed}"
     base_path = folder / "base" / "baseline" / "best.pt"
     t0 = time.perf_counter()
     if not base_path.is_file():
@@ -254,7 +236,7 @@ def compare(name: str, target: float, s: Mapping[str, Any], adapter, model, reco
         flops = count_flops(net, example)
         figures = out[method]
         figures.update(reduction=reduction, flops=flops, flops_removed=1 - flops / flops0,
-                       table_loss=table_loss(sens, ratios),
+                       table_loss=summed_loss(sens, ratios),
                        before=adapter.evaluate(net)[metric_name], after=float("nan"))
         if retrain > 0:
             torch.manual_seed(args.seed)  # the same retraining for the three

@@ -7,6 +7,7 @@ import math
 import pytest
 
 import autoprune as ap
+from autoprune.engine.allocate import summed_loss
 from conftest import RefEval, assert_one_line, make_input, make_model
 
 # ---- ratios_by_loss -----------------------------------------------------------------------------
@@ -189,3 +190,16 @@ def test_ratios_by_flops_reachability_is_measured_not_predicted(x1):
     result = ap.ratios_by_flops(model, x1, sens, 0.97)
     assert result.achieved >= 0.965
     _check_achieved(model, x1, result, 0.97)
+
+
+def test_summed_loss_reads_the_curve_as_the_allocations_do():
+    """Anchored at (0, 0), non-decreasing (a dip or a negative loss counts as the worst before
+    it), linear in between, flat past the largest ratio; groups at 0 or left out add nothing."""
+    sens = {"a": {0.2: 0.1, 0.4: 0.05, 0.6: 0.3}, "b": {0.5: -0.1}, "c": {0.5: 1.0}}
+    loss = summed_loss
+    assert loss(sens, {"a": 0.1}) == pytest.approx(0.05)
+    assert loss(sens, {"a": 0.3}) == pytest.approx(0.1)  # the dip at 0.4 does not count
+    assert loss(sens, {"a": 0.5}) == pytest.approx(0.2)
+    assert loss(sens, {"a": 0.8}) == pytest.approx(0.3)
+    assert loss(sens, {"a": 0.5, "b": 0.25, "c": 0.0}) == pytest.approx(0.2)
+    assert loss(sens, {"c": 0.25}) == pytest.approx(0.5)

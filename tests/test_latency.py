@@ -16,7 +16,8 @@ from autoprune.engine import latency as latency_mod
 from autoprune.engine import latency_target
 from autoprune.engine.groups import PruningGraph, channels_to_keep
 from autoprune.engine.latency import PairedTimer, latency_setting
-from autoprune.engine.latency_target import (Timings, allocation, curves, greedy_path,
+from autoprune.engine.allocate import FlopsModel
+from autoprune.engine.latency_target import (Overlap, Timings, allocation, curves, greedy_path,
                                              isotonic, next_goal)
 from autoprune.engine.store import SensitivityRecord, write_record
 from conftest import RefEval, assert_one_line, assert_same_state, make_input, make_model, snapshot
@@ -277,6 +278,58 @@ def test_greedy_looks_past_a_flat_stretch():
     ratios, saved, loss = allocation(greedy_path(table), 0.2)
     assert ratios == {"a": 0.5} and loss == pytest.approx(0.05)
     assert _brute_force(table, 0.2) == (pytest.approx(0.05), (0.5, 0.0))
+
+
+def test_overlap_is_the_share_of_a_groups_macs_left_by_the_others():
+    # group "0" cuts conv 0's outputs and conv 2's inputs; group "2" conv 2's outputs and
+    # conv 4's inputs: they share conv 2
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, padding=1),
+                        nn.ReLU(), nn.Conv2d(16, 4, 1))
+    x = torch.randn(1, 3, 16, 16)
+    flops = FlopsModel(PruningGraph(net, x), x)
+    overlap = Overlap.of(flops)
+    macs = {m: v for g in ("0", "2") for m, v in flops.affected[g]}
+    conv2, conv4 = macs[net[2]], macs[net[4]]
+    assert overlap.share("2", {}) == 1.0 and overlap.share("2", {"2": 0.5}) == 1.0
+    assert overlap.share("2", {"0": 0.5}) == pytest.approx((conv2 * 0.5 + conv4) / (conv2 + conv4))
+    assert overlap.share("2", {"0": 0.75}) < overlap.share("2", {"0": 0.5}) < 1.0
+
+
+def test_greedy_with_overlap_prefers_a_group_whose_saving_still_counts():
+    # a and b cut the same layer (their savings timed alone do not add up), c its own; each
+    # saves 0.1 at 0.5. Alone-timed, b (0.012) looks cheaper than c (0.015); once a is pruned,
+    # half of b's saving is gone and c is the better step
+    table = {g: [(0.0, 0.0, 0.0), (0.5, loss, 0.1)]
+             for g, loss in (("a", 0.01), ("b", 0.012), ("c", 0.015))}
+    layers = {"a": [("ab", 100.0)], "b": [("ab", 100.0)], "c": [("c", 100.0)]}
+    overlap = Overlap(layers, {"a": 8, "b": 8, "c": 8})
+    assert allocation(greedy_path(table), 0.2)[0] == {"a": 0.5, "b": 0.5}
+    ratios, saved, loss = allocation(greedy_path(table, overlap), 0.2)
+    assert ratios == {"a": 0.5, "c": 0.5} and loss == pytest.approx(0.025)
+    # b, taken last, records the half of its saving that is left
+    assert greedy_path(table, overlap)[-1] == ("b", 0.5, pytest.approx(0.012), pytest.approx(0.05))
+
+
+def test_ratios_by_latency_discounts_a_neighbour_of_a_pruned_group(monkeypatch):
+    # groups "0", "2", "4" of a conv chain; "2" shares a conv with each of the others. Each saves
+    # 0.1 at 0.5 (timed alone). "2" is cheaper than "4" per saving alone, but not once "0" took
+    # a sixth of its MACs
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, padding=1),
+                        nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                        nn.Conv2d(16, 4, 1))
+    x = torch.randn(1, 3, 16, 16)
+    record = SensitivityRecord(model={"fingerprint": PruningGraph(net, x).fingerprint})
+    for g, loss in (("0", 0.01), ("2", 0.012), ("4", 0.013)):
+        record.set_point(g, 0.5, loss)
+        record.set_latency(g, 0.5, 0.9)
+    record.extra["latency"] = {**latency_setting(x), "baseline_ms": 10.0}
+    monkeypatch.setattr(latency_target, "measure_reduction",
+                        lambda model, example, ratios, timer, **kw: 0.2 * sum(ratios.values()))
+    plain = ap.ratios_by_latency(net, x, record, 0.2, overlap=False)
+    assert dict(plain) == {"0": pytest.approx(0.5), "2": pytest.approx(0.5)}
+    aware = ap.ratios_by_latency(net, x, record, 0.2)
+    assert dict(aware) == {"0": pytest.approx(0.5), "4": pytest.approx(0.5)}
+    assert aware.loss == pytest.approx(0.023) and plain.loss == pytest.approx(0.022)
 
 
 def test_curves_monotone_losses_and_loss_cap():

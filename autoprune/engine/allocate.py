@@ -92,19 +92,40 @@ class FlopsModel:
         return self.total - sum(cost[m] * (1.0 - f) for m, f in factor.items())
 
 
-def _flops_curve(points: Mapping[float, float], tilt: float = 1e-6) -> dict[float, float]:
-    """A group's loss curve made continuous and increasing, for FLOPs allocation.
-
-    Pruning nothing loses nothing, so the curve starts at (0, 0); pruning more is never counted
-    as less harmful than pruning less (running maximum); and a tiny tilt breaks ties between
-    equal losses. For an increasing measured curve this changes nothing but the start point, and
-    a group's ratio then grows continuously with the threshold instead of jumping.
-    """
-    curve, worst = {0.0: 0.0}, 0.0
+def loss_curve(points: Mapping[float, float]) -> list[tuple[float, float]]:
+    """A group's measured losses as every allocation reads them: ``[(ratio, loss)]`` sorted,
+    from (0, 0) (pruning nothing loses nothing), made non-decreasing (running maximum: pruning
+    more is never counted as less harmful than pruning less)."""
+    curve, worst = [(0.0, 0.0)], 0.0
     for r, v in sorted((float(r), float(v)) for r, v in points.items()):
         worst = max(worst, v)
-        curve[r] = worst + tilt * r
+        curve.append((r, worst))
     return curve
+
+
+def summed_loss(sens: Table, ratios: Mapping[str, float]) -> float:
+    """The summed table loss of ``ratios``: per group, its :func:`loss_curve` read at its ratio
+    (linear between points, flat past the largest); groups left out (or at 0) add nothing."""
+    total = 0.0
+    for group, ratio in ratios.items():
+        if ratio <= 0:
+            continue
+        curve = loss_curve(sens[group])
+        value = curve[-1][1]
+        for (r0, l0), (r1, l1) in zip(curve, curve[1:]):
+            if ratio <= r1:
+                value = l0 + (ratio - r0) * (l1 - l0) / (r1 - r0)
+                break
+        total += value
+    return total
+
+
+def _flops_curve(points: Mapping[float, float], tilt: float = 1e-6) -> dict[float, float]:
+    """A group's loss curve made continuous and increasing, for FLOPs allocation: the
+    :func:`loss_curve`, plus a tiny tilt that breaks ties between equal losses. For an increasing
+    measured curve this changes nothing but the start point, and a group's ratio then grows
+    continuously with the threshold instead of jumping."""
+    return {r: v + tilt * r for r, v in loss_curve(points)}
 
 
 def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_flops: float, *,

@@ -7,7 +7,9 @@ measured ratios, so a flat stretch of a loss curve is seen as one cheap step). E
 savings are first made non-decreasing in the ratio (isotonic regression: a noisy point that
 measured more saving than a larger ratio is averaged with it, not believed). The groups' savings
 do not add up (a conv's cost is the product of its input and output widths, so two groups pruned
-together save less than the sum), so their sum is only a goal handed to the allocation: a pruned
+together save less than the sum): the greedy allocation discounts a group's saving by the share
+of its layers' MACs that the groups it pruned before left (:class:`Overlap`), so it prefers
+groups whose savings still count, and the discounted sum is only a goal: a pruned
 copy is timed against the unpruned model (in pairs, see :mod:`autoprune.engine.latency`) and the
 goal is corrected, by interpolating between the allocations measured on either side of the target,
 until the measured reduction lands within half the tolerance, as the median of three timed copies
@@ -25,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch.nn as nn
 
 from ..errors import ConfigError
-from .allocate import ignored_names
+from .allocate import FlopsModel, ignored_names, loss_curve
 from .groups import PruningGraph, channels_to_keep, check_criterion
 from .latency import PairedTimer, check_latency_table, describe, latency_setting
 from .prune import check_round_to, prune
@@ -71,41 +73,84 @@ def curves(record: SensitivityRecord, max_loss: float | None = None
     ``max_loss`` are left out."""
     out = {}
     for group, losses in record.sensitivities.items():
-        timed = record.latency.get(group, {})
-        kept, worst = [], 0.0
-        for r in sorted(losses):
-            worst = max(worst, float(losses[r]))
-            if r in timed:
-                kept.append((r, worst, 1.0 - timed[r]))
+        timed = {float(r): t for r, t in record.latency.get(group, {}).items()}
+        kept = [(r, loss, 1.0 - timed[r]) for r, loss in loss_curve(losses)[1:] if r in timed]
         saved = [max(0.0, s) for s in isotonic([s for _, _, s in kept])]
         out[group] = [(0.0, 0.0, 0.0)] + [(r, loss, s) for (r, loss, _), s in zip(kept, saved)
                                           if max_loss is None or loss <= max_loss]
     return out
 
 
-def greedy_path(table: Mapping[str, list[tuple[float, float, float]]]) -> list[Step]:
+class Overlap:
+    """How much of a group's saving is left once other groups are pruned.
+
+    A layer's cost is the product of its input and output widths, so two groups that cut the same
+    layer save less together than the sum of their savings, each timed alone. Each group's
+    saving is spread over the layers it cuts by their MACs; :meth:`share` is the part of those
+    MACs that the other groups' ratios leave (1 when no other group cuts them).
+    ``layers``: per group, ``[(layer, MACs)]`` (:class:`~autoprune.engine.allocate.FlopsModel`'s
+    ``affected``); ``channels``: per group, its channel count.
+    """
+
+    def __init__(self, layers: Mapping[str, list[tuple[Any, float]]],
+                 channels: Mapping[str, int], round_to: int | None = None):
+        self.layers = {g: [(m, float(macs)) for m, macs in ls if macs > 0]
+                       for g, ls in layers.items()}
+        self.channels, self.round_to = channels, round_to
+        self.cutters: dict[Any, list[str]] = {}  # layer -> the groups that cut it
+        for g, ls in self.layers.items():
+            for m, _ in ls:
+                self.cutters.setdefault(m, []).append(g)
+
+    @classmethod
+    def of(cls, flops: FlopsModel) -> "Overlap":
+        """The overlap of the groups of a FLOPs model."""
+        return cls(flops.affected, flops.channels, flops.round_to)
+
+    def share(self, group: str, ratios: Mapping[str, float]) -> float:
+        """The part of ``group``'s layers' MACs that the other groups' ``ratios`` leave."""
+        total = left = 0.0
+        for m, macs in self.layers.get(group, ()):
+            kept = 1.0
+            for other in self.cutters[m]:
+                r = ratios.get(other, 0.0)
+                if other != group and r > 0:
+                    c = self.channels[other]
+                    kept *= channels_to_keep(c, r, self.round_to) / c
+            total, left = total + macs, left + macs * kept
+        return left / total if total > 0 else 1.0
+
+
+def greedy_path(table: Mapping[str, list[tuple[float, float, float]]],
+                overlap: Overlap | None = None) -> list[Step]:
     """The order in which the greedy allocation raises groups' ratios: each step is the move of
     one group from its current point to a larger one with the least loss added per latency saved
-    (ties: the larger saving); moves that save nothing are never taken."""
+    (ties: the larger saving); moves that save nothing are never taken. With ``overlap``, a
+    move's saving (as timed alone) is scaled by the share of the group's layers that the steps
+    taken so far left (:meth:`Overlap.share`), and so is the saving the step records: a group
+    next to one already pruned saves less."""
     at = {g: 0 for g in table}
+    ratios: dict[str, float] = {}
     path: list[Step] = []
     while True:
         best = None
         for g, points in table.items():
             _, l0, s0 = points[at[g]]
+            share = 1.0 if overlap is None else overlap.share(g, ratios)
             for j in range(at[g] + 1, len(points)):
                 _, l1, s1 = points[j]
-                if s1 - s0 > 1e-9:
-                    key = ((l1 - l0) / (s1 - s0), -(s1 - s0), g)
+                saved = (s1 - s0) * share
+                if saved > 1e-9:
+                    key = ((l1 - l0) / saved, -saved, g)
                     if best is None or key < best[0]:
-                        best = (key, g, j)
+                        best = (key, g, j, saved)
         if best is None:
             return path
-        _, g, j = best
+        _, g, j, saved = best
         r0, l0, s0 = table[g][at[g]]
         r1, l1, s1 = table[g][j]
-        path.append((g, r1, l1 - l0, s1 - s0))
-        at[g] = j
+        path.append((g, r1, l1 - l0, saved))
+        at[g], ratios[g] = j, r1
 
 
 def allocation(path: list[Step], goal: float,
@@ -231,7 +276,8 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
                       batch: int = 1, round_to: int | None = None,
                       ignored_layers: Iterable[Any] = (), criterion: str | None = None,
                       max_loss: float | None = None, tolerance: float = 0.03,
-                      max_tries: int = 12, rounds: int = 25) -> LatencyRatios:
+                      max_tries: int = 12, rounds: int = 25,
+                      overlap: bool = True) -> LatencyRatios:
     """Ratios that remove ``pruned_latency`` (a fraction, e.g. 0.4) of ``model``'s measured
     latency on ``device`` (``threads``, ``batch`` copies of the first example) with the least
     summed sensitivity loss.
@@ -239,7 +285,9 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     ``sens_or_record``: a sensitivity file (path or record, or what ``sensitivity(...,
     latency=True)`` returned) timed in this very setting (else a SensitivityFileError). Greedy
     allocation on loss per millisecond saved over the measured ratios (``max_loss`` leaves out
-    points losing more), then pruned copies are timed (``rounds`` paired rounds each) and the goal
+    points losing more; with ``overlap``, a group's saving is discounted by the share of its
+    layers' MACs that groups pruned earlier already removed, see :class:`Overlap`), then pruned
+    copies are timed (``rounds`` paired rounds each) and the goal
     corrected until the measured reduction (the median over three pruned copies) is within half
     the ``tolerance`` of the target (else, after ``max_tries`` timings, the closest within
     ``tolerance``); a ConfigError says why when it cannot be (the most the table allows, or
@@ -254,7 +302,8 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     graph = PruningGraph(model, example_inputs, ignored_layers)
     check_fingerprint(record, where, graph.fingerprint)
     graph.check_names(record.sensitivities)
-    path = greedy_path(curves(record, max_loss))
+    path = greedy_path(curves(record, max_loss),
+                       Overlap.of(FlopsModel(graph, example_inputs, round_to)) if overlap else None)
     # many more rounds than a table point gets: these few timings decide the answer (on the
     # 2-core VM one pruned mobilenetv3 at 224 px measured a spread (sd) of 2.9 points over
     # 9 rounds, 1.1 over 25)
