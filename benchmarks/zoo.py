@@ -256,6 +256,29 @@ def timm_params(names: list[str]) -> dict[str, float]:
     return counts
 
 
+# module classes that mix tokens (positions) with attention, an MLP across positions or an LSTM;
+# channel attention inside a CNN (SE, ECA, CBAM, split and selective-kernel attention) does not
+CHANNEL_ATTENTION = {"SplitAttn", "SelectiveKernelAttn", "ChannelAttn", "SpatialAttn",
+                     "LightChannelAttn", "LightSpatialAttn"}
+TOKEN_MIXING = re.compile(r"Attention|Attn$|^LambdaLayer$|^MlpMixer$|^LSTM")
+
+
+def timm_kind(name: str) -> str:
+    """``"cnn"`` when the timm model ``name`` (built on the meta device) has no token-mixing
+    layer (self-attention, MLP across positions, LSTM; see ``TOKEN_MIXING``), else
+    ``"attention/mlp"``; ``"unknown"`` when it cannot be built there."""
+    import timm
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name.removeprefix("timm/"), pretrained=False, num_classes=10)
+    except Exception:  # noqa: BLE001 - reported as unknown
+        return "unknown"
+    classes = {type(m).__name__ for m in model.modules()} - CHANNEL_ATTENTION
+    return "attention/mlp" if any(TOKEN_MIXING.search(c) for c in classes) else "cnn"
+
+
 def timm_names() -> list[str]:
     """The smallest member (by parameter count) of every timm family, by family name."""
     import timm
@@ -414,9 +437,28 @@ def main(argv: list[str] | None = None) -> dict:
     counts = {"ok": 0, "refused": 0, "failed": 0}
     for res in results.values():  # this run's models; with --resume, the whole file's
         counts[res["status"]] += 1
+    print(summary(results), flush=True)
     print(f"ok={counts['ok']} refused={counts['refused']} failed={counts['failed']} "
           f"total={sum(counts.values())}", flush=True)
     return counts
+
+
+def summary(results: dict[str, dict]) -> str:
+    """A markdown table of the results by source (timm split into convolutional families and
+    those with token-mixing layers, :func:`timm_kind`) and status."""
+    rows: dict[str, dict[str, int]] = {}
+    for name, res in results.items():
+        source = res.get("source") or split_name(name)[0]
+        if source == "timm":
+            source = f"timm ({timm_kind(name)})"
+        row = rows.setdefault(source, {"ok": 0, "refused": 0, "failed": 0})
+        row[res["status"]] += 1
+    lines = ["| source | ok | refused | failed | ok share |", "|---|---:|---:|---:|---:|"]
+    for source, row in sorted(rows.items()):
+        total = sum(row.values())
+        lines.append(f"| {source} | {row['ok']} | {row['refused']} | {row['failed']} | "
+                     f"{row['ok'] / total:.0%} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def test_zoo_quick_prints_a_line_per_model_and_consistent_totals():
     ok, refused, failed, total = map(int, m.groups())
     assert ok + refused + failed == total and total >= 6
     assert failed == 0, run.stdout  # the sample is chosen from models that prune or are refused
-    rows = [ln for ln in lines[:-1] if not ln.startswith("#")]
+    rows = [ln for ln in lines[:-1] if not ln.startswith(("#", "|"))]
     assert len(rows) == total
     for source in ("timm/", "torchvision/", "smp/", "yolo/"):
         assert any(ln.startswith(source) for ln in rows), source
@@ -32,6 +32,22 @@ def test_zoo_quick_prints_a_line_per_model_and_consistent_totals():
     # a CSP model whose concatenations torch-pruning maps wrongly prunes its other groups
     assert any(ln.startswith("timm/cs3darknet_focus_s") and " ok: " in ln for ln in rows)
     assert any(ln.startswith("timm/edgenext_xx_small") and " ok: " in ln for ln in rows)
+    # the summary by source: timm's CNN families apart from those with token-mixing layers
+    table = {ln.split(" | ")[0].lstrip("| "): ln for ln in lines if ln.startswith("| ")}
+    assert re.fullmatch(r"\| timm \(cnn\) \| \d \| 1 \| 0 \| \d+% \|", table["timm (cnn)"])
+    assert "timm (attention/mlp)" in table and "yolo" in table
+
+
+def test_timm_kind_tells_convolutional_families_from_token_mixing_ones():
+    zoo = _zoo()
+    kinds = {n: zoo.timm_kind(f"timm/{n}") for n in (
+        "resnet18", "skresnet18", "resnest14d", "convmixer_768_32", "vit_tiny_patch16_224",
+        "mixer_s16_224", "sequencer2d_s", "edgenext_xx_small", "lambda_resnet26t", "no_such")}
+    assert kinds == {"resnet18": "cnn", "skresnet18": "cnn", "resnest14d": "cnn",
+                     "convmixer_768_32": "cnn", "vit_tiny_patch16_224": "attention/mlp",
+                     "mixer_s16_224": "attention/mlp", "sequencer2d_s": "attention/mlp",
+                     "edgenext_xx_small": "attention/mlp", "lambda_resnet26t": "attention/mlp",
+                     "no_such": "unknown"}
 
 
 def _zoo():
@@ -74,7 +90,7 @@ def test_resume_skips_the_models_the_jsonl_holds_and_counts_the_whole_file(tmp_p
     jsonl.write_text(json.dumps(earlier) + "\n" + '{"name": "timm/resnet18", "sta')
     names = ["timm/mobilenetv3_small_050", "yolo/yolov8n"]
     lines = _sweep(*names, "--jsonl", str(jsonl), "--resume")
-    rows = [ln for ln in lines[:-1] if not ln.startswith("#")]
+    rows = [ln for ln in lines[:-1] if not ln.startswith(("#", "|"))]
     assert len(rows) == 1 and rows[0].startswith("yolo/yolov8n ") and " ok: " in rows[0]
     assert lines[-1] == "ok=1 refused=0 failed=1 total=2"  # the earlier failure is counted
     results = [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.endswith("}")]
@@ -82,7 +98,7 @@ def test_resume_skips_the_models_the_jsonl_holds_and_counts_the_whole_file(tmp_p
     assert results[1]["wall"] > 0 and results[1]["t"]["total"] > 0  # the model's own times
 
     lines = _sweep(*names, "--jsonl", str(jsonl), "--resume")  # nothing left: nothing runs
-    assert not [ln for ln in lines[:-1] if not ln.startswith("#")]
+    assert not [ln for ln in lines[:-1] if not ln.startswith(("#", "|"))]
     assert lines[-1] == "ok=1 refused=0 failed=1 total=2"
     # a shard of other models counts the file's models too
     lines = _sweep("torchvision/not_a_model", "--jsonl", str(jsonl), "--resume")

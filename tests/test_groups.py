@@ -194,6 +194,27 @@ def test_groupnorm_groups_lose_the_same_channels_per_norm_group(ratio, round_to)
     assert model(x).shape == (2, 5, 8, 8)
 
 
+class _ConcatGroupNormNet(nn.Module):
+    # two branches concatenated into one GroupNorm of 4 groups: each branch's group is only half
+    # of the norm's channels, so equal cuts per norm group cannot be guaranteed
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(4, 16)
+        self.mix, self.head = nn.Conv2d(16, 8, 1), nn.Conv2d(8, 5, 1)
+
+    def forward(self, x):
+        x = torch.relu(self.norm(torch.cat([self.a(x), self.b(x)], 1)))
+        return self.head(torch.relu(self.mix(x)))
+
+
+def test_groups_a_groupnorm_sees_only_part_of_are_left_whole_with_a_warning():
+    with pytest.warns(UserWarning, match=r"2 channel group\(s\) of _ConcatGroupNormNet reach a grouped "
+                                         r"conv or GroupNorm .* left whole: a, b"):
+        graph = PruningGraph(_ConcatGroupNormNet().eval(), torch.randn(1, 3, 8, 8))
+    assert [g.name for g in graph.groups] == ["mix"]
+
+
 def test_a_group_through_a_channel_gather_is_left_out():
     # torch-pruning maps channels one to one through index_select (a channel shuffle written as
     # one): cutting channel i before it is not cutting channel i after it, so no such group

@@ -206,6 +206,12 @@ def test_skresnet18_prunes_its_selective_kernels_and_reloads(tmp_path):
         result = _prune_all(model, x)
         assert result.flops_reduction > 0.2  # -0 % when its path groups were left whole
         assert "layer4.1.conv1.paths.0.conv" in result.plan
+        kernels = [m for m in model.modules() if type(m).__name__ == "SelectiveKernel"]
+        for sk in kernels:  # its channel counts follow the pruned path convs
+            first = sk.paths[0].conv
+            assert sk.out_channels == first.out_channels
+            assert sk.in_channels == sum(p.conv.in_channels for p in sk.paths)
+        assert any(sk.out_channels < 64 for sk in kernels)
 
     prunes_by_name_and_reloads("skresnet18", 64, tmp_path, prune_all)
 

@@ -126,7 +126,10 @@ class PruningGraph:
         for roots, why in ((self.over_budget, "are too entangled for the dependency search "
                                               "(channels folded into other axes, e.g. by attention "
                                               "or channel-attention reshapes)"),
-                           (self.unmappable, "cannot be mapped by the dependency search")):
+                           (self.unmappable, "cannot be mapped by the dependency search"),
+                           (self.unfit, "reach a grouped conv or GroupNorm through a "
+                                        "concatenation (equal cuts per conv/norm group cannot be "
+                                        "guaranteed there)")):
             if roots:
                 names = ", ".join(roots[:4]) + (", ..." if len(roots) > 4 else "")
                 warnings.warn(f"{len(roots)} channel group(s) of {type(model).__name__} {why} "
@@ -219,7 +222,7 @@ class PruningGraph:
                         sorted(reached))
 
     def _list_groups(self) -> list[PrunableGroup]:
-        groups = []
+        groups, unfit = [], []  # unfit: roots of groups a grouped conv or GroupNorm cannot take
         for group in self._all_groups():
             if any(self._cuts_output(dep) or _gathers_channels(dep.target) or _unmapped(dep.target)
                    for dep, _ in group):
@@ -229,11 +232,15 @@ class PruningGraph:
                 module = dep.target.module
                 if self.dg.is_out_channel_pruning_fn(dep.handler) and module in self.names:
                     members.append(self.names[module])
-            if not members or not self._norms_fit(group) or not self._grouped_convs_fit(group):
+            if not members:
                 continue
             members = sorted(set(members), key=self._order.__getitem__)
+            if not self._norms_fit(group) or not self._grouped_convs_fit(group):
+                unfit.append(members[0])
+                continue
             root = self.names[group[0].dep.target.module]
             groups.append(PrunableGroup(members[0], tuple(members), len(group[0].idxs), root))
+        self.unfit = sorted(unfit, key=self._order.__getitem__)
         groups.sort(key=lambda g: self._order[g.name])
         return groups
 

@@ -38,6 +38,7 @@ import types
 import torch
 import torch.nn as nn
 
+from ..engine.attributes import register_metadata_sync
 from ..errors import ConfigError
 
 # timm name prefix -> why autoprune cannot prune it (checked at the name lookup, before any work)
@@ -172,6 +173,18 @@ def _selective_kernel_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     for path, weight in zip(x_paths[1:], weights[1:]):
         out = out + (weight / total) * path
     return out
+
+
+@register_metadata_sync
+def sync_selective_kernels(model: nn.Module) -> None:
+    """timm ``SelectiveKernel``'s ``in_channels`` and ``out_channels`` from its pruned path convs
+    (the input split across the paths, or the whole input for each)."""
+    for module in model.modules():
+        if type(module).__name__ == "SelectiveKernel" and hasattr(module, "paths"):
+            convs = [_first_conv(path) for path in module.paths]
+            module.out_channels = convs[0].out_channels
+            module.in_channels = sum(c.in_channels for c in convs) if module.split_input \
+                else convs[0].in_channels
 
 
 def make_traceable(model: nn.Module) -> nn.Module:
