@@ -239,6 +239,15 @@ def test_refused_by_name_before_any_work(name, reason, monkeypatch):
     assert " instead" in str(info.value)
 
 
+def test_a_timm_encoder_without_a_head_is_refused_at_build_with_what_to_pick():
+    # timm builds gemma4_vit_167m_enc with num_classes=0 whatever is asked (was: "the model
+    # predicts 768 classes... build it with num_classes=10", which the user cannot do)
+    with pytest.raises(ap.ConfigError) as info:
+        ClassificationAdapter(num_classes=10).build("timm/gemma4_vit_167m_enc")
+    assert assert_one_line(info).startswith("timm model 'gemma4_vit_167m_enc' is a feature "
+                                            "encoder without a classification head")
+
+
 def test_the_refusals_match_only_their_families():
     for name in ("eva02_base_patch14_224", "resnet18", "densenet121"):
         timm_models.check_supported(name)  # no error

@@ -100,8 +100,13 @@ def build_classifier(arch: str, num_classes: int) -> nn.Module:
     arch = resolve_arch(arch)
     source, name = arch.split("/", 1)
     if source == "timm":
-        return timm_rules.make_traceable(
-            timm.create_model(name, pretrained=False, num_classes=num_classes))
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+        if getattr(model, "num_classes", num_classes) != num_classes:  # gemma4_vit_167m_enc
+            raise ConfigError(f"timm model {name!r} is a feature encoder without a "
+                              f"classification head (timm builds it with num_classes="
+                              f"{model.num_classes} whatever is asked): pick a timm "
+                              f"classifier, e.g. a name without the '_enc' suffix")
+        return timm_rules.make_traceable(model)
     model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
     return torchvision_models.make_traceable(model)
 
