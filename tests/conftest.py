@@ -165,6 +165,11 @@ class RefEval:
         return 1.0 / (1.0 + float((out - self.ref).norm()) / self.scale)
 
 
+def state_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Every state-dict tensor's shape, by key."""
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
 def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

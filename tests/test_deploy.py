@@ -18,7 +18,7 @@ import autoprune
 from autoprune.tasks.detection import DetectionAdapter
 from autoprune.tasks.detection import models as yolo
 
-from conftest import randomize_norms
+from conftest import randomize_norms, state_shapes
 
 # a process in which autoprune cannot be imported (whatever sys.path or an editable install says)
 BLOCK_AUTOPRUNE = """
@@ -36,9 +36,6 @@ else:
     raise SystemExit("autoprune is importable")
 """
 
-
-def _shapes(model: nn.Module) -> dict:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 def _pruned(arch: str) -> nn.Module:
@@ -92,7 +89,7 @@ def test_every_split_free_kind_is_written_back_natively(arch):
     if isinstance(want, dict):
         want, got = want["one2one"][0], got["one2one"][0]
     assert (got - want).abs().max() <= 1e-5 * max(1.0, want.abs().max())
-    assert _shapes(yolo.patch_model(native)) == _shapes(model)
+    assert state_shapes(yolo.patch_model(native)) == state_shapes(model)
 
 
 def test_pruned_yolo_loads_in_ultralytics_without_autoprune(tmp_path):
@@ -118,7 +115,7 @@ def test_pruned_yolo_loads_in_ultralytics_without_autoprune(tmp_path):
         with torch.no_grad():
             expected[arch] = reference(x)[0]
         back = yolo.load_ultralytics(path)  # autoprune reads it back as the exact pruned model
-        assert _shapes(back) == _shapes(model)
+        assert state_shapes(back) == state_shapes(model)
         with yolo.quiet():
             boxes = yolo.YOLO(str(split_free)).predict(
                 (x[0].permute(1, 2, 0).numpy() * 255).astype("uint8"), imgsz=64, conf=0.5,

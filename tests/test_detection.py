@@ -19,7 +19,7 @@ from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
 from conftest import (needs_fmnist, randomize_norms, run_offline_child,
-                      scenes_validated_on_train, stop_after_first_save)
+                      scenes_validated_on_train, state_shapes, stop_after_first_save)
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
@@ -32,9 +32,6 @@ pytestmark = needs_fmnist
 def _params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
-
-def _shapes(model: nn.Module) -> dict:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -129,8 +126,8 @@ def test_one_call_flow_new_file(flow, data_yaml):
     assert meta["task"] == "detection" and meta["build"]["nc"] == 10 and meta["plan"]
     # the model stays pruned through training: autoprune's and Ultralytics' checkpoints alike
     pruned = det.load_model(result.pruned_path)
-    assert _shapes(pruned) == _shapes(result.model)
-    assert _shapes(det.load_model(run / "pruned" / "last.pt")) == _shapes(pruned)
+    assert state_shapes(pruned) == state_shapes(result.model)
+    assert state_shapes(det.load_model(run / "pruned" / "last.pt")) == state_shapes(pruned)
     # Ultralytics' files hold its own blocks only (loadable without autoprune, tests/test_deploy)
     # with the same outputs; autoprune splits them back into the exact pruned model
     from ultralytics.nn.tasks import load_checkpoint
@@ -142,7 +139,7 @@ def test_one_call_flow_new_file(flow, data_yaml):
             with torch.no_grad():
                 want = copy.deepcopy(pruned).half().float()(x)[0]
                 assert _rel_diff(ul.float().eval()(x)[0], want) <= 1e-5
-        assert _shapes(yolo.patch_model(ul)) == _shapes(pruned), name
+        assert state_shapes(yolo.patch_model(ul)) == state_shapes(pruned), name
     assert _params(pruned) < _params(det.load_model(result.baseline_path))
     # the run's list of outputs names Ultralytics' best.pt of each stage
     assert DetectionAdapter().deployables(run / "pruned") == \
@@ -190,7 +187,7 @@ def test_model_object_trains_and_records_its_architecture(data_yaml, tmp_path):
     r = det.train(module, data_yaml, epochs=1, save_dir=tmp_path, **SMALL)
     meta = autoprune.read_pruned_metadata(r.baseline_path)
     assert meta["arch"] == "yolo11n" and meta["build"] == {"nc": 10} and meta["pruned"] is False
-    assert _shapes(det.load_model(r.baseline_path)) == _shapes(r.model)
+    assert state_shapes(det.load_model(r.baseline_path)) == state_shapes(r.model)
     assert 0.0 <= r.metrics["map50_95"] <= 1.0
 
 
@@ -198,7 +195,7 @@ def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yam
                                                                   monkeypatch):
     result, _ = flow
     model = det.load_model(result.pruned_path)
-    shapes, n = _shapes(model), _params(model)
+    shapes, n = state_shapes(model), _params(model)
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                train_args=SMALL["train_args"])
     stop_after_first_save(monkeypatch, yolo.KeepModuleTrainer)  # a Ctrl-C after epoch 1 of 2
@@ -208,13 +205,13 @@ def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yam
     monkeypatch.undo()
     last = tmp_path / "run" / "ultralytics" / "weights" / "last.pt"
     resumed = det.resume(last, progress=False)
-    assert _shapes(resumed) == shapes and _params(resumed) == n
+    assert state_shapes(resumed) == shapes and _params(resumed) == n
     rows = (tmp_path / "run" / "ultralytics" / "results.csv").read_text().strip().splitlines()
     assert len(rows) == 3  # header + epoch 1 + the resumed epoch 2
-    assert _shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
+    assert state_shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
     from ultralytics import YOLO
     ul_best = tmp_path / "run" / "ultralytics" / "weights" / "best.pt"
-    assert _shapes(yolo.load_ultralytics(ul_best)) == shapes  # written back natively, read exactly
+    assert state_shapes(yolo.load_ultralytics(ul_best)) == shapes  # written back natively, read exactly
     with yolo.quiet():
         wrapper = YOLO(str(ul_best))
         metrics = wrapper.val(data=str(data_yaml), imgsz=64, batch=8, plots=False, verbose=False)
@@ -530,7 +527,7 @@ def test_ultralytics_checkpoint_of_patched_model_loads_safely(tmp_path):
                tmp_path / "u.pt")
     loaded = yolo.load_ultralytics(tmp_path / "u.pt")
     assert any(isinstance(m, yolo.SPLIT_FREE) for m in loaded.modules())
-    assert _shapes(loaded) == _shapes(model) and loaded.args["imgsz"] == 64
+    assert state_shapes(loaded) == state_shapes(model) and loaded.args["imgsz"] == 64
     with zipfile.ZipFile(tmp_path / "u.pt") as archive:
         pickled = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
     assert b"autoprune.tasks.detection.models\nC2fSplitFree" in pickled
@@ -554,7 +551,7 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     last.pt with the pruned module; run again, the finished stage is not trained."""
     result, _ = flow
     model = det.load_model(result.pruned_path)
-    shapes = _shapes(model)
+    shapes = state_shapes(model)
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                train_args=SMALL["train_args"])
     meta = {"task": "detection", "arch": "yolov8n", "build": {"nc": 10}, "input_size": 64}
@@ -566,7 +563,7 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
         adapter.fit(model, 3, tmp_path / "run", meta=meta, resume=True)
     capsys.readouterr()
     resumed = adapter.fit(model, 2, tmp_path / "run", meta=meta, resume=True)
-    assert "resuming" in capsys.readouterr().out and _shapes(resumed) == shapes
+    assert "resuming" in capsys.readouterr().out and state_shapes(resumed) == shapes
     results = tmp_path / "run" / "ultralytics" / "results.csv"
     assert len(results.read_text().strip().splitlines()) == 3  # header + epoch 1 + epoch 2
     best = autoprune.engine.checkpoint.read_state_dict(tmp_path / "run" / "best.pt")
@@ -595,4 +592,4 @@ def test_prune_steps_end_with_one_shots_channels(flow, data_yaml, tmp_path):
     adapter = DetectionAdapter(data_yaml, input_size=64, progress=False)
     autoprune.prune(one_shot, adapter.example_inputs(one_shot), r.ratios,
                     ignored_layers=adapter.ignored_layers(one_shot))
-    assert _shapes(det.load_model(r.pruned_path)) == _shapes(one_shot)
+    assert state_shapes(det.load_model(r.pruned_path)) == state_shapes(one_shot)

@@ -21,7 +21,7 @@ from autoprune.tasks.instance_segmentation import InstanceSegmentationAdapter
 from autoprune.tasks.instance_segmentation import models as seg
 
 from conftest import (needs_fmnist, randomize_norms, run_offline_child,
-                      scenes_validated_on_train, stop_after_first_save)
+                      scenes_validated_on_train, state_shapes, stop_after_first_save)
 
 TRAIN_ARGS = dict(nbs=8, optimizer="AdamW", lr0=0.005, warmup_epochs=0, mosaic=0.0)
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False, train_args=TRAIN_ARGS)
@@ -34,9 +34,6 @@ pytestmark = needs_fmnist
 def _params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
-
-def _shapes(model: nn.Module) -> dict:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +97,10 @@ def test_pruned_yolo26_seg_trains_with_its_semantic_branch(data_yaml, tmp_path):
     x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     names = [g.name for g in autoprune.prunable_groups(model, x, ignored)]
     autoprune.prune(model, x, {n: 0.3 for n in names}, ignored_layers=ignored)
-    shapes = _shapes(model)
+    shapes = state_shapes(model)
     trained = adapter.fit(model, 1, tmp_path / "run", meta={**META, "arch": "yolo26n-seg"})
-    assert _shapes(trained) == shapes
-    assert _shapes(iseg.load_model(tmp_path / "run" / "best.pt")) == shapes
+    assert state_shapes(trained) == shapes
+    assert state_shapes(iseg.load_model(tmp_path / "run" / "best.pt")) == shapes
 
 
 def test_scene_polygons_outline_each_garment():
@@ -148,14 +145,14 @@ def test_one_call_flow_by_flops(flow):
     assert record["metric"]["name"] == "map50_95_mask" and record["extra"]["eval_images"] == 8
     # the model stays pruned through training, the prototype head intact
     pruned = iseg.load_model(result.pruned_path)
-    assert _shapes(pruned) == _shapes(result.model)
+    assert state_shapes(pruned) == state_shapes(result.model)
     assert _params(pruned) < _params(iseg.load_model(result.baseline_path))
     assert seg.segment_head(pruned).proto.cv3.conv.out_channels == 32
     ul_best = run / "pruned" / "ultralytics" / "weights" / "best.pt"
     ul, _ = yolo.read_ultralytics(ul_best)
     assert not any(isinstance(m, yolo.SPLIT_FREE) for m in ul.modules())  # native blocks:
     assert b"autoprune.tasks" not in ul_best.read_bytes()  # YOLO(path) needs no autoprune
-    assert _shapes(yolo.patch_model(ul)) == _shapes(pruned)
+    assert state_shapes(yolo.patch_model(ul)) == state_shapes(pruned)
 
 
 def test_one_call_flow_by_loss(flow, data_yaml, tmp_path):
@@ -170,7 +167,7 @@ def test_one_call_flow_by_loss(flow, data_yaml, tmp_path):
     want = {k: v for k, v in autoprune.ratios_by_loss(sens, 0.99).items() if v > 0}
     assert {k: v for k, v in r.ratios.items() if v > 0} == want and want
     assert r.report["flops_reduction"] > 0.1
-    assert _shapes(iseg.load_model(r.pruned_path)) == _shapes(r.model)
+    assert state_shapes(iseg.load_model(r.pruned_path)) == state_shapes(r.model)
 
 
 def test_interrupted_training_resumes_with_the_pruned_module(flow, data_yaml, tmp_path,
@@ -179,7 +176,7 @@ def test_interrupted_training_resumes_with_the_pruned_module(flow, data_yaml, tm
     trainer); run again, the finished stage is not trained; iseg.resume does the same by file."""
     result, _ = flow
     model = iseg.load_model(result.pruned_path)
-    shapes = _shapes(model)
+    shapes = state_shapes(model)
     adapter = InstanceSegmentationAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                           train_args=TRAIN_ARGS)
     stop_after_first_save(monkeypatch, seg.KeepModuleSegmentationTrainer)
@@ -190,10 +187,10 @@ def test_interrupted_training_resumes_with_the_pruned_module(flow, data_yaml, tm
     assert len(results.read_text().strip().splitlines()) == 2  # header + epoch 1
     capsys.readouterr()
     resumed = adapter.fit(model, 2, tmp_path / "run", meta=META, resume=True)
-    assert "resuming" in capsys.readouterr().out and _shapes(resumed) == shapes
+    assert "resuming" in capsys.readouterr().out and state_shapes(resumed) == shapes
     assert len(results.read_text().strip().splitlines()) == 3  # + the resumed epoch 2
     assert "(M)" in results.read_text().splitlines()[0]  # Ultralytics' segment validator ran
-    assert _shapes(iseg.load_model(tmp_path / "run" / "best.pt")) == shapes
+    assert state_shapes(iseg.load_model(tmp_path / "run" / "best.pt")) == shapes
     adapter.fit(iseg.load_model(result.pruned_path), 2, tmp_path / "run", meta=META, resume=True)
     assert "already finished its 2 epochs" in capsys.readouterr().out
     # the same by file, after a second interruption
@@ -203,7 +200,7 @@ def test_interrupted_training_resumes_with_the_pruned_module(flow, data_yaml, tm
     monkeypatch.undo()
     again = iseg.resume(tmp_path / "again" / "ultralytics" / "weights" / "last.pt",
                         progress=False)
-    assert _shapes(again) == shapes
+    assert state_shapes(again) == shapes
     assert autoprune.read_pruned_metadata(tmp_path / "again" / "best.pt")["task"] == \
         "instance_segmentation"
 

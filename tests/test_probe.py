@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import autoprune
-from autoprune.engine import groups as groups_module
+from autoprune.engine import probe as probe_module
 from autoprune.engine.groups import PruningGraph
 
 
@@ -33,7 +33,7 @@ class FixedView(nn.Module):
 
 @pytest.fixture(autouse=True)
 def fresh_verdicts(monkeypatch):
-    monkeypatch.setattr(groups_module, "_UNSAFE", {})
+    monkeypatch.setattr(probe_module, "_UNSAFE", {})
 
 
 def test_a_group_that_breaks_the_model_is_left_whole_with_a_warning():
@@ -64,8 +64,9 @@ def test_without_the_probe_the_group_is_listed_and_pruning_it_breaks_the_model()
 
 def test_the_verdict_is_kept_per_architecture_and_input(monkeypatch):
     calls = []
-    original = PruningGraph._probe
-    monkeypatch.setattr(PruningGraph, "_probe", lambda self, g: calls.append(1) or original(self, g))
+    original = probe_module.unsafe_groups
+    monkeypatch.setattr(probe_module, "unsafe_groups",
+                        lambda graph, g: calls.append(1) or original(graph, g))
     x = torch.randn(1, 3, 16, 16)
     with pytest.warns(UserWarning):
         PruningGraph(FixedView().eval(), x)

@@ -16,6 +16,7 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 from autoprune.tasks.detection.names import YOLO_FAMILIES, resolve_arch
+from conftest import state_shapes
 
 
 def _two_smallest(family: str, scales: str) -> list[str]:
@@ -25,9 +26,6 @@ def _two_smallest(family: str, scales: str) -> list[str]:
 ARCHS = [a for family, scales in YOLO_FAMILIES.items() for a in _two_smallest(family, scales)]
 SMALLEST = {a for family, scales in YOLO_FAMILIES.items() for a in _two_smallest(family, scales)[:1]}
 
-
-def _shapes(model) -> dict:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 def test_every_family_is_listed_at_two_scales():
@@ -60,7 +58,7 @@ def test_family_prunes_runs_and_reloads(arch, tmp_path):
     autoprune.save_pruned(model, path, task="detection", arch=arch, build={"nc": 3},
                           input_size=64, pruned=True)
     again = det.load_model(path)
-    assert _shapes(again) == _shapes(model)
+    assert state_shapes(again) == state_shapes(model)
     with torch.no_grad():
         z = again(x)
     z = z[0] if isinstance(z, (list, tuple)) else z
@@ -104,13 +102,13 @@ def test_pruned_yolo26n_retrains_with_the_kept_module_and_both_heads(tmp_path):
     autoprune.prune(model, example, {n: 0.3 for n in names}, ignored_layers=ignored)
     head = yolo.detect_head(model)
     assert head.one2one_cv2 is not None and len(head.one2one_cv2) == len(head.cv2)
-    shapes = _shapes(model)
+    shapes = state_shapes(model)
     meta = {"task": "detection", "arch": "yolo26n", "build": adapter.build_kwargs(model)}
     trained = adapter.fit(model, epochs=1, save_dir=tmp_path / "run", meta=meta)
-    assert _shapes(trained) == shapes
-    assert _shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
+    assert state_shapes(trained) == shapes
+    assert state_shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
     ul, _ = load_checkpoint(str(tmp_path / "run" / "ultralytics" / "weights" / "last.pt"))
     assert not any(isinstance(m, yolo.SPLIT_FREE) for m in ul.modules())  # Ultralytics' blocks
-    assert _shapes(yolo.patch_model(ul)) == shapes
+    assert state_shapes(yolo.patch_model(ul)) == shapes
     metrics = adapter.evaluate(trained)
     assert 0.0 <= metrics["map50_95"] <= 1.0

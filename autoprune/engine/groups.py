@@ -18,8 +18,7 @@ import torch.nn as nn
 import torch_pruning as tp
 
 from .attributes import sync_attributes
-from .data import tensors_in
-from .removal import pruned_temporarily
+from .probe import leave_out_unsafe, output_shape
 from .tp_patches import OverBudget, walk_budget
 from ..errors import ConfigError, NoPrunableGroupsError
 
@@ -90,14 +89,10 @@ class PruningGraph:
 
     Building it traces the model once with ``example_inputs``; the model's train/eval mode is kept.
     Groups that would change the model's output shape (the classifier, a detection head's last
-    conv) and groups whose grouped (non-depthwise) convolutions see only part of their channels
-    are left out (a grouped conv that sees all of them loses the same positions from each of its
-    conv groups: :meth:`channels_to_remove`), and so (``probe``)
-    are groups whose removal breaks the model: each group loses half its channels once, for a
-    forward pass, and is left whole, with a warning, if that fails or changes the prediction's
-    shape
-    (attention layouts, weight-standardised convs... that the graph does not describe). The
-    probe's verdict is kept per architecture and input shape for the life of the process.
+    conv) are left out; so, with a warning, are groups whose grouped (non-depthwise) convolutions
+    or GroupNorms see only part of their channels (a grouped conv that sees all of them loses the
+    same positions from each of its conv groups: :meth:`channels_to_remove`), and (``probe``)
+    groups whose removal breaks the model (:mod:`autoprune.engine.probe`).
     """
 
     def __init__(self, model: nn.Module, example_inputs: Any, ignored_layers: Iterable[Any] = (),
@@ -135,7 +130,7 @@ class PruningGraph:
                 warnings.warn(f"{len(roots)} channel group(s) of {type(model).__name__} {why} "
                               f"and are left whole: {names}", stacklevel=2)
         if probe:
-            self.groups = self._safe(self.groups)
+            self.groups = leave_out_unsafe(self, self.groups)
         if not self.groups:
             raise NoPrunableGroupsError(
                 f"{type(model).__name__} has no prunable channel group (no Conv/Linear whose outputs "
@@ -166,7 +161,7 @@ class PruningGraph:
         entangled: set[int] = set()  # layers reached by a walk that failed
         ignored = {id(m) for m in self.ignored + list(self.dg.IGNORED_LAYERS_IN_TRACING)}
         key = (type(self.model).__module__, type(self.model).__qualname__,
-               str(_shapes(self.example_inputs)), _tensor_shapes(self.model),
+               str(output_shape(self.example_inputs)), _tensor_shapes(self.model),
                tuple(sorted(self.names.get(m, "") for m in self.ignored)))
         known = _FAILED_WALKS.get(key)  # this architecture's failed walks, from an earlier graph
         failed: dict[str, tuple[str, list[str]]] = {}
@@ -243,44 +238,6 @@ class PruningGraph:
         self.unfit = sorted(unfit, key=self._order.__getitem__)
         groups.sort(key=lambda g: self._order[g.name])
         return groups
-
-    def _safe(self, groups: list[PrunableGroup]) -> list[PrunableGroup]:
-        """``groups`` without those whose removal breaks a forward pass (see the class doc)."""
-        key = (type(self.model).__module__, type(self.model).__qualname__,
-               group_fingerprint(groups), str(_shapes(self.example_inputs)))
-        if key not in _UNSAFE:
-            _UNSAFE[key] = self._probe(groups)
-        unsafe = _UNSAFE[key]
-        if unsafe:
-            names = ", ".join(unsafe[:4]) + (", ..." if len(unsafe) > 4 else "")
-            warnings.warn(f"{len(unsafe)} of {len(groups)} channel groups of "
-                          f"{type(self.model).__name__} cannot lose channels without breaking the "
-                          f"model and are left whole: {names}", stacklevel=3)
-        return [g for g in groups if g.name not in unsafe]
-
-    def _probe(self, groups: list[PrunableGroup]) -> list[str]:
-        """Names of the groups whose half removal makes a forward pass fail or changes the shape
-        of the prediction (the first tensor the model returns)."""
-        was_training = self.model.training
-        self.model.eval()
-        args = self.example_inputs if isinstance(self.example_inputs, (list, tuple)) \
-            else (self.example_inputs,)
-        unsafe = []
-        try:
-            with torch.no_grad():
-                want = _shapes(self.model(*args))
-                for group in groups:
-                    try:
-                        idxs = self.channels_to_remove(group, 0.5)
-                        with pruned_temporarily(self, group, idxs):
-                            fits = _shapes(self.model(*args)) == want
-                    except Exception:  # noqa: BLE001 - any failure means: not safe to prune
-                        fits = False
-                    if not fits:
-                        unsafe.append(group.name)
-        finally:
-            self.model.train(was_training)
-        return unsafe
 
     def _grouped_convs_fit(self, group) -> bool:
         """False when a grouped (not depthwise) conv sees a share of the group's channels other
@@ -459,7 +416,6 @@ class PruningGraph:
         self.dg._autoprune_mapping_fresh = False
 
 
-_UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
 # the roots whose walk failed, per (architecture, input, tensor shapes, ignored layers): {root:
 # ("budget" or "unmappable", names of the layers its walk reached)}; a later graph of the same
 # model (prune after prunable_groups, the sensitivity analysis) skips those walks (~1 s each)
@@ -482,13 +438,6 @@ def _drop_rows(module: nn.Module, name: str, removed: Sequence[int]) -> None:
                         device=param.device)
     module._parameters[name] = nn.Parameter(param.data.index_select(0, keep).clone(),
                                             requires_grad=param.requires_grad)
-
-
-def _shapes(value: Any) -> tuple | None:
-    """The shape of the first tensor of a (nested) output: the model's prediction (later ones
-    may be intermediate feature maps, whose widths pruning changes legitimately)."""
-    first = next(tensors_in(value), None)
-    return None if first is None else tuple(first.shape)
 
 
 def _grouped(module: Any) -> bool:
