@@ -3,7 +3,9 @@ classifiers, segmentation-models-pytorch architectures x the four documented enc
 YOLO detection families (smallest scale). Each model untrained, 0.3 removed from every prunable
 group, forward, save_pruned / load_model round trip with identical outputs. One model per
 subprocess with a time limit; prints a line per model (name, input size, status, groups, FLOPs
-removed, seconds) and a last line ``ok=<n> refused=<r> failed=<f> total=<t>``.
+removed, seconds), a markdown table of the results by source (timm split into convolutional
+families and those with token-mixing layers: :func:`timm_kind`) and a last line
+``ok=<n> refused=<r> failed=<f> total=<t>``.
 
     python benchmarks/zoo.py --quick                          # 8 models, four sources (~1 min)
     python benchmarks/zoo.py --only timm --jsonl zoo.jsonl    # one source (comma list allowed)
