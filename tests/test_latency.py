@@ -18,7 +18,7 @@ from autoprune.engine.groups import PruningGraph, channels_to_keep
 from autoprune.engine.latency import PairedTimer, latency_setting
 from autoprune.engine.allocate import FlopsModel
 from autoprune.engine.latency_target import (Overlap, Timings, allocation, curves, greedy_path,
-                                             isotonic, next_goal)
+                                             isotonic, next_goal, threshold_allocation)
 from autoprune.engine.store import SensitivityRecord, write_record
 from conftest import RefEval, assert_one_line, assert_same_state, make_input, make_model, snapshot
 
@@ -393,7 +393,10 @@ def test_known_answer_on_a_synthetic_table(toy, x, mocked):
     # fuse.0 to 0.5 (0.002 for 0.1), then stem.0 (0.1 per saving) to 0.5: 0.022 in all
     assert dict(result) == {"fuse.0": pytest.approx(0.5), "stem.0": pytest.approx(0.5)}
     assert result.loss == pytest.approx(0.022) and result.table_saving == pytest.approx(0.3)
-    assert result.achieved == pytest.approx(0.3) and len(mocked["measured"]) == 3  # confirmed
+    # each family confirmed three times; the threshold one (even losses) loses more here
+    assert result.achieved == pytest.approx(0.3) and len(mocked["measured"]) == 6
+    assert result.method == "greedy" and set(result.candidates) == {"greedy", "threshold"}
+    assert result.candidates["threshold"]["loss"] > result.loss
     assert result.target == 0.3 and result.baseline_ms > 0
     assert result.pruned_ms == pytest.approx(result.baseline_ms * 0.7)
     table = {g: [(0.0, 0.0, 0.0)] + [(r, l, s) for r, (l, s) in p.items()]
@@ -413,8 +416,32 @@ def test_correction_scales_the_goal_until_the_measurement_lands(toy, x, mocked):
 def test_a_measurement_at_the_edge_of_the_tolerance_is_refined(toy, x, mocked):
     # 0.279 is within 0.03 of 0.3 but a re-measurement elsewhere could fall outside: one more try
     mocked["scale"] = 0.93
-    result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3)
+    result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3, candidates=["greedy"])
     assert len(mocked["measured"]) == 4 and result.achieved == pytest.approx(0.3)
+
+
+def test_threshold_allocation_prunes_every_group_to_one_loss():
+    table = {"a": [(0.0, 0.0, 0.0), (0.5, 0.01, 0.1), (0.75, 0.04, 0.2)],
+             "b": [(0.0, 0.0, 0.0), (0.5, 0.02, 0.1), (0.75, 0.03, 0.15)]}
+    ratios, saved, loss = threshold_allocation(table, 0.2)
+    assert saved == pytest.approx(0.2, abs=1e-6)
+    # both groups at the same loss on their curves (a past its first point, b before its first)
+    assert 0.5 < ratios["a"] < 0.75 and 0.0 < ratios["b"] < 0.5
+    loss_a = 0.01 + (ratios["a"] - 0.5) / 0.25 * 0.03
+    loss_b = ratios["b"] / 0.5 * 0.02
+    assert loss_a == pytest.approx(loss_b, abs=1e-5) and loss == pytest.approx(loss_a + loss_b)
+    assert threshold_allocation(table, 1.0)[0] == {"a": 0.75, "b": 0.75}  # the most it allows
+
+
+def test_the_family_with_the_least_loss_at_the_target_is_taken(toy, x, mocked, monkeypatch):
+    # a threshold allocation that lands on the target with less summed loss than the greedy one
+    monkeypatch.setattr(latency_target, "threshold_allocation",
+                        lambda table, goal: ({"fuse.0": 0.5, "stem.0": 0.5}, 0.3, 0.001))
+    result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3)
+    assert result.method == "threshold" and result.loss == 0.001
+    assert result.candidates["greedy"]["loss"] == pytest.approx(0.022)
+    with pytest.raises(ap.ConfigError, match=r"candidates=\('flops',\): pick from"):
+        ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3, candidates=["flops"])
 
 
 def test_a_lucky_timing_is_not_taken_unconfirmed(toy, x, mocked):

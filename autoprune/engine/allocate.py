@@ -37,10 +37,11 @@ def ratios_by_loss(sens: Table, loss: float) -> dict[str, float]:
     if not isinstance(loss, (int, float)) or not math.isfinite(loss):
         raise ConfigError(f"loss threshold {loss!r} is not a finite number: pass e.g. 0.05")
     _check_table(sens)
-    return {name: _ratio_for_loss(points, loss) for name, points in sens.items()}
+    return {name: ratio_for_loss(points, loss) for name, points in sens.items()}
 
 
-def _ratio_for_loss(points: Mapping[float, float], loss: float) -> float:
+def ratio_for_loss(points: Mapping[float, float], loss: float) -> float:
+    """A group's ratio for the loss threshold ``loss`` (see :func:`ratios_by_loss`)."""
     pts = sorted((float(r), float(v)) for r, v in points.items())
     for i in range(len(pts) - 1, -1, -1):
         r0, l0 = pts[i]
@@ -120,8 +121,8 @@ def summed_loss(sens: Table, ratios: Mapping[str, float]) -> float:
     return total
 
 
-def _flops_curve(points: Mapping[float, float], tilt: float = 1e-6) -> dict[float, float]:
-    """A group's loss curve made continuous and increasing, for FLOPs allocation: the
+def threshold_curve(points: Mapping[float, float], tilt: float = 1e-6) -> dict[float, float]:
+    """A group's loss curve made continuous and increasing, for a threshold allocation: the
     :func:`loss_curve`, plus a tiny tilt that breaks ties between equal losses. For an increasing
     measured curve this changes nothing but the start point, and a group's ratio then grows
     continuously with the threshold instead of jumping."""
@@ -135,7 +136,7 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
 
     Bisection on the loss threshold of :func:`ratios_by_loss` (PaddleSlim ``sensitive_prune``):
     the least sensitive groups are pruned first. Each group's curve starts at (ratio 0, loss 0) and
-    is made non-decreasing (see :func:`_flops_curve`), so every FLOPs figure between 0 and the
+    is made non-decreasing (see :func:`threshold_curve`), so every FLOPs figure between 0 and the
     most the table allows is reachable. The FLOPs reduction is then measured on a pruned
     copy and returned as ``.achieved`` (within one percentage point of the target whenever the
     profile allows it). Raises ConfigError if the target cannot be reached.
@@ -148,10 +149,10 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
     graph.check_names(sens)
     flops = FlopsModel(graph, example_inputs, round_to)
 
-    anchored = {name: _flops_curve(points) for name, points in sens.items()}
+    anchored = {name: threshold_curve(points) for name, points in sens.items()}
 
     def reduction(threshold: float) -> tuple[float, dict[str, float]]:
-        ratios = {k: min(_ratio_for_loss(p, threshold), max_ratio) for k, p in anchored.items()}
+        ratios = {k: min(ratio_for_loss(p, threshold), max_ratio) for k, p in anchored.items()}
         return 1.0 - flops.predict(ratios) / flops.total, ratios
 
     losses = [v for points in anchored.values() for v in points.values()]  # tilt included

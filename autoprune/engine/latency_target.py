@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch.nn as nn
 
 from ..errors import ConfigError
-from .allocate import FlopsModel, ignored_names, loss_curve
+from .allocate import FlopsModel, ignored_names, loss_curve, ratio_for_loss, threshold_curve
 from .groups import PruningGraph, channels_to_keep, check_criterion
 from .latency import PairedTimer, check_latency_table, describe, latency_setting
 from .prune import check_round_to, prune
@@ -40,8 +40,10 @@ Step = tuple[str, float, float, float]  # group, ratio, loss added, share of lat
 class LatencyRatios(dict):
     """Ratios found for a latency target: ``.target``, ``.achieved`` (the measured reduction),
     ``.baseline_ms`` and ``.pruned_ms`` (measured, paired), ``.setting`` (where it was timed),
-    ``.loss`` (the summed table loss of the ratios) and ``.table_saving`` (the sum of the groups'
-    savings in the table: the allocation's goal, not a prediction; it can exceed 1)."""
+    ``.loss`` (the summed table loss of the ratios), ``.table_saving`` (the sum of the groups'
+    savings in the table: the allocation's goal, not a prediction; it can exceed 1),
+    ``.method`` (the allocation family taken: ``"greedy"`` or ``"threshold"``) and
+    ``.candidates`` (per family tried: the measured reduction it landed on and its loss)."""
 
     target: float
     table_saving: float
@@ -50,6 +52,8 @@ class LatencyRatios(dict):
     pruned_ms: float
     setting: dict[str, Any]
     loss: float
+    method: str
+    candidates: dict[str, dict[str, float]]
 
 
 def isotonic(values: list[float]) -> list[float]:
@@ -153,9 +157,7 @@ def greedy_path(table: Mapping[str, list[tuple[float, float, float]]],
         at[g], ratios[g] = j, r1
 
 
-def allocation(path: list[Step], goal: float,
-               table: Mapping[str, list[tuple[float, float, float]]] | None = None
-               ) -> tuple[dict[str, float], float, float]:
+def allocation(path: list[Step], goal: float) -> tuple[dict[str, float], float, float]:
     """The steps of ``path`` taken until the summed table saving reaches ``goal``, the last one
     partly (ratio, loss and saving interpolated along it; steps start where the group's previous
     step ended, or at 0): ``(ratios, summed table saving, summed loss)``."""
@@ -168,6 +170,48 @@ def allocation(path: list[Step], goal: float,
         start = ratios.get(g, 0.0)
         ratios[g], saved, loss = start + t * (r - start), saved + t * ds, loss + t * dl
     return ratios, saved, loss
+
+
+Table = Mapping[str, list[tuple[float, float, float]]]  # what :func:`curves` returns
+
+
+def _point_at(points: list[tuple[float, float, float]], ratio: float) -> tuple[float, float]:
+    """(loss, saved) of one group's curve at ``ratio``: linear between points, flat past the
+    last."""
+    for (r0, l0, s0), (r1, l1, s1) in zip(points, points[1:]):
+        if ratio <= r1:
+            t = (ratio - r0) / (r1 - r0) if r1 > r0 else 1.0
+            return l0 + t * (l1 - l0), s0 + t * (s1 - s0)
+    return points[-1][1], points[-1][2]
+
+
+def threshold_allocation(table: Table, goal: float) -> tuple[dict[str, float], float, float]:
+    """The loss-threshold allocation (PaddleSlim's, the one :func:`ratios_by_flops` bisects)
+    whose summed table saving is ``goal``: every group pruned as far as its loss stays within
+    one threshold, the threshold bisected; ``(ratios, summed table saving, summed loss)``. It
+    spreads the loss evenly where the greedy one follows the savings timed alone, and wins where
+    those do not add up."""
+    anchored = {g: threshold_curve({r: loss for r, loss, _ in points[1:]})
+                for g, points in table.items()}
+
+    def at(threshold: float) -> tuple[dict[str, float], float, float]:
+        ratios = {g: ratio_for_loss(curve, threshold) for g, curve in anchored.items()}
+        figures = [_point_at(table[g], r) for g, r in ratios.items()]
+        return ({g: r for g, r in ratios.items() if r > 0}, sum(s for _, s in figures),
+                sum(loss for loss, _ in figures))
+
+    lo, hi = 0.0, max((v for curve in anchored.values() for v in curve.values()), default=0.0)
+    best = at(hi)
+    if best[1] <= goal:
+        return best
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        found = at(mid)
+        if found[1] < goal:
+            lo = mid
+        else:
+            hi, best = mid, found
+    return best
 
 
 def measure_reduction(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float],
@@ -271,56 +315,47 @@ def check_latency_target(pruned_latency: Any) -> float:
     return float(pruned_latency)
 
 
-def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any,
-                      pruned_latency: float, *, device: str = "cpu", threads: int | None = None,
-                      batch: int = 1, round_to: int | None = None,
-                      ignored_layers: Iterable[Any] = (), criterion: str | None = None,
-                      max_loss: float | None = None, tolerance: float = 0.03,
-                      max_tries: int = 12, rounds: int = 25,
-                      overlap: bool = True) -> LatencyRatios:
-    """Ratios that remove ``pruned_latency`` (a fraction, e.g. 0.4) of ``model``'s measured
-    latency on ``device`` (``threads``, ``batch`` copies of the first example) with the least
-    summed sensitivity loss.
+Allocate = Callable[[float], tuple[dict[str, float], float, float]]  # goal -> allocation
 
-    ``sens_or_record``: a sensitivity file (path or record, or what ``sensitivity(...,
-    latency=True)`` returned) timed in this very setting (else a SensitivityFileError). Greedy
-    allocation on loss per millisecond saved over the measured ratios (``max_loss`` leaves out
-    points losing more; with ``overlap``, a group's saving is discounted by the share of its
-    layers' MACs that groups pruned earlier already removed, see :class:`Overlap`), then pruned
-    copies are timed (``rounds`` paired rounds each) and the goal
-    corrected until the measured reduction (the median over three pruned copies) is within half
-    the ``tolerance`` of the target (else, after ``max_tries`` timings, the closest within
-    ``tolerance``); a ConfigError says why when it cannot be (the most the table allows, or
-    timings too unsteady). ``criterion`` defaults to the table's.
-    """
-    target = check_latency_target(pruned_latency)
-    check_round_to(round_to)
-    record, where = _record(sens_or_record)
-    criterion = check_criterion(criterion or record.criterion)
-    wanted = latency_setting(example_inputs, device=device, threads=threads, batch=batch)
-    check_latency_table(record, wanted, where)
-    graph = PruningGraph(model, example_inputs, ignored_layers)
-    check_fingerprint(record, where, graph.fingerprint)
-    graph.check_names(record.sensitivities)
-    path = greedy_path(curves(record, max_loss),
-                       Overlap.of(FlopsModel(graph, example_inputs, round_to)) if overlap else None)
-    # many more rounds than a table point gets: these few timings decide the answer (on the
-    # 2-core VM one pruned mobilenetv3 at 224 px measured a spread (sd) of 2.9 points over
-    # 9 rounds, 1.1 over 25)
-    timer = PairedTimer(model, example_inputs, device=device, threads=threads, batch=batch,
-                        rounds=rounds)
-    measure = lambda ratios: measure_reduction(model, example_inputs, ratios, timer,
-                                               criterion=criterion, round_to=round_to,
-                                               ignored_layers=ignored_layers)
-    most = allocation(path, math.inf)[1]
-    timed = Timings(lambda ratios: tuple(sorted(
-        (g, channels_to_keep(graph.group(g).channels, r, round_to)) for g, r in ratios.items())))
+
+class Landing:
+    """One allocation family brought to a measured latency target: the goals (summed table
+    savings) tried, their models' measured reductions, and the goal taken."""
+
+    def __init__(self, name: str, allocate: Allocate, timings: Timings):
+        self.name, self.allocate, self.timings = name, allocate, timings
+        self.goal, self.achieved = math.nan, math.nan
+
+    def take(self, target: float, tolerance: float) -> None:
+        """Take the goal closest to ``target`` (close and confirmed first)."""
+        tried = self.timings.by_goal()
+
+        def rank(g: float) -> tuple:
+            close = abs(tried[g] - target) <= tolerance / 2
+            return (not close, -self.timings.times(g) if close else 0, abs(tried[g] - target))
+
+        self.goal = min(tried, key=rank)
+        self.achieved = tried[self.goal]
+
+    @property
+    def loss(self) -> float:
+        """The summed table loss of the goal taken."""
+        return self.allocate(self.goal)[2]
+
+
+def land(landing: Landing, target: float, measure: Callable[[dict], float], *,
+         tolerance: float, max_tries: int, wanted: Mapping[str, Any]) -> Landing:
+    """Time ``landing``'s allocations, correcting the goal until the measured reduction (the
+    median over three pruned copies) is within half the ``tolerance`` of ``target`` or
+    ``max_tries`` timings are spent, then take the closest; ConfigError when even the largest
+    goal is too slow."""
+    timed, most = landing.timings, landing.allocate(math.inf)[1]
     goal = min(target, most)
     while goal is not None and timed.count < max_tries:
-        ratios = allocation(path, goal)[0]
+        ratios = landing.allocate(goal)[0]
         achieved = timed.add(goal, ratios, measure(ratios))
-        log.debug("ratios_by_latency: goal %.4f (table saving) measured %.4f, %.4f over %d",
-                  goal, timed.last, achieved, timed.times(goal))
+        log.debug("ratios_by_latency (%s): goal %.4f (table saving) measured %.4f, %.4f over %d",
+                  landing.name, goal, timed.last, achieved, timed.times(goal))
         if abs(achieved - target) <= tolerance / 2:
             if timed.times(goal) >= CONFIRMATIONS:
                 break
@@ -334,27 +369,92 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
         goal = next_goal(timed.by_goal(), target, most)
         if goal is None or timed.times(goal) >= MAX_TIMES:
             break
-    tried = timed.by_goal()
+    landing.take(target, tolerance)
+    return landing
 
-    def rank(g: float) -> tuple:  # close and confirmed first, then the closest
-        close = abs(tried[g] - target) <= tolerance / 2
-        return (not close, -timed.times(g) if close else 0, abs(tried[g] - target))
 
-    goal = min(tried, key=rank)
-    achieved = tried[goal]
-    ratios, table_saving, loss = allocation(path, goal)
-    if abs(achieved - target) > tolerance:
+CANDIDATES = ("greedy", "threshold")
+
+
+def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any,
+                      pruned_latency: float, *, device: str = "cpu", threads: int | None = None,
+                      batch: int = 1, round_to: int | None = None,
+                      ignored_layers: Iterable[Any] = (), criterion: str | None = None,
+                      max_loss: float | None = None, tolerance: float = 0.03,
+                      max_tries: int = 12, rounds: int = 25, overlap: bool = True,
+                      candidates: Iterable[str] = CANDIDATES) -> LatencyRatios:
+    """Ratios that remove ``pruned_latency`` (a fraction, e.g. 0.4) of ``model``'s measured
+    latency on ``device`` (``threads``, ``batch`` copies of the first example) with the least
+    summed sensitivity loss.
+
+    ``sens_or_record``: a sensitivity file (path or record, or what ``sensitivity(...,
+    latency=True)`` returned) timed in this very setting (else a SensitivityFileError).
+    ``candidates``: the allocation families tried, each brought to the target by measurement:
+    ``"greedy"`` on loss per millisecond saved over the measured ratios (with ``overlap``, a
+    group's saving is discounted by the share of its layers' MACs that groups pruned earlier
+    already removed, see :class:`Overlap`) and ``"threshold"`` (one loss threshold for every
+    group, :func:`threshold_allocation`); ``max_loss`` leaves out points losing more. For each,
+    pruned copies are timed (``rounds`` paired rounds each) and the goal corrected until the
+    measured reduction (the median over three pruned copies) is within half the ``tolerance``
+    of the target (else, after ``max_tries`` timings, the closest); of those within
+    ``tolerance``, the one with the least summed table loss is returned. A ConfigError says why
+    when none is (the most the table allows, or timings too unsteady). ``criterion`` defaults
+    to the table's.
+    """
+    target = check_latency_target(pruned_latency)
+    check_round_to(round_to)
+    candidates = tuple(candidates)
+    if not candidates or set(candidates) - set(CANDIDATES):
+        raise ConfigError(f"candidates={candidates!r}: pick from {CANDIDATES}")
+    record, where = _record(sens_or_record)
+    criterion = check_criterion(criterion or record.criterion)
+    wanted = latency_setting(example_inputs, device=device, threads=threads, batch=batch)
+    check_latency_table(record, wanted, where)
+    graph = PruningGraph(model, example_inputs, ignored_layers)
+    check_fingerprint(record, where, graph.fingerprint)
+    graph.check_names(record.sensitivities)
+    table = curves(record, max_loss)
+    # many more rounds than a table point gets: these few timings decide the answer (on the
+    # 2-core VM one pruned mobilenetv3 at 224 px measured a spread (sd) of 2.9 points over
+    # 9 rounds, 1.1 over 25)
+    timer = PairedTimer(model, example_inputs, device=device, threads=threads, batch=batch,
+                        rounds=rounds)
+    measure = lambda ratios: measure_reduction(model, example_inputs, ratios, timer,
+                                               criterion=criterion, round_to=round_to,
+                                               ignored_layers=ignored_layers)
+    shape_of = lambda ratios: tuple(sorted(
+        (g, channels_to_keep(graph.group(g).channels, r, round_to)) for g, r in ratios.items()))
+    families: dict[str, Allocate] = {}
+    if "greedy" in candidates:
+        path = greedy_path(table, Overlap.of(FlopsModel(graph, example_inputs, round_to))
+                           if overlap else None)
+        families["greedy"] = lambda goal: allocation(path, goal)
+    if "threshold" in candidates:
+        families["threshold"] = lambda goal: threshold_allocation(table, goal)
+    landed = [land(Landing(name, allocate, Timings(shape_of)), target, measure,
+                   tolerance=tolerance, max_tries=max_tries, wanted=wanted)
+              for name, allocate in families.items()]
+    close = [one for one in landed if abs(one.achieved - target) <= tolerance]
+    if not close:
+        nearest = min(landed, key=lambda one: abs(one.achieved - target))
+        models = sum(one.timings.models for one in landed)
         raise ConfigError(f"pruned_latency={target} was missed by more than {tolerance:.2f}: the "
-                          f"closest of {timed.models} timed models removed {achieved:.3f} "
+                          f"closest of {models} timed models removed {nearest.achieved:.3f} "
                           f"on {describe(wanted)}; the timings vary too much here (a busy "
                           f"machine?) or the table's steps are coarse: retry, or pass "
-                          f"tolerance={max(0.05, round(abs(achieved - target) + 0.01, 2))}")
+                          f"tolerance="
+                          f"{max(0.05, round(abs(nearest.achieved - target) + 0.01, 2))}")
+    best = min(close, key=lambda one: one.loss)
+    ratios, table_saving, loss = best.allocate(best.goal)
     result = LatencyRatios(ratios)
-    result.target, result.table_saving, result.achieved = target, table_saving, achieved
-    result.loss = loss
+    result.target, result.table_saving, result.achieved = target, table_saving, best.achieved
+    result.loss, result.method = loss, best.name
+    result.candidates = {one.name: {"achieved": one.achieved, "loss": one.loss}
+                         for one in landed}
     result.baseline_ms = timer.baseline_ms
-    result.pruned_ms = timer.baseline_ms * (1.0 - achieved)
+    result.pruned_ms = timer.baseline_ms * (1.0 - best.achieved)
     result.setting = {**timer.setting, "baseline_ms": result.baseline_ms}
-    log.info("ratios_by_latency: target %.3f, achieved %.3f (%.2f -> %.2f ms, %d timed)",
-             target, achieved, result.baseline_ms, result.pruned_ms, timed.count)
+    log.info("ratios_by_latency: target %.3f, achieved %.3f (%.2f -> %.2f ms) by the %s "
+             "allocation, %d timed", target, best.achieved, result.baseline_ms,
+             result.pruned_ms, best.name, sum(one.timings.count for one in landed))
     return result

@@ -107,7 +107,9 @@ def figures_of(chosen: LatencyRatios) -> dict[str, Any]:
     """What the allocation measured (before retraining), for the report."""
     return {"table_saving": chosen.table_saving, "achieved": chosen.achieved,
             "baseline_ms": chosen.baseline_ms, "pruned_ms": chosen.pruned_ms,
-            "loss": chosen.loss, "setting": chosen.setting}
+            "loss": chosen.loss, "setting": chosen.setting,
+            "method": getattr(chosen, "method", "greedy"),
+            "candidates": getattr(chosen, "candidates", {})}
 
 
 def _restore(saved: dict[str, Any]) -> LatencyRatios:
@@ -115,6 +117,8 @@ def _restore(saved: dict[str, Any]) -> LatencyRatios:
     for key in ("table_saving", "achieved", "baseline_ms", "pruned_ms", "loss"):
         setattr(chosen, key, saved.get(key, saved.get("predicted")))  # its old name
     chosen.target, chosen.setting = saved["target"]["value"], saved["setting"]
+    chosen.method = saved.get("method", "greedy")  # files written before there were two
+    chosen.candidates = saved.get("candidates", {})
     return chosen
 
 
