@@ -162,7 +162,7 @@ def test_a_stage_says_in_one_line_whether_its_ultralytics_file_needs_autoprune(t
     """write_deployable (run when a detection stage ends): one line saying that YOLO(path) loads
     best.pt without autoprune, or, for a block that cannot be written back, which one and that
     the ONNX export is the way to deploy."""
-    from autoprune.tasks.detection.adapter import write_deployable
+    from autoprune.tasks.detection.stages import write_deployable
     model = DetectionAdapter(nc=2, input_size=64).build("yolov8n")
     weights = tmp_path / "run" / "ultralytics" / "weights"
     weights.mkdir(parents=True)

@@ -14,6 +14,10 @@ copy is timed against the unpruned model (in pairs, see :mod:`autoprune.engine.l
 goal is corrected, by interpolating between the allocations measured on either side of the target,
 until the measured reduction lands within half the tolerance, as the median of three timed copies
 of the same model (or, after ``max_tries`` timings, the closest within the tolerance is taken).
+The one-loss-threshold allocation (PaddleSlim's, :func:`threshold_allocation`) is brought to the
+target the same way, and of the two the one with the least summed table loss there is returned:
+where the savings timed alone stop adding up (YOLOv8n at -50 %: 86 % of the FLOPs gone), even
+losses reach the measured latency more cheaply than the greedy path.
 """
 from __future__ import annotations
 

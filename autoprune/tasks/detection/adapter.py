@@ -17,7 +17,7 @@ import torch.nn as nn
 import yaml
 
 from ...flow.options import check_numbers
-from ...engine.checkpoint import export_onnx, read_pruned_metadata, read_state_dict, save_pruned
+from ...engine.checkpoint import export_onnx, read_pruned_metadata, save_pruned
 from ...engine.data import check_limits
 from ...engine.distributed import barrier, rank_and_world
 from ...errors import CheckpointError, ConfigError
@@ -26,6 +26,7 @@ from ..base import TaskAdapter
 from . import models as yolo
 from .data import read_data_yaml
 from .names import FAMILIES, canonical_arch, resolve_arch
+from .stages import ema_state, load_checkpoint, write_deployable
 
 RESERVED = {"model", "data", "epochs", "imgsz", "batch", "device", "workers", "seed", "project",
             "name", "exist_ok", "resume", "pretrained"}  # Ultralytics settings autoprune owns
@@ -227,7 +228,7 @@ class DetectionAdapter(TaskAdapter):
             if step == "done":  # finished before: its best.pt holds the result
                 _log(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its "
                      f"best.pt")
-                _load_checkpoint(model, save_dir / "best.pt")
+                load_checkpoint(model, save_dir / "best.pt")
                 write_deployable(save_dir)
                 return model.to(self.device).eval()
             if step == "write":  # Ultralytics finished, autoprune's checkpoints were not written
@@ -252,7 +253,7 @@ class DetectionAdapter(TaskAdapter):
             write_deployable(save_dir)
         barrier()  # rank 0 has written best.pt
         if rank != 0:
-            _load_checkpoint(model, save_dir / "best.pt")
+            load_checkpoint(model, save_dir / "best.pt")
         return model.to(self.device).eval()
 
     def _write_checkpoints(self, model: nn.Module, trainer: Any, save_dir: Path,
@@ -262,7 +263,7 @@ class DetectionAdapter(TaskAdapter):
         best_epoch = getattr(trainer.stopper, "best_epoch", epochs) or epochs
         for src, dst in ((trainer.last, "last.pt"), (trainer.best, "best.pt")):
             if Path(src).is_file():
-                model.load_state_dict(_ema_state(src))
+                model.load_state_dict(ema_state(src))
                 best = dst == "best.pt"
                 save_pruned(model, save_dir / dst, **meta, epoch=best_epoch if best else epochs,
                             metrics=self._ultralytics_metrics(trainer) if best else {},
@@ -395,51 +396,9 @@ class DetectionAdapter(TaskAdapter):
         return self.metrics_of(m)
 
 
-def write_deployable(save_dir: Path) -> None:
-    """Write the Ultralytics checkpoints of a finished training stage (``save_dir/ultralytics/
-    weights/best.pt``, ``last.pt``) with native Ultralytics blocks, so that ``YOLO(path)`` loads
-    them without autoprune (:func:`~.models.write_native`), and say so in one line (or where that
-    could not be done). Rank 0 only; a file already written back is left as it is."""
-    if rank_and_world()[0] != 0:
-        return
-    for name in ("best.pt", "last.pt"):
-        path = save_dir / "ultralytics" / "weights" / name
-        if not path.is_file():
-            continue
-        done = yolo.write_native(path)
-        if done.left:
-            print(f"[autoprune] note: {path} keeps autoprune's split-free form in "
-                  f"{', '.join(done.left[:3])}{', ...' if len(done.left) > 3 else ''}: YOLO() "
-                  f"loads it only where autoprune is installed; elsewhere deploy the ONNX export "
-                  f"(autoprune export {save_dir / 'best.pt'} model.onnx)", flush=True)
-        elif done.changed and name == "best.pt":
-            extra = done.padded_params / max(done.params, 1) - 1
-            print(f"[autoprune] {path} holds Ultralytics' own blocks: YOLO(path) loads it without "
-                  f"autoprune (zero channels that even out split blocks add {extra:.1%} "
-                  f"parameters; `autoprune export` writes the exact pruned model)", flush=True)
-
-
 def _log(line: str) -> None:
     if rank_and_world()[0] == 0:
         print(line, flush=True)
-
-
-def _load_checkpoint(model: nn.Module, path: Path) -> None:
-    """``model`` loaded with the weights of autoprune's checkpoint ``path`` (weights-only)."""
-    try:
-        model.load_state_dict(read_state_dict(path))
-    except RuntimeError:
-        raise CheckpointError(f"{path} does not fit this model (another architecture or "
-                              f"pruning?): resume with the same settings, or pass "
-                              f"resume=False") from None
-
-
-def _ema_state(path: Path) -> dict[str, torch.Tensor]:
-    """The (float) EMA weights of an Ultralytics checkpoint this run has written (split-free,
-    or written back with native blocks: then split again, without the padding)."""
-    net, _ = yolo.read_ultralytics(path)
-    net = yolo.patch_model(net)
-    return {k: v.float() if v.is_floating_point() else v for k, v in net.state_dict().items()}
 
 
 def _ultralytics_device(device: torch.device) -> str:

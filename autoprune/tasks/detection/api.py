@@ -39,7 +39,8 @@ from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
 from ...engine.sensitivity import DEFAULT_RATIOS
 from . import models as yolo
 from ..base import TrainResult
-from .adapter import DetectionAdapter, write_deployable
+from .adapter import DetectionAdapter
+from .stages import write_deployable
 
 
 def _is_file(x: Any) -> bool:
