@@ -179,11 +179,13 @@ def base_and_table(name: str, s: Mapping[str, Any], work: Path, args: argparse.N
     # a new one instead of reusing an old one silently
     folder = work / f"{name}-{s['size']}px-{s['train']}img-{s['epochs']}ep-seed{args.seed}"
     base_path = folder / "base" / "baseline" / "best.pt"
+    finished = folder / "base" / "finished"  # best.pt exists after the first epoch already
     t0 = time.perf_counter()
-    if not base_path.is_file():
+    if not finished.is_file():  # an interrupted base training is resumed, not taken as it is
         torch.manual_seed(args.seed)
         run.train(adapter, s["arch"], epochs=s["epochs"], save_dir=folder / "base",
-                  progress=False)
+                  progress=False, resume=True)
+        finished.write_text(f"{s['epochs']} epochs\n")
     t1 = time.perf_counter()
     sens_path = folder / "sens.json"
     ratios = tuple(float(r) for r in str(s["ratios"]).split(","))

@@ -72,6 +72,7 @@ def test_latency_aware_benchmark_tiny(capsys, monkeypatch, tmp_path):
 
     folder = tmp_path / "resnet18-32px-128img-1ep-seed0"  # named by what the base depends on
     base, sens = (folder / f for f in ("base/baseline/best.pt", "sens.json"))
+    assert (folder / "base" / "finished").is_file()  # reused only once its training finished
     stamp, table = base.stat().st_mtime_ns, read_record(sens).sensitivities
     (again,) = bench.main([*args, "--targets", "0.2", "--retrain-epochs", "0"])
     assert base.stat().st_mtime_ns == stamp and read_record(sens).sensitivities == table
