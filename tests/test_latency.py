@@ -17,8 +17,9 @@ from autoprune.engine import latency_target
 from autoprune.engine.groups import PruningGraph, channels_to_keep
 from autoprune.engine.latency import PairedTimer, latency_setting
 from autoprune.engine.allocate import FlopsModel
-from autoprune.engine.latency_target import (Overlap, Timings, allocation, curves, greedy_path,
-                                             isotonic, next_goal, threshold_allocation)
+from autoprune.engine.latency_alloc import (Overlap, allocation, curves, greedy_path, isotonic,
+                                            threshold_allocation)
+from autoprune.engine.latency_target import Timings, next_goal
 from autoprune.engine.store import SensitivityRecord, write_record
 from conftest import RefEval, assert_one_line, assert_same_state, make_input, make_model, snapshot
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch.nn as nn
 
@@ -104,21 +104,21 @@ def loss_curve(points: Mapping[float, float]) -> list[tuple[float, float]]:
     return curve
 
 
+def read_curve(points: Sequence[tuple[float, ...]], ratio: float) -> tuple[float, ...]:
+    """The values of a curve ``[(ratio, value, ...)]`` (sorted, from ratio 0) at ``ratio``:
+    linear between points, flat past the last."""
+    for p0, p1 in zip(points, points[1:]):
+        if ratio <= p1[0]:
+            t = (ratio - p0[0]) / (p1[0] - p0[0]) if p1[0] > p0[0] else 1.0
+            return tuple(v0 + t * (v1 - v0) for v0, v1 in zip(p0[1:], p1[1:]))
+    return tuple(points[-1][1:])
+
+
 def summed_loss(sens: Table, ratios: Mapping[str, float]) -> float:
     """The summed table loss of ``ratios``: per group, its :func:`loss_curve` read at its ratio
-    (linear between points, flat past the largest); groups left out (or at 0) add nothing."""
-    total = 0.0
-    for group, ratio in ratios.items():
-        if ratio <= 0:
-            continue
-        curve = loss_curve(sens[group])
-        value = curve[-1][1]
-        for (r0, l0), (r1, l1) in zip(curve, curve[1:]):
-            if ratio <= r1:
-                value = l0 + (ratio - r0) * (l1 - l0) / (r1 - r0)
-                break
-        total += value
-    return total
+    (:func:`read_curve`); groups left out (or at 0) add nothing."""
+    return sum(read_curve(loss_curve(sens[group]), ratio)[0]
+               for group, ratio in ratios.items() if ratio > 0)
 
 
 def threshold_curve(points: Mapping[float, float], tilt: float = 1e-6) -> dict[float, float]:
