@@ -15,9 +15,12 @@ epochs (``--retrain-epochs``) with the same seed:
     python benchmarks/retraining.py --quick   # resnet18 on Fashion-MNIST, a few minutes on CPU
     python benchmarks/retraining.py           # more images and epochs, plus Unet-resnet18 on the
                                               # fashion-scenes (segmentation, mIoU)
+    python benchmarks/retraining.py --tasks segmentation --work-dir runs/retrain  # one task,
+                                              # its models kept (one process per core)
 
-Prints one table row per task and recipe; the last line is the classification row:
-``plain=<a> distill=<b> steps=<c> both=<d> control=<e>`` (top-1).
+Prints one table row per task and recipe, then ``<task>: plain=<a> ... control=<e>`` per task;
+the last line is the classification row (the segmentation one when it runs alone):
+``plain=<a> distill=<b> steps=<c> both=<d> control=<e>`` (top-1, or mIoU).
 """
 from __future__ import annotations
 
@@ -65,6 +68,8 @@ def compare(task: str, metric: str, train: Callable[..., Any], tmp: Path, *, epo
 def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="resnet18 on Fashion-MNIST only, small")
+    p.add_argument("--tasks", default=None,
+                   help="classification,segmentation (default; --quick: classification)")
     p.add_argument("--arch", default="resnet18")
     p.add_argument("--pruned-flops", type=float, default=0.7)
     p.add_argument("--epochs", type=int, default=4, help="base training epochs")
@@ -73,40 +78,52 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--train-images", type=int, default=12000)
     p.add_argument("--val-images", type=int, default=1000)
     p.add_argument("--size", type=int, default=32)
+    p.add_argument("--seg-train-images", type=int, default=2000,
+                   help="segmentation: scenes to train on (task_flows.py's setting)")
+    p.add_argument("--seg-val-images", type=int, default=128)
+    p.add_argument("--seg-size", type=int, default=64)
     p.add_argument("--ratios", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9")
-    p.add_argument("--segmentation", action=argparse.BooleanOptionalAction, default=None,
-                   help="also Unet-resnet18 on the fashion-scenes (default: not with --quick)")
+    p.add_argument("--work-dir", type=Path, default=None,
+                   help="keep the models here (default: a temporary folder)")
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.quick:
         args.epochs, args.retrain_epochs, args.train_images, args.val_images = 2, 3, 2000, 500
         args.ratios = "0.2,0.4,0.6,0.8"
-    if args.segmentation is None:
-        args.segmentation = not args.quick
+    tasks = (args.tasks or ("classification" if args.quick else
+                            "classification,segmentation")).split(",")
+    unknown = set(tasks) - {"classification", "segmentation"}
+    if unknown:
+        p.error(f"--tasks: unknown {', '.join(sorted(unknown))} (classification, segmentation)")
     ratios = tuple(float(r) for r in args.ratios.split(","))
-    settings = dict(retrain_epochs=args.retrain_epochs, pruned_flops=args.pruned_flops,
-                    ratios=ratios)
-    common = dict(train_limit=args.train_images, eval_limit=args.val_images, device=args.device,
-                  seed=args.seed, progress=False)
+    settings = dict(epochs=args.epochs, retrain_epochs=args.retrain_epochs,
+                    pruned_flops=args.pruned_flops, ratios=ratios)
+    common = dict(device=args.device, seed=args.seed, progress=False)
     print("| task | recipe | FLOPs | metric after retraining | time |\n|---|---|---:|---:|---:|")
-
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        rows = {}
-        if args.segmentation:
-            seg_row = compare(
+        work = args.work_dir or Path(tmp)
+        lines = {}
+        if "segmentation" in tasks:
+            row = compare(
                 "segmentation", "miou",
                 lambda **kw: seg.train("unet", "resnet18", train_data="fashion-scenes",
-                                       input_size=64, batch_size=16, **common, **kw),
-                tmp, epochs=args.epochs, **settings)
-            print("segmentation: " + " ".join(f"{k}={v:.4f}" for k, v in seg_row.items()))
-        rows = compare(
-            "classification", "top1",
-            lambda **kw: cls.train(args.arch, "fashion-mnist", input_size=args.size,
-                                   batch_size=128, lr=0.05, **common, **kw),
-            tmp, epochs=args.epochs, **settings)
-    line = " ".join(f"{k}={v:.4f}" for k, v in rows.items())
+                                       input_size=args.seg_size, batch_size=8,
+                                       train_limit=args.seg_train_images,
+                                       eval_limit=args.seg_val_images, **common, **kw),
+                work, **settings)
+            lines["segmentation"] = " ".join(f"{k}={v:.4f}" for k, v in row.items())
+            print("segmentation: " + lines["segmentation"], flush=True)
+        if "classification" in tasks:
+            row = compare(
+                "classification", "top1",
+                lambda **kw: cls.train(args.arch, "fashion-mnist", input_size=args.size,
+                                       batch_size=128, lr=0.05, train_limit=args.train_images,
+                                       eval_limit=args.val_images, **common, **kw),
+                work, **settings)
+            lines["classification"] = " ".join(f"{k}={v:.4f}" for k, v in row.items())
+            print("classification: " + lines["classification"], flush=True)
+    line = lines.get("classification", lines.get("segmentation", ""))
     print(line)
     return line
 

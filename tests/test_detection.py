@@ -593,3 +593,68 @@ def test_prune_steps_end_with_one_shots_channels(flow, data_yaml, tmp_path):
     autoprune.prune(one_shot, adapter.example_inputs(one_shot), r.ratios,
                     ignored_layers=adapter.ignored_layers(one_shot))
     assert state_shapes(det.load_model(r.pruned_path)) == state_shapes(one_shot)
+
+
+def _feature_hooks(model: nn.Module) -> int:
+    from autoprune.tasks.detection.trainer import FeatureHook
+
+    return sum(isinstance(h, FeatureHook) for m in model.modules()
+               for h in m._forward_hooks.values())
+
+
+@pytest.mark.skipif(yolo.DistillationModel is None, reason="Ultralytics without distillation")
+def test_distill_trains_through_ultralytics_distillation_and_resumes(flow, data_yaml, tmp_path,
+                                                                     monkeypatch, capsys):
+    """distill on a detector: the pruned module trains inside Ultralytics' DistillationModel with
+    the unpruned one as teacher (a dis_loss column, above 0), the teacher is never updated and
+    never saved, an interrupted run resumes with the teacher rebuilt around it, and the trained
+    module, best.pt and last.pt are the pruned student alone, without feature hooks."""
+    from autoprune.flow.training import Distill, prepare_teacher
+
+    result, _ = flow
+    model = det.load_model(result.pruned_path)
+    shapes = state_shapes(model)
+    teacher = prepare_teacher(det.load_model(result.baseline_path), torch.device("cpu"))
+    before = copy.deepcopy(teacher.state_dict())
+    adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
+                               train_args=SMALL["train_args"])
+    meta = {"task": "detection", "arch": "yolov8n", "build": {"nc": 10}, "input_size": 64}
+    stop_after_first_save(monkeypatch, yolo.KeepModuleTrainer)
+    with pytest.raises(KeyboardInterrupt):
+        adapter.fit(model, 2, tmp_path / "run", meta=meta, distill=Distill(teacher))
+    monkeypatch.undo()
+    assert _feature_hooks(model) == 0
+    last = tmp_path / "run" / "ultralytics" / "weights" / "last.pt"
+    wrapper, ckpt = yolo.read_ultralytics(last)
+    assert isinstance(wrapper, yolo.DistillationModel) and wrapper.teacher_model is None
+    assert ckpt["train_args"]["distill_model"] is None  # the teacher module is never pickled
+    capsys.readouterr()
+    resumed = adapter.fit(model, 2, tmp_path / "run", meta=meta, resume=True,
+                          distill=Distill(teacher))
+    assert "resuming" in capsys.readouterr().out
+    rows = (tmp_path / "run" / "ultralytics" / "results.csv").read_text().strip().splitlines()
+    header = rows[0].split(",")
+    assert len(rows) == 3 and "train/dis_loss" in header
+    assert all(float(r.split(",")[header.index("train/dis_loss")]) > 0 for r in rows[1:])
+    assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
+    assert state_shapes(resumed) == shapes and _feature_hooks(resumed) == 0
+    for name in ("best.pt", "last.pt"):
+        net, _ = yolo.read_ultralytics(tmp_path / "run" / "ultralytics" / "weights" / name)
+        assert type(net).__name__ == "DetectionModel", name
+    assert state_shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
+
+
+@pytest.mark.skipif(yolo.DistillationModel is None, reason="Ultralytics without distillation")
+def test_distill_in_the_flow_records_ultralytics_feature_distillation(flow, data_yaml, tmp_path):
+    result, out = flow
+    r = det.train(result.baseline_path, data_yaml, epochs=1, distill=True,
+                  save_dir=tmp_path / "run", sensitivities_file=out / "sens.json", ratios=(0.3,),
+                  pruned_flops=0.2, eval_limit=16,
+                  **{**SMALL, "train_args": {**SMALL["train_args"], "dis": 2.0}})
+    assert r.report["recipe"] == {"distill": {"method": "ultralytics-features", "dis": 2.0},
+                                  "prune_steps": 1}
+    assert "distillation of the unpruned model's features (Ultralytics, weight 2)" in \
+        (tmp_path / "run" / "report.md").read_text()
+    results = (tmp_path / "run" / "pruned" / "ultralytics" / "results.csv").read_text()
+    assert "train/dis_loss" in results.splitlines()[0]
+    assert state_shapes(det.load_model(r.pruned_path)) == state_shapes(r.model)

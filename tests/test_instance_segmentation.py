@@ -158,16 +158,20 @@ def test_one_call_flow_by_flops(flow):
 def test_one_call_flow_by_loss(flow, data_yaml, tmp_path):
     """The measured file, a tolerated loss: the ratios are PaddleSlim's by-loss ones of it (a
     tolerance of 0.99 takes nearly every group to its largest measured ratio, whatever the
-    barely trained model's losses) and retraining keeps them."""
+    barely trained model's losses) and retraining keeps them; retrained with distill=True, the
+    segment trainer runs Ultralytics' feature distillation from the unpruned model."""
     result, out = flow
     sens = autoprune.load_sensitivities(out / "sens.json")
     r = iseg.train(result.baseline_path, data_yaml, epochs=1, save_dir=tmp_path / "run",
                    sensitivities_file=out / "sens.json", ratios=(0.3,), eval_metric_loss=0.99,
-                   eval_limit=8, **SMALL)
+                   eval_limit=8, distill=True, **SMALL)
     want = {k: v for k, v in autoprune.ratios_by_loss(sens, 0.99).items() if v > 0}
     assert {k: v for k, v in r.ratios.items() if v > 0} == want and want
     assert r.report["flops_reduction"] > 0.1
     assert state_shapes(iseg.load_model(r.pruned_path)) == state_shapes(r.model)
+    assert r.report["recipe"]["distill"] == {"method": "ultralytics-features", "dis": 6.0}
+    results = (tmp_path / "run" / "pruned" / "ultralytics" / "results.csv").read_text()
+    assert "train/dis_loss" in results.splitlines()[0]
 
 
 def test_interrupted_training_resumes_with_the_pruned_module(flow, data_yaml, tmp_path,

@@ -121,10 +121,27 @@ def test_bad_recipes_are_refused_before_training(tmp_path, kw, match):
     assert not (tmp_path / "baseline").exists()
 
 
-def test_detection_refuses_distill_in_one_line(tmp_path):
-    with pytest.raises(autoprune.ConfigError) as e:
+@pytest.mark.parametrize("kw, match", [
+    (dict(distill={"alpha": 0.7}), "pass distill=True .Ultralytics' feature distillation"),
+    (dict(distill="yes"), "pass distill=True"),
+    (dict(distill=True, train_args={"dis": -1}), "dis=-1 .the distillation weight. must be"),
+    (dict(distill=True, train_args={"dis": "6"}), "dis='6' .the distillation weight. must be"),
+])
+def test_detection_distill_settings_are_refused_in_one_line(tmp_path, kw, match):
+    """Detection distils with Ultralytics' feature distillation: classification's alpha and
+    temperature, or a bad weight, are refused before any data is read."""
+    with pytest.raises(autoprune.ConfigError, match=match) as e:
+        det.train("yolov8n.yaml", tmp_path / "missing.yaml", save_dir=tmp_path, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_detection_without_ultralytics_distillation_refuses_it(tmp_path, monkeypatch):
+    from autoprune.tasks.detection import DetectionAdapter
+
+    monkeypatch.setattr(DetectionAdapter, "distills", False)
+    with pytest.raises(autoprune.ConfigError, match="distill is not offered for detection here: "
+                       "the installed Ultralytics .* has no knowledge distillation") as e:
         det.train("yolov8n.yaml", tmp_path / "missing.yaml", distill=True, save_dir=tmp_path)
-    assert "distill is not offered for detection yet" in str(e.value)
     assert "\n" not in str(e.value)
 
 
@@ -197,6 +214,9 @@ def test_recipe_line():
                       "recipe": {"distill": {"alpha": 0.5, "temperature": 4.0},
                                  "prune_steps": 3}})
     assert "distillation from the unpruned model (alpha 0.5, T 4), pruned in 3 steps" in md
+    assert recipe_line({"recipe": {"distill": {"method": "ultralytics-features", "dis": 6.0},
+                                   "prune_steps": 1}}) == \
+        "distillation of the unpruned model's features (Ultralytics, weight 6)"
 
 
 def test_a_steps_stage_counts_as_written_by_the_run(tmp_path):

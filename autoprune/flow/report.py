@@ -106,7 +106,10 @@ def recipe_line(report: Mapping[str, Any]) -> str:
         return ""
     parts = []
     distill = recipe.get("distill")
-    if isinstance(distill, Mapping):
+    if isinstance(distill, Mapping) and "dis" in distill:
+        parts.append(f"distillation of the unpruned model's features (Ultralytics, weight "
+                     f"{distill.get('dis'):g})")
+    elif isinstance(distill, Mapping):
         parts.append(f"distillation from the unpruned model (alpha {distill.get('alpha'):g}, "
                      f"T {distill.get('temperature'):g})")
     steps = recipe.get("prune_steps") or 1

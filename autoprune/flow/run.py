@@ -178,7 +178,9 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
     retrain = dict(resuming)
     if distill:  # the teacher: the unpruned model, frozen (rebuilt from its checkpoint on resume)
         retrain["distill"] = Distill(prepare_teacher(copy.deepcopy(baseline_model),
-                                                      adapter.device), **distill)
+                                                      adapter.device),
+                                     **{k: v for k, v in distill.items()  # logit KD's settings
+                                        if k in ("alpha", "temperature")})
     steps = step_targets(model, example, chosen, prune_steps, round_to, ignored)
     done: list[PruneResult] = []
     for k, step_ratios in enumerate(steps, 1):
@@ -232,10 +234,12 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
 
 def check_recipe(adapter: TaskAdapter, mode: str, epochs: int, distill: Any,
                  prune_steps: int) -> dict[str, float] | None:
-    """The retraining recipe's settings checked before any training: ``distill`` as
-    ``{"alpha", "temperature"}`` or None (a ConfigError for a task that cannot distill, or
+    """The retraining recipe's settings checked before any training: ``distill`` as the
+    adapter records it (``{"alpha", "temperature"}`` for logit distillation) or None (a ConfigError for a task that cannot distill, or
     without pruning), ``prune_steps`` at most ``epochs`` and only with pruning."""
-    distill = check_distill(distill)
+    own = getattr(adapter, "distill_recipe", None) if getattr(adapter, "distills", False) \
+        else None
+    distill = own(distill) if own is not None else check_distill(distill)
     if distill and not getattr(adapter, "distills", False):
         raise ConfigError(f"distill is not offered for {adapter.task} yet: "
                           f"{getattr(adapter, 'no_distill_reason', 'its trainer has no hook')}; "

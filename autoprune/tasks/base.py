@@ -27,6 +27,8 @@ class TaskAdapter(ABC):
     device: torch.device    # where the model is trained and evaluated
     eval_set: Any           # the evaluation items (``len()`` is recorded); None without eval data
     distills: bool = False  # whether ``fit`` takes ``distill=`` (a teacher to distil from)
+    # an adapter distilling otherwise than logit KD also defines ``distill_recipe(distill)``:
+    # ``distill`` as passed, checked, as the report records it (None: off)
     no_distill_reason: str = "its trainer has no hook for a distillation term"
 
     # --- the model -------------------------------------------------------------------------

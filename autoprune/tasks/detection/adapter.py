@@ -21,7 +21,7 @@ from ...engine.checkpoint import export_onnx, read_pruned_metadata, save_pruned
 from ...engine.data import check_limits
 from ...engine.distributed import barrier, rank_and_world
 from ...errors import CheckpointError, ConfigError
-from ...flow.training import pick_device
+from ...flow.training import Distill, pick_device
 from ..base import TaskAdapter
 from . import models as yolo
 from .data import read_data_yaml
@@ -80,9 +80,11 @@ class DetectionAdapter(TaskAdapter):
     canonical_arch = staticmethod(canonical_arch)  # "yolov8n" of a name, or None
     resolve_arch = staticmethod(resolve_arch)      # the same, a ConfigError if unknown
     arch_of_model = staticmethod(arch_of_model)    # the key of a built model, or None
-    no_distill_reason = ("Ultralytics computes the loss inside the model's loss() in its own "
-                         "training loop, where autoprune cannot add a teacher's term without "
-                         "replacing that loop")
+    # distill=True: Ultralytics' own feature distillation (its DistillationModel), when it has it
+    distills = yolo.DistillationModel is not None
+    no_distill_reason = (f"the installed Ultralytics {yolo.ultralytics.__version__} has no "
+                         f"knowledge distillation (its distill_model argument, June 2026 on): "
+                         f"pip install -U ultralytics")
 
     def __init__(self, data: str | os.PathLike | None = None,
                  eval_data: str | os.PathLike | None = None, *, nc: int | None = None,
@@ -184,13 +186,44 @@ class DetectionAdapter(TaskAdapter):
         """The architecture key of a built model, from the YAML it was made from."""
         return self.arch_of_model(model)
 
+    @classmethod
+    def check_distill(cls, distill: Any,
+                      train_args: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """``distill`` for an Ultralytics task: False/None (off) or True: Ultralytics' feature
+        distillation, recorded as ``{"method": "ultralytics-features", "dis": w}`` (its weight
+        ``dis`` from ``train_args``, else Ultralytics' default); a mapping (classification's
+        alpha and temperature) or an Ultralytics too old to distil is a one-line ConfigError."""
+        if distill is None or distill is False:
+            return None
+        if distill is not True:
+            raise ConfigError(f"distill={distill!r:.60} for {cls.task}: pass distill=True "
+                              f"(Ultralytics' feature distillation; its weight is "
+                              f"train_args={{'dis': 6.0}}): alpha and temperature belong to "
+                              f"the logit distillation of classification and segmentation")
+        if not cls.distills:
+            raise ConfigError(f"distill is not offered for {cls.task} here: "
+                              f"{cls.no_distill_reason}; or drop distill")
+        dis = (train_args or {}).get("dis", yolo.DEFAULT_CFG_DICT.get("dis"))
+        if isinstance(dis, bool) or not isinstance(dis, (int, float)) or not dis >= 0 \
+                or dis == float("inf"):
+            raise ConfigError(f"train_args dis={dis!r:.40} (the distillation weight) must be a "
+                              f"number of at least 0: e.g. 6.0, Ultralytics' default")
+        return {"method": "ultralytics-features", "dis": float(dis)}
+
+    def distill_recipe(self, distill: Any) -> dict[str, Any] | None:
+        """See :meth:`check_distill` (with this adapter's ``train_args``)."""
+        return self.check_distill(distill, self.train_args)
+
     def fit(self, model: nn.Module, epochs: int, save_dir: Path,
-            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
+            meta: dict[str, Any] | None = None, resume: bool = False,
+            distill: Distill | None = None) -> nn.Module:
         """Train ``model`` itself with Ultralytics for ``epochs``; returns it holding the best
         (EMA) weights. Ultralytics' run lives in ``save_dir/ultralytics`` (its ``weights/best.pt``
         loads with ``YOLO(path)``); autoprune checkpoints go to ``save_dir/best.pt|last.pt``.
         ``resume=True`` continues an interrupted run from Ultralytics' ``last.pt`` (a finished
-        one is not trained again).
+        one is not trained again). ``distill``: its teacher's features are distilled with
+        Ultralytics' ``DistillationModel`` (weight ``train_args["dis"]``; alpha and temperature
+        do not apply); the checkpoints hold the student alone.
 
         Under torchrun every rank trains its own copy of ``model`` as Ultralytics' DDP workers do
         (``batch_size`` is the total, split over the ranks; ``sync_bn`` swaps in SyncBatchNorm on
@@ -221,8 +254,9 @@ class DetectionAdapter(TaskAdapter):
         if step is None and rank == 0:  # a stale run's table: Ultralytics' ranks would race on it
             (save_dir / "ultralytics" / "results.csv").unlink(missing_ok=True)
         barrier()  # every rank has looked at save_dir before rank 0 writes into it
-        trainer_class = yolo.keep_module_trainer(model, self.trainer_class,
-                                                 sync_bn=self.sync_bn and world > 1)
+        trainer_class = yolo.keep_module_trainer(
+            model, self.trainer_class, sync_bn=self.sync_bn and world > 1,
+            teacher=distill.teacher if distill is not None else None)
         threads = torch.get_num_threads()
         try:
             if step == "done":  # finished before: its best.pt holds the result

@@ -32,7 +32,6 @@ import torch.nn as nn
 from ...flow import checkpoints, run
 from ...flow.checkpoints import checkpoint_meta
 from ...flow.options import check_save_dir
-from ...flow.training import check_distill
 from ...engine.checkpoint import BASE_SHAPES, read_state_dict, save_pruned
 from ...engine.distributed import barrier, init_from_env, rank_and_world
 from ...errors import CheckpointError, ConfigError, NotAutopruneCheckpointError
@@ -175,9 +174,10 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     stage continues from its Ultralytics ``last.pt`` (the pruned module itself), a finished stage
     is not trained again, and the sensitivity file keeps its measured points.
 
-    distill: not offered for detection yet (a ConfigError): Ultralytics computes the loss inside
-    the model's ``loss()`` called from its trainer's loop, so a distillation term needs the
-    teacher's outputs on the same augmented batch inside that loop; see the README.
+    distill: True retrains the pruned model distilling the unpruned one with Ultralytics' own
+    knowledge distillation (its ``DistillationModel``: the teacher's neck features, weighted by
+    its class scores, matched through a trained 1x1 projector; weight ``train_args={"dis": w}``,
+    Ultralytics' default 6.0). A mapping (classification's alpha and temperature) is refused.
     prune_steps: as in :func:`autoprune.classification.train` (each step an Ultralytics run).
 
     Under ``torchrun --nproc_per_node N`` (the CLI, or a script calling this) every stage trains
@@ -205,9 +205,7 @@ def train_with(adapter_class: type[DetectionAdapter], arguments: Mapping[str, An
         if a["data"] is not None and Path(a["data"]) != Path(a["train_data"]):
             raise ConfigError("pass the data.yaml once: data= or train_data=, not both")
         a["data"] = a["train_data"]
-    if check_distill(a["distill"]):  # refused before any data is read
-        raise ConfigError(f"distill is not offered for {adapter_class.task} yet: "
-                          f"{adapter_class.no_distill_reason}; drop distill")
+    adapter_class.check_distill(a["distill"], a["train_args"])  # before any data is read
     if a["data"] is None:
         raise ConfigError("data=<path to a YOLO data.yaml> is required")
     init_from_env()  # under torchrun (a script, or the CLI): DDP training, the analysis shared

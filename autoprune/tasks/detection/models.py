@@ -21,18 +21,21 @@ from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator 
 from ultralytics.nn.modules import C2PSA, PSA, C2f, Conv, Detect  # noqa: E402
 from ultralytics.nn.modules.block import DFL, Attention, RepNCSPELAN4  # noqa: E402
 from ultralytics.nn.tasks import DetectionModel  # noqa: E402
+from ultralytics.utils import DEFAULT_CFG_DICT  # noqa: E402
 
 from .checkpoints import load_ultralytics, read_ultralytics  # noqa: E402
 from .console import quiet  # noqa: E402
 from .ddp import one_process, plain_batchnorm  # noqa: E402
 from .head import detect_head, ignored_layers, model_nc  # noqa: E402
 from .native import NativeWrite, native_block, to_native, write_native  # noqa: E402
-from .trainer import KeepModuleTrainer, keep_module_trainer, resume_training  # noqa: E402
+from .trainer import (DistillationModel, KeepModuleTrainer, drop_feature_hooks,  # noqa: E402
+                      keep_module_trainer, resume_training)
 from .twins import (PADDED, SPLIT_FREE, TWINS, C2fSplitFree, C2PSASplitFree,  # noqa: E402
                     ELANSplitFree, PSASplitFree, is_patched, patch_model)
 from .validator import PatientValidator, patient_nms  # noqa: E402
 
 __all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
+           "DEFAULT_CFG_DICT", "DistillationModel", "drop_feature_hooks",
            "ELANSplitFree", "KeepModuleTrainer", "NativeWrite", "PSASplitFree", "PatientValidator",
            "SPLIT_FREE", "detect_head", "ignored_layers", "is_patched", "keep_module_trainer",
            "load_ultralytics", "model_nc", "one_process", "patch_model", "plain_batchnorm",

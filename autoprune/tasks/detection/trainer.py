@@ -3,6 +3,8 @@ process or in torchrun's (DDP over the process group it finds), and the resumpti
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -19,6 +21,12 @@ from .validator import PatientValidator
 
 from ultralytics import YOLO  # noqa: E402
 from ultralytics.models.yolo.detect import DetectionTrainer  # noqa: E402
+from ultralytics.utils.torch_utils import unwrap_model  # noqa: E402
+
+try:  # Ultralytics' knowledge distillation (its `distill_model` argument), June 2026 on
+    from ultralytics.nn.distill_model import DistillationModel, FeatureHook  # noqa: E402
+except ImportError:  # an older Ultralytics: detection cannot distil
+    DistillationModel = FeatureHook = None
 
 
 class KeepModuleTrainer(DetectionTrainer):
@@ -35,9 +43,14 @@ class KeepModuleTrainer(DetectionTrainer):
     device it was given; Ultralytics' own launcher, which rebuilds the model from YAML in a
     subprocess, is never used. Rank 0 alone writes checkpoints and validates best.pt at the end.
     ``sync_bn`` (set on a subclass) trains with ``SyncBatchNorm``; checkpoints keep BatchNorm.
+    ``teacher`` (set on a subclass: a frozen model) is distilled with Ultralytics' own
+    ``DistillationModel`` (its ``distill_model`` argument, given the module instead of a path;
+    ``train_args={"dis": w}`` weighs the term): a resumed run rebuilds the wrapper around it,
+    checkpoints never hold it, and the trained module keeps no feature hook afterwards.
     """
 
     module: nn.Module | None = None
+    teacher: nn.Module | None = None
     sync_bn: bool = False
     _restore_bn = None
 
@@ -73,14 +86,30 @@ class KeepModuleTrainer(DetectionTrainer):
             m.names = self.data["names"]
         return m.float().requires_grad_(True)  # checkpoints are stored frozen, in half precision
 
+    @contextmanager
+    def _teacher_as_distill_model(self) -> Iterator[None]:
+        """Ultralytics wraps the student in a DistillationModel (a new run: in ``_setup_train``;
+        a resumed one: in ``setup_model``) when ``args.distill_model`` is set: it is the teacher
+        module while that happens, and None again before any checkpoint saves the arguments."""
+        if type(self).teacher is None:
+            yield
+            return
+        before, self.args.distill_model = self.args.distill_model, type(self).teacher
+        try:
+            yield
+        finally:
+            self.args.distill_model = before
+
     def setup_model(self):
-        ckpt = super().setup_model()
+        with self._teacher_as_distill_model():
+            ckpt = super().setup_model()
         if self.sync_bn and self._restore_bn is None:
             self._restore_bn = use_sync_batchnorm(self.model)
         return ckpt
 
     def _setup_train(self):
-        with cpu_ddp(self.device.type == "cpu" and self.world_size > 1):
+        with cpu_ddp(self.device.type == "cpu" and self.world_size > 1), \
+                self._teacher_as_distill_model():
             super()._setup_train()
         if self.sync_bn:  # the EMA (what checkpoints hold) is a copy: plain BatchNorm again
             plain_batchnorm(self.ema.ema)
@@ -92,6 +121,7 @@ class KeepModuleTrainer(DetectionTrainer):
             if self._restore_bn is not None:  # the module trained keeps its BatchNorm modules
                 self._restore_bn()
                 self._restore_bn = None
+            drop_feature_hooks(unwrap_model(self.model))
 
     def final_eval(self):
         """Validate best.pt at the end: under torchrun rank 0 alone, on the whole val split."""
@@ -109,14 +139,27 @@ class KeepModuleTrainer(DetectionTrainer):
         return validator
 
 
+def drop_feature_hooks(model: nn.Module) -> None:
+    """Remove the feature-capturing hooks Ultralytics' DistillationModel left on ``model``'s
+    layers (the student it wrapped, or the wrapper itself): they would keep every forward's
+    outputs alive."""
+    if FeatureHook is None:
+        return
+    for module in model.modules():
+        for key, hook in list(module._forward_hooks.items()):
+            if isinstance(hook, FeatureHook):
+                del module._forward_hooks[key]
+
+
 def keep_module_trainer(module: nn.Module | None, base: type[KeepModuleTrainer] | None = None,
-                        *, sync_bn: bool = False) -> type[KeepModuleTrainer]:
+                        *, sync_bn: bool = False,
+                        teacher: nn.Module | None = None) -> type[KeepModuleTrainer]:
     """A subclass of ``base`` (KeepModuleTrainer, or another task's twin of it) that trains
     ``module`` (an in-memory model; None: the module of the checkpoint it resumes), with
-    ``SyncBatchNorm`` when ``sync_bn``."""
+    ``SyncBatchNorm`` when ``sync_bn``, distilling ``teacher`` (a frozen model) when given."""
     base = base or KeepModuleTrainer
     return type(base.__name__, (base,), {"module": module, "sync_bn": sync_bn,
-                                         "__module__": base.__module__})
+                                         "teacher": teacher, "__module__": base.__module__})
 
 
 def resume_training(last: str | os.PathLike, progress: bool = True,
@@ -136,4 +179,5 @@ def resume_training(last: str | os.PathLike, progress: bool = True,
     return wrapper
 
 
-__all__ = ["KeepModuleTrainer", "keep_module_trainer", "resume_training"]
+__all__ = ["DistillationModel", "KeepModuleTrainer", "drop_feature_hooks",
+           "keep_module_trainer", "resume_training"]

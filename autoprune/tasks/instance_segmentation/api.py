@@ -57,8 +57,8 @@ def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *
     setting, the outputs (``baseline/``, ``pruned/`` each with ``best.pt`` and an ``ultralytics/``
     run, ``report.*``, ``sensitivity.png``) and ``resume=True`` are as in
     :func:`autoprune.detection.train`. The prototype head's last conv, the last conv of each box,
-    class and mask-coefficient branch keep their channels. ``distill`` is not offered (as for
-    detection). Under torchrun it trains as detection does (DDP on every rank, ``sync_bn`` on
+    class and mask-coefficient branch keep their channels. ``distill=True``: Ultralytics' feature
+    distillation from the unpruned model (as for detection). Under torchrun it trains as detection does (DDP on every rank, ``sync_bn`` on
     GPUs; see docs/multi_gpu.md).
     """
     return train_with(InstanceSegmentationAdapter, locals())
