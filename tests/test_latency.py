@@ -14,7 +14,8 @@ import autoprune as ap
 from autoprune.cli.main import main
 from autoprune.engine import latency as latency_mod
 from autoprune.engine import latency_target
-from autoprune.engine.groups import PruningGraph, channels_to_keep
+from autoprune.engine.channels import channels_to_keep
+from autoprune.engine.groups import PruningGraph
 from autoprune.engine.latency import PairedTimer, latency_setting
 from autoprune.engine.allocate import FlopsModel
 from autoprune.engine.latency_alloc import (Overlap, allocation, curves, greedy_path, isotonic,

@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch.nn as nn
 
 from ..errors import ConfigError
-from .groups import PruningGraph, channels_to_keep
+from .channels import channels_to_keep
+from .groups import PruningGraph
 from .measure import count_flops
 from .prune import prune
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .allocate import FlopsModel, loss_curve, ratio_for_loss, read_curve, threshold_curve
-from .groups import channels_to_keep
+from .channels import channels_to_keep
 from .store import SensitivityRecord
 
 Step = tuple[str, float, float, float]  # group, ratio, loss added, share of latency saved

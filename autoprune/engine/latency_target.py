@@ -23,7 +23,8 @@ import torch.nn as nn
 
 from ..errors import ConfigError
 from .allocate import FlopsModel, ignored_names
-from .groups import PruningGraph, channels_to_keep, check_criterion
+from .channels import channels_to_keep, check_criterion
+from .groups import PruningGraph
 from .latency import PairedTimer, check_latency_table, describe, latency_setting
 from .latency_alloc import (Overlap, allocation, curves, greedy_path, isotonic,
                             threshold_allocation)

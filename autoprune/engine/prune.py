@@ -10,7 +10,8 @@ import torch.nn as nn
 from ..errors import ConfigError
 from .attributes import sync_metadata
 from .checkpoint import BASE_SHAPES
-from .groups import PruningGraph, check_criterion
+from .channels import check_criterion
+from .groups import PruningGraph
 from .measure import count_flops, count_params
 
 

@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 
 from ..errors import ConfigError, MetricError, SensitivityFileError
-from .groups import PruningGraph, check_criterion
+from .channels import check_criterion
+from .groups import PruningGraph
 from .latency import (check_latency_options, check_latency_table, latency_points, latency_setting,
                       measure_point_latencies, setting_differences)
 from .measure import flush_denormals

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.checkpoint import damaged, load_pruned, read_pruned_metadata, save_pruned
-from ..engine.groups import check_criterion
+from ..engine.channels import check_criterion
 from ..engine.latency_target import ratios_by_latency
 from ..engine.prune import prune
 from ..engine.outputs import same_file

@@ -15,7 +15,8 @@ import torch.nn as nn
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.checkpoint import BASE_SHAPES
 from ..engine.distributed import broadcast, init_from_env, rank_and_world
-from ..engine.groups import PruningGraph, channels_to_keep, check_criterion
+from ..engine.channels import channels_to_keep, check_criterion
+from ..engine.groups import PruningGraph
 from ..engine.prune import PruneResult, check_round_to, prune
 from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios, weights_sha256
 from ..engine.store import read_record
