@@ -561,6 +561,10 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     monkeypatch.undo()
     with pytest.raises(autoprune.ConfigError, match="is from a run of 2 epochs, this one has 3"):
         adapter.fit(model, 3, tmp_path / "run", meta=meta, resume=True)
+    from autoprune.flow.training import Distill
+    with pytest.raises(autoprune.ConfigError, match="was not distilling the unpruned model"):
+        adapter.fit(model, 2, tmp_path / "run", meta=meta, resume=True,
+                    distill=Distill(nn.Identity()))
     capsys.readouterr()
     resumed = adapter.fit(model, 2, tmp_path / "run", meta=meta, resume=True)
     assert "resuming" in capsys.readouterr().out and state_shapes(resumed) == shapes
@@ -628,6 +632,12 @@ def test_distill_trains_through_ultralytics_distillation_and_resumes(flow, data_
     wrapper, ckpt = yolo.read_ultralytics(last)
     assert isinstance(wrapper, yolo.DistillationModel) and wrapper.teacher_model is None
     assert ckpt["train_args"]["distill_model"] is None  # the teacher module is never pickled
+    with pytest.raises(autoprune.ConfigError, match="was distilling the unpruned model") as e:
+        det.resume(last)  # the teacher is not in last.pt: the call that started it resumes it
+    assert "\n" not in str(e.value)
+    with pytest.raises(autoprune.ConfigError, match="was distilling the unpruned model: "
+                       "resume with the same settings .distill=True."):
+        adapter.fit(model, 2, tmp_path / "run", meta=meta, resume=True)
     capsys.readouterr()
     resumed = adapter.fit(model, 2, tmp_path / "run", meta=meta, resume=True,
                           distill=Distill(teacher))

@@ -236,8 +236,9 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
 def check_recipe(adapter: TaskAdapter, mode: str, epochs: int, distill: Any,
                  prune_steps: int) -> dict[str, float] | None:
     """The retraining recipe's settings checked before any training: ``distill`` as the
-    adapter records it (``{"alpha", "temperature"}`` for logit distillation) or None (a ConfigError for a task that cannot distill, or
-    without pruning), ``prune_steps`` at most ``epochs`` and only with pruning."""
+    adapter records it (``{"alpha", "temperature"}`` for logit distillation) or None (a
+    ConfigError for a task that cannot distill, or without pruning), ``prune_steps`` at most
+    ``epochs`` and only with pruning."""
     own = getattr(adapter, "distill_recipe", None) if getattr(adapter, "distills", False) \
         else None
     distill = own(distill) if own is not None else check_distill(distill)

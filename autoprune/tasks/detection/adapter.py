@@ -269,7 +269,14 @@ class DetectionAdapter(TaskAdapter):
                 trainer = SimpleNamespace(last=last, best=last.parent / "best.pt", stopper=None,
                                           metrics=None)
             elif step == "continue":
-                _, ckpt = yolo.read_ultralytics(last)
+                wrapped, ckpt = yolo.read_ultralytics(last)
+                was = yolo.DistillationModel is not None and \
+                    isinstance(wrapped, yolo.DistillationModel)
+                if was != (distill is not None):
+                    raise ConfigError(f"{last} was {'' if was else 'not '}distilling the "
+                                      f"unpruned model: resume with the same settings ("
+                                      f"{'distill=True' if was else 'without distill'}), or "
+                                      f"pass resume=False")
                 _log(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/"
                      f"{epochs}")
                 trainer_class.module = None  # the module of last.pt trains on
