@@ -313,8 +313,11 @@ def resume_with(adapter_class: type[DetectionAdapter], last: str | os.PathLike,
         raise CheckpointError(f"{last} is not <save_dir>/ultralytics/weights/last.pt of an "
                               f"autoprune run (resume writes <save_dir>/best.pt and last.pt): "
                               f"pass that file")
-    if yolo.DistillationModel is not None and \
-            isinstance(yolo.read_ultralytics(last)[0], yolo.DistillationModel):
+    try:
+        wrapped = yolo.read_ultralytics(last)[0]
+    except Exception:  # noqa: BLE001 - resume_training's own safe load names the problem
+        wrapped = None
+    if yolo.DistillationModel is not None and isinstance(wrapped, yolo.DistillationModel):
         raise ConfigError(f"{last} was distilling the unpruned model, which it does not hold: "
                           f"resume it with the call that started it plus resume=True (train(..., "
                           f"distill=True, resume=True) rebuilds the teacher)")
