@@ -128,7 +128,8 @@ def sensitivity(args: argparse.Namespace) -> None:
 def _latency(args: argparse.Namespace) -> dict:
     """The latency options of `autoprune sensitivity` (none without --latency)."""
     if not args.latency:
-        check_unused_settings(None, args.latency_device, args.latency_threads, args.latency_batch)
+        check_unused_settings(None, args.latency_device, args.latency_threads, args.latency_batch,
+                              switch="--latency", cli=True)
         return {}
     return {"latency": True, "latency_device": args.latency_device,
             "latency_threads": args.latency_threads, "latency_batch": args.latency_batch}
@@ -138,6 +139,8 @@ def prune(args: argparse.Namespace) -> None:
     inputs = [args.checkpoint] + ([] if args.sensitivities.upper() == DEFAULT else
                                   [args.sensitivities])
     check_output(args.output, inputs, "a checkpoint", args.overwrite)
+    check_unused_settings(args.pruned_latency, args.latency_device, args.latency_threads,
+                          args.latency_batch, switch="--pruned-latency", cli=True)
     out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
                            eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
                            criterion=args.criterion, round_to=args.round_to,

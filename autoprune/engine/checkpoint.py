@@ -23,7 +23,8 @@ import torch.nn as nn
 
 from .attributes import sync_attributes, sync_metadata
 from .data import tensors_in
-from ..errors import CheckpointError, NotAutopruneCheckpointError, UnreadableCheckpointError
+from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
+                      UnreadableCheckpointError)
 from .store import atomic_write
 
 FORMAT = "autoprune-pruned"
@@ -120,7 +121,7 @@ def _read(path: str | os.PathLike) -> dict[str, Any]:
         meta = json.loads(data["metadata"])
         if not isinstance(meta, dict) or not _well_formed(meta, data["state_dict"]):
             raise TypeError
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, RecursionError):
         raise damaged(path) from None
     bad = _bad_user_field(meta.get("user", {}))
     if bad:
@@ -265,28 +266,65 @@ def _check_base(model: nn.Module, base_shapes: dict[str, list[int]], path: Path)
                                   f"(another width or num_classes?)")
 
 
+def opset_range() -> tuple[int, int]:
+    """The ONNX opsets torch's (TorchScript) exporter writes."""
+    from torch.onnx import _constants
+
+    return (getattr(_constants, "ONNX_MIN_OPSET", 7),
+            getattr(_constants, "ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET", 20))
+
+
+def check_opset(opset_version: Any) -> int:
+    """Refuse an ONNX opset torch's exporter cannot write (one-line ConfigError)."""
+    low, high = opset_range()
+    if not _is_int(opset_version) or not low <= opset_version <= high:
+        raise ConfigError(f"opset_version={opset_version!r} is not an ONNX opset torch "
+                          f"{torch.__version__.split('+')[0]} exports ({low}..{high}): pass e.g. 17")
+    return int(opset_version)
+
+
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                 opset_version: int = 17, dynamic_batch: bool = True) -> Path:
     """Export ``model`` (in eval mode) to ONNX at ``path``; the model's mode is kept. The inputs
     are named ``input`` (``input0``, ``input1``... for several), the outputs ``output``
     (``output0``...). ``dynamic_batch`` (default) lets every input and output take any batch
-    size (axis 0 named ``batch``); False fixes the example's batch size."""
+    size (axis 0 named ``batch``); False fixes the example's batch size. The file is written
+    atomically (a temp file next to it, then renamed): an interrupted export leaves an earlier
+    file at ``path`` as it was, and no half file."""
+    opset_version = check_opset(opset_version)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            shapes = [tuple(t.shape) for t in tensors_in(model(*args))]
+        try:
+            with torch.no_grad():
+                shapes = [tuple(t.shape) for t in tensors_in(model(*args))]
+        except RuntimeError as e:  # e.g. an input too small for the model's downsampling
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise ConfigError(f"the model does not run on an input of shape "
+                              f"{[list(t.shape) for t in tensors_in(args)]} ({first}): export "
+                              f"it at another input size") from None
         inputs = _names("input", len(args))
         output_names = _names("output", len(shapes))
         axes = {name: {0: "batch"} for name in inputs + output_names} if dynamic_batch else None
-        torch.onnx.export(model, args, str(path), opset_version=opset_version, dynamo=False,
-                          input_names=inputs, output_names=output_names, dynamic_axes=axes)
+
+        def write(tmp: str) -> None:
+            try:
+                torch.onnx.export(model, args, tmp, opset_version=opset_version, dynamo=False,
+                                  input_names=inputs, output_names=output_names,
+                                  dynamic_axes=axes)
+            except torch.onnx.errors.OnnxExporterError as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise ConfigError(f"the model cannot be exported to ONNX at opset "
+                                  f"{opset_version} ({first}): try a newer opset (up to "
+                                  f"{opset_range()[1]}), e.g. 17") from None
+            _declare_output_shapes(Path(tmp), shapes, dynamic_batch)
+
+        atomic_write(path, write)
     finally:
         model.train(was_training)
-    _declare_output_shapes(path, shapes, dynamic_batch)
     return path
 
 

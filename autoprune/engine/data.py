@@ -1,7 +1,9 @@
 """Data helpers shared by the task adapters: loaders, and evaluation batches decoded once."""
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -40,6 +42,29 @@ def load_image(path: Any, mode: str = "RGB") -> Any:
     ConfigError naming a damaged file."""
     with image_file(path), Image.open(path) as im:
         return im.convert(mode)
+
+
+def walk_files(root: str | os.PathLike) -> tuple[list[Path], list[Path]]:
+    """Every file under ``root`` (sorted), following a symlinked folder only into a folder not
+    read yet: ``(files, links)``, ``links`` being the symlinks skipped because they lead back
+    into a folder already read (a loop such as ``a/loop -> .``, or a second link to one
+    folder)."""
+    files: list[Path] = []
+    links: list[Path] = []
+    seen: set[str] = set()
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        seen.add(os.path.realpath(folder))
+        keep = []
+        for d in sorted(dirs):
+            path = os.path.join(folder, d)
+            if os.path.realpath(path) in seen:
+                links.append(Path(path))
+            else:
+                keep.append(d)
+                seen.add(os.path.realpath(path))
+        dirs[:] = keep
+        files += [Path(folder) / n for n in sorted(names)]
+    return sorted(files), links
 
 
 def subset(dataset: Dataset, indices: Sequence[int]) -> Dataset:

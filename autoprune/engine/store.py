@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from ..errors import SensitivityFileError, WriteError
+from ..errors import ConfigError, SensitivityFileError, WriteError
 
 FORMAT = "autoprune-sensitivity"
 VERSION = 1
@@ -75,7 +75,9 @@ def atomic_write(path: PathLike, write: Callable[[str], None]) -> Path:
         os.close(fd)
         os.chmod(tmp, file_mode())  # an ordinary file, not mkstemp's owner-only 0600
         write(tmp)
+        _fsync(tmp)  # the data is on the disk before the name points at it
         os.replace(tmp, path)
+        _fsync(path.parent, folder=True)  # and so is the new name
     except BaseException as e:
         error = _write_error(path, e)  # before the temp file goes: a full disk is still full
         if tmp is not None and os.path.exists(tmp):
@@ -86,17 +88,37 @@ def atomic_write(path: PathLike, write: Callable[[str], None]) -> Path:
     return path
 
 
+def _fsync(path: PathLike, folder: bool = False) -> None:
+    """Flush ``path`` (a file, or a folder's entries) to the disk; a folder that cannot be
+    opened for it (some file systems) is left as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if folder else 0))
+    except OSError:
+        if folder:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not folder:
+            raise
+    finally:
+        os.close(fd)
+
+
 def _write_error(path: Path, e: BaseException) -> WriteError | None:
     """The one-line error of a failed write of ``path``; None for an error that is not one
     (torch.save's stream writer reports a full disk as a RuntimeError, without errno)."""
-    torch_write = isinstance(e, RuntimeError) and ("inline_container" in str(e)
-                                                   or "PytorchStreamWriter" in str(e))
-    if not isinstance(e, OSError) and not torch_write:
-        return None
     try:
         nearly_full = shutil.disk_usage(path.parent).free < 64 * 2 ** 20
     except OSError:
         nearly_full = False
+    # torch.save and the ONNX writer report a full disk as a RuntimeError of their own
+    torch_write = isinstance(e, RuntimeError) and ("inline_container" in str(e)
+                                                   or "PytorchStreamWriter" in str(e)
+                                                   or nearly_full)
+    if not isinstance(e, OSError) and not torch_write:
+        return None
     full = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))  # EDQUOT: over a disk quota
     if getattr(e, "errno", None) in full or (torch_write and nearly_full):
         why, fix = "no space left on the device", "free some disk space, or write elsewhere"
@@ -105,6 +127,17 @@ def _write_error(path: Path, e: BaseException) -> WriteError | None:
         fix = "check that the folder exists and is writable, or write elsewhere"
     return WriteError(f"could not write {path} ({why}): {fix}, then run again; an earlier "
                       f"{path.name} is left as it was")
+
+
+def read_json(path: PathLike, fix: str) -> Any:
+    """The JSON in a file autoprune wrote (``path``); a file that cannot be read or parsed
+    (truncated by a crash, edited) is a one-line ConfigError naming it, followed by ``fix``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        why = getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{path} is damaged or unreadable ({why[:120]}): {fix}") from None
 
 
 def write_text_atomic(path: PathLike, text: str) -> Path:

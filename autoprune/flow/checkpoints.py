@@ -11,7 +11,9 @@ import torch
 import torch.nn as nn
 
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
-from ..engine.checkpoint import damaged, load_pruned, read_pruned_metadata, save_pruned
+from ..engine.checkpoint import (check_opset, damaged, load_pruned, read_pruned_metadata,
+                                save_pruned)
+from ..engine.memory import activation_bytes, available_bytes
 from ..engine.channels import check_criterion
 from ..engine.latency_target import ratios_by_latency
 from ..engine.prune import prune
@@ -22,7 +24,7 @@ from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
 from ..tasks.base import TaskAdapter
 from ..tasks.registry import TASKS, get_adapter
 from .latency import check_unused_settings, latency_target, timed_default
-from .options import check_save_dir, check_targets, sens_mode
+from .options import check_numbers, check_save_dir, check_targets, sens_mode
 from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file
 
@@ -53,8 +55,18 @@ def checkpoint_meta(path: str | os.PathLike) -> dict[str, Any]:
     """The metadata of the autoprune checkpoint at ``path``, its build arguments checked by its
     task (a CheckpointError naming the damaged field)."""
     meta = read_pruned_metadata(path)
-    task = TASKS.get(meta.get("task") or "classification")
-    why = task and task.adapter_class().check_build_kwargs(meta.get("build") or {})
+    name = meta.get("task")
+    if name is not None and name not in TASKS:
+        raise damaged(Path(path), f"metadata field 'task' is {name!r:.40}, not one of the tasks "
+                                  f"{', '.join(TASKS)}")
+    task = TASKS[name or "classification"]
+    why = task.adapter_class().check_build_kwargs(meta.get("build") or {})
+    if not why and name is not None and meta.get("arch"):
+        try:  # the task and the architecture must belong together
+            task.arch_key(meta["arch"])
+        except ConfigError:
+            why = (f"metadata field 'arch' is {meta['arch']!r:.60}, not a {name} model: its "
+                   f"'task' or 'arch' was changed")
     if why:
         raise damaged(Path(path), why)
     return meta
@@ -143,13 +155,31 @@ def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, 
     if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path, e.g. "
                           f"{Path(checkpoint).with_suffix('.onnx')}")
-    if input_size is not None and input_size < 1:
-        raise ConfigError(f"input_size={input_size} must be a positive number of pixels")
-    size = {"input_size": input_size} if input_size else {}
-    adapter, _ = adapter_for_checkpoint(checkpoint, **size)
-    model = load_model(checkpoint, adapter)
+    check_numbers(whole=True, low=1, input_size=input_size)
+    check_opset(opset_version)
+    own, _ = adapter_for_checkpoint(checkpoint)
+    model = load_model(checkpoint, own)
+    adapter = own
+    if input_size is not None and input_size != own.input_size:
+        adapter, _ = adapter_for_checkpoint(checkpoint, input_size=input_size)
+        check_memory_for(model, own, adapter.input_size, "export it")
     return adapter.export_onnx(model, Path(output), opset_version=opset_version,
                                dynamic_batch=dynamic_batch)
+
+
+def check_memory_for(model: nn.Module, adapter: TaskAdapter, input_size: int, work: str) -> None:
+    """Refuse an input size whose forward pass needs more memory than the machine has free
+    (estimated from the activations at ``adapter``'s own input size, scaled by area)."""
+    free = available_bytes()
+    own = adapter.input_size
+    if free is None or not own:
+        return
+    need = activation_bytes(model, adapter.example_inputs(model)) * (input_size / own) ** 2
+    if need > 0.8 * free:
+        raise ConfigError(f"input_size={input_size} would need about {need / 1e9:,.1f} GB to "
+                          f"{work} (the model's activations at that size), more than the "
+                          f"{free / 1e9:,.1f} GB free here: pass a smaller input size (the "
+                          f"checkpoint's is {own})")
 
 def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, data: Any, *,
                         save_dir: str | os.PathLike = ".", eval_limit: int | None = None,

@@ -15,12 +15,11 @@ from ..engine.distributed import broadcast, rank_and_world
 from ..engine.latency import (check_latency_options, latency_setting, measure_latencies,
                               paired_reduction, setting_differences)
 from ..engine.latency_target import LatencyRatios, check_latency_target, ratios_by_latency
-from ..engine.store import SensitivityRecord, read_record, write_text_atomic
+from ..engine.store import SensitivityRecord, read_json, read_record, write_text_atomic
 from ..errors import ConfigError
 from ..tasks.base import TaskAdapter
+from .layout import RATIOS_FILE, SIDE_FILE
 
-SIDE_FILE = "sensitivities_latency.json"  # a DEFAULT profile's points timed on this machine
-RATIOS_FILE = "latency_ratios.json"       # the ratios chosen, reused by a resumed run
 
 
 @dataclass(frozen=True)
@@ -88,9 +87,15 @@ def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRe
     asked = {"target": asdict(target), "round_to": round_to, "criterion": criterion,
              "max_loss": max_loss}
     if resume and path.is_file():
-        saved = json.loads(path.read_text())
+        saved = read_json(path, "delete it and run again without resume (the ratios are then "
+                                "chosen anew), or restore a copy")
         if {k: saved.get(k) for k in asked} == asked:
-            return _restore(saved)
+            try:
+                return _restore(saved)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise ConfigError(f"{path} is damaged (its ratios or figures cannot be read): "
+                                  f"delete it and run again without resume, or restore a "
+                                  f"copy") from None
 
     def choose() -> LatencyRatios:
         chosen = ratios_by_latency(model, adapter.example_inputs(model), record, target.value,
@@ -150,15 +155,20 @@ def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
     return out
 
 
-def check_unused_settings(pruned_latency: Any, device: Any, threads: Any, batch: Any) -> None:
-    """Refuse latency settings given without a latency target (they would be ignored)."""
+def check_unused_settings(pruned_latency: Any, device: Any, threads: Any, batch: Any, *,
+                          switch: str = "pruned_latency", cli: bool = False) -> None:
+    """Refuse latency settings given without a latency target (they would be ignored);
+    ``switch`` names what turns timing on (``--latency`` for `autoprune sensitivity`), ``cli``
+    names the settings as command-line flags."""
     if pruned_latency is not None:
         return
     for name, value, default in (("latency_device", device, "cpu"),
                                  ("latency_threads", threads, None), ("latency_batch", batch, 1)):
         if value != default:
-            raise ConfigError(f"{name}={value!r} is given without pruned_latency: set "
-                              f"pruned_latency (e.g. 0.4) or leave {name} out")
+            shown = "--" + name.replace("_", "-") if cli else name
+            turn_on = switch if cli else f"{switch} (e.g. 0.4)"
+            raise ConfigError(f"{shown}={value!r} is given without {switch}: set {turn_on} or "
+                              f"leave {shown} out")
 
 
 def _on_rank0(fn):

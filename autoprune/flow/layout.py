@@ -20,6 +20,12 @@ BASELINE = "baseline"
 PRUNED = "pruned"
 STEP_PREFIX = f"{PRUNED}_step"  # pruned_step1 .. pruned_step<K-1>
 OLD_FILES = ("best.pt", "last.pt", "train_state.pt", "ultralytics")  # a stage's own files
+STAGE_FILES = ("best.pt", "last.pt", "train_state.pt")
+REPORTS = ("report.json", "report.md", "report.csv", "sensitivity.png")
+RATIOS_FILE = "latency_ratios.json"        # the ratios a latency target chose (kept for resume)
+SIDE_FILE = "sensitivities_latency.json"   # a DEFAULT profile's points timed on this machine
+SIDE_FILES = (RATIOS_FILE, SIDE_FILE)
+CONFIG_FILE = "args.yaml"  # the run's resolved settings
 
 
 def training_stages(save_dir: str | Path, mode: str, pretrain_weights: Any = None) -> list[Path]:
@@ -53,3 +59,19 @@ def old_layout(save_dir: str | Path, pretrain_weights: Any = None) -> str | None
             f"{', '.join(n + ('/' if n == 'ultralytics' else '') for n in found)} at its top; "
             f"runs now train into {BASELINE}/ and {PRUNED}/): it is kept as it is and not used"
             + (f"; {' or '.join(ways)}" if ways else ""))
+
+
+def run_outputs(save_dir: str | Path, mode: str, pretrain_weights: Any = None,
+                prune_steps: int = 1) -> tuple[list[Path], list[Path]]:
+    """``(folders, files)`` a run into ``save_dir`` may write: its stage folders (prune_steps'
+    included) and their checkpoints, its config, and with pruning the reports, the plot and the
+    latency side files."""
+    save_dir = Path(save_dir)
+    stages = training_stages(save_dir, mode, pretrain_weights)
+    if mode != "none":
+        stages += [save_dir / f"{STEP_PREFIX}{k}" for k in range(1, prune_steps)]
+    files = [stage / name for stage in stages for name in STAGE_FILES]
+    files.append(save_dir / CONFIG_FILE)
+    if mode != "none":
+        files += [save_dir / name for name in REPORTS + SIDE_FILES]
+    return stages, files

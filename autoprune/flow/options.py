@@ -34,6 +34,21 @@ def check_save_dir(save_dir: str | os.PathLike) -> Path:
     return path
 
 
+def check_outputs(folders: list[Path], files: list[Path]) -> None:
+    """Refuse, before any work, an output path taken by the wrong kind of thing: a folder where a
+    file is written (``report.json/``), or a file where a stage folder goes (rank 0 alone)."""
+    if process_rank() != 0:
+        return
+    for folder in folders:
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder} is a file, and this run writes a folder there: move it "
+                              f"away or pick another save_dir")
+    for path in files:
+        if path.is_dir():
+            raise ConfigError(f"{path} is a folder, and this run writes a file there: move it "
+                              f"away or pick another save_dir")
+
+
 def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
     """True when ``path``, given as ``pretrain_weights``, is a file that the run into
     ``save_dir`` writes or may replace: a ``best.pt`` / ``last.pt`` / ``train_state.pt`` or

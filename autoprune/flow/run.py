@@ -25,8 +25,8 @@ from ..tasks.base import TaskAdapter, TrainResult
 from .checkpoints import checkpoint_meta, load_model, load_weights
 from .latency import (check_unused_settings, latency_ratios, latency_target, target_fields,
                       timed_default)
-from .layout import BASELINE, PRUNED, STEP_PREFIX, old_layout
-from .options import (check_numbers, check_save_dir, check_sensitivity_options, check_targets,
+from .layout import BASELINE, PRUNED, STEP_PREFIX, old_layout, run_outputs
+from .options import (check_numbers, check_outputs, check_save_dir, check_sensitivity_options, check_targets,
                       names_a_missing_file, sens_mode, written_by_run)
 from .plots import plot_sensitivities
 from .previous import previous_run
@@ -104,6 +104,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, *, epochs: int, save_dir
             raise ConfigError("pruning needs eval_data: the sensitivities and the report are "
                               "measured on it; pass a validation folder or Dataset")
     save_dir = check_save_dir(save_dir)
+    check_outputs(*run_outputs(save_dir, mode, pretrain_weights, prune_steps))
     found, old = _on_rank0(lambda: (
         previous_run(adapter, save_dir, mode, sensitivities_file, pretrain_weights),
         old_layout(save_dir, pretrain_weights)))

@@ -86,6 +86,8 @@ def register_task(task: Task) -> Task:
 
 def get_task(name: str) -> Task:
     """The registered task ``name``, or a ConfigError listing the registered ones."""
+    if not isinstance(name, str):
+        raise ConfigError(f"task {name!r:.60} must be one name: one of {', '.join(TASKS)}")
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
     return TASKS[name]

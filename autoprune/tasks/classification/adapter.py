@@ -14,7 +14,8 @@ from torchvision import datasets, transforms
 from torch.utils.data import Dataset
 
 from ...flow.options import check_numbers
-from ...engine.data import CachedBatches, check_limits, first_items, load_image, make_loader, subset
+from ...engine.data import (CachedBatches, check_limits, first_items, load_image, make_loader,
+                            subset, walk_files)
 from ...datasets import FashionMNIST
 from ...errors import ConfigError
 from ...flow.training import FitConfig, evaluate_topk, pick_device
@@ -111,6 +112,30 @@ def build_classifier(arch: str, num_classes: int) -> nn.Module:
     return torchvision_models.make_traceable(model)
 
 
+class SafeImageFolder(datasets.ImageFolder):
+    """torchvision's ImageFolder that follows a symlinked folder only into a folder it has not read
+    (``a/loop -> .`` would read the class's images again and again), saying which it skipped."""
+
+    @staticmethod
+    def make_dataset(directory: str, class_to_idx: dict[str, int], extensions: Any = None,
+                     is_valid_file: Any = None, allow_empty: bool = False) -> list[tuple[str, int]]:
+        extensions = tuple(extensions or datasets.folder.IMG_EXTENSIONS)
+        samples, empty = [], []
+        for name, index in sorted(class_to_idx.items(), key=lambda item: item[1]):
+            files, links = walk_files(os.path.join(directory, name))
+            for link in links:
+                print(f"[autoprune] {link} leads back into a folder already read: not followed",
+                      flush=True)
+            found = [(str(f), index) for f in files if (is_valid_file(str(f)) if is_valid_file
+                                                        else f.suffix.lower() in extensions)]
+            samples += found
+            if not found:
+                empty.append(name)
+        if empty and not allow_empty:
+            raise FileNotFoundError(f"found no valid file for the classes {', '.join(empty)}")
+        return samples
+
+
 def _image_folder(path: Path, size: int, train: bool) -> Dataset:
     if train:
         tf = transforms.Compose([
@@ -121,7 +146,7 @@ def _image_folder(path: Path, size: int, train: bool) -> Dataset:
             transforms.Resize(int(round(size / 0.875))), transforms.CenterCrop(size),
             transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
     try:
-        return datasets.ImageFolder(str(path), transform=tf, loader=load_image)  # names a bad file
+        return SafeImageFolder(str(path), transform=tf, loader=load_image)  # names a bad file
     except FileNotFoundError as e:
         raise ConfigError(f"{path} holds no images in class sub-folders ({e}): expected "
                           f"<root>/<class>/<image>.jpg") from None

@@ -27,9 +27,8 @@ from . import models as yolo
 from .data import read_data_yaml
 from .names import FAMILIES, canonical_arch, resolve_arch
 from .stages import ema_state, load_checkpoint, write_deployable
+from .train_args import check_train_args
 
-RESERVED = {"model", "data", "epochs", "imgsz", "batch", "device", "workers", "seed", "project",
-            "name", "exist_ok", "resume", "pretrained"}  # Ultralytics settings autoprune owns
 
 
 def arch_of_model(model: Any) -> str | None:
@@ -104,12 +103,7 @@ class DetectionAdapter(TaskAdapter):
         self.batch_size, self.workers = batch_size, workers
         self.seed, self.progress = seed, progress
         self.sync_bn = bool(sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
-        self.train_args = dict(train_args or {})
-        taken = sorted(set(self.train_args) & RESERVED)
-        if taken:
-            raise ConfigError(f"train_args may not set {', '.join(taken)}: autoprune sets them "
-                              f"(use epochs=, input_size=, batch_size=, device=, num_workers=, "
-                              f"seed=, save_dir=)")
+        self.train_args = check_train_args(train_args)  # an allow-list: no key names a file
         self.eval_limit = eval_limit
         self.data = read_data_yaml(data) if data is not None else None
         self.eval_data = self.data if eval_data is None or (

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from ...engine.data import walk_files
 from ...errors import ConfigError
 
 IMAGE_SUFFIXES = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm",
@@ -20,8 +21,13 @@ def _images_of(entry: Any, root: Path, split: str, data_yaml: Path) -> list[Path
     for item in entry if isinstance(entry, (list, tuple)) else [entry]:
         path = Path(str(item))
         path = path if path.is_absolute() else root / path
-        if path.is_dir():
-            files += [p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
+        if path.is_dir():  # read as Ultralytics does (its glob follows symlinked folders)
+            found, loops = walk_files(path)
+            if loops:
+                raise ConfigError(f"{loops[0]} (in the {split} images of {data_yaml}) links back "
+                                  f"into a folder already read: Ultralytics would read those "
+                                  f"images again and again; remove the link")
+            files += [p for p in found if p.suffix.lower() in IMAGE_SUFFIXES]
         elif path.is_file() and path.suffix == ".txt":
             for line in path.read_text().splitlines():
                 line = line.strip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -13,7 +14,9 @@ import torch.nn as nn
 from ...errors import ConfigError
 from ...flow.training import use_sync_batchnorm
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
-from .checkpoints import load_ultralytics
+from .checkpoints import load_ultralytics, read_ultralytics
+from .data import read_data_yaml
+from .train_args import check_stored_args
 from .console import quiet
 from .ddp import cpu_ddp, group_size, one_process, plain_batchnorm
 from .twins import patch_model
@@ -169,11 +172,17 @@ def resume_training(last: str | os.PathLike, progress: bool = True,
     settings Ultralytics lets a resumed run change (``device``...). Returns the ``YOLO`` object,
     its ``trainer`` done."""
     load_ultralytics(last)  # refuses a file of unknown classes before Ultralytics unpickles it
+    stored = read_ultralytics(last)[1].get("train_args") or {}
+    check_stored_args(stored, last)  # no file named in it is loaded unchecked
+    if stored.get("data") is not None:  # read as autoprune does: a missing split is named here,
+        read_data_yaml(stored["data"])  # never fetched by the data.yaml's `download:` script
     threads = torch.get_num_threads()
     try:
         with quiet(not progress):
             wrapper = YOLO(str(last))
-            wrapper.train(resume=True, trainer=trainer or KeepModuleTrainer, **overrides)
+            # the run folder is where last.pt lies now (a moved run resumes in place)
+            wrapper.train(resume=True, trainer=trainer or KeepModuleTrainer,
+                          save_dir=str(Path(last).resolve().parent.parent), **overrides)
     finally:
         torch.set_num_threads(threads)
     return wrapper

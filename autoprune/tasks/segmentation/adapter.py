@@ -39,7 +39,7 @@ from .. import timm_rules
 from ..supervised import SupervisedFit
 from .data import (SCENES, class_key, infer_classes, is_scenes,
                                 resolve_segmentation_data, scene_class_names)
-from .models import (STRIDE, arch_of_model, build_segmenter, head_conv,
+from .models import (STRIDE, TIMM_LOADING, arch_of_model, build_segmenter, head_conv,
                                   output_classes, resolve_arch)
 
 
@@ -157,6 +157,21 @@ class SegmentationAdapter(SupervisedFit):
         return build_segmenter(arch, num_classes, in_channels or self.in_channels,
                                self.model_kwargs if model_kwargs is None else model_kwargs,
                                encoder_weights=self.encoder_weights)
+
+    @classmethod
+    def check_build_kwargs(cls, build: dict[str, Any]) -> str | None:
+        """The default checks, and ``model_kwargs`` a map naming no file for timm to load."""
+        why = super().check_build_kwargs(build)
+        kwargs = build.get("model_kwargs")
+        if why or kwargs is None:
+            return why
+        if not isinstance(kwargs, dict):
+            return f"metadata field 'build.model_kwargs' is {kwargs!r:.40}, not a map"
+        loading = sorted(k for k in kwargs if k in TIMM_LOADING or "pretrained" in str(k))
+        if loading:
+            return (f"metadata field 'build.model_kwargs' sets {', '.join(loading)}, which "
+                    f"would load or fetch weights")
+        return None
 
     def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
         return {"num_classes": self.num_classes or output_classes(model),

@@ -136,6 +136,12 @@ def skip_unused_modules(model: nn.Module, size: int = 64, in_channels: int = 3) 
     return skipped
 
 
+# timm.create_model arguments that load a file or fetch weights (a tu- encoder passes unknown
+# model_kwargs on to timm)
+TIMM_LOADING = frozenset({"pretrained", "pretrained_cfg", "pretrained_cfg_overlay",
+                          "checkpoint_path", "cache_dir", "pretrained_strict"})
+
+
 def _check_model_kwargs(name: str, encoder: str, model_kwargs: dict[str, Any] | None
                         ) -> dict[str, Any]:
     """Refuse what smp would silently drop (unknown keys go to the encoder and vanish) and what
@@ -145,6 +151,10 @@ def _check_model_kwargs(name: str, encoder: str, model_kwargs: dict[str, Any] | 
     allowed = set(inspect.signature(_architectures()[name].__init__).parameters) - ours - \
         {"self", "kwargs", "aux_params", "activation"}
     for key in kwargs:
+        if encoder.startswith("tu-") and (key in TIMM_LOADING or "pretrained" in key):
+            raise ConfigError(f"model_kwargs {key!r} would make timm load or fetch weights for "
+                              f"the {encoder} encoder: drop it (pass encoder_weights= for "
+                              f"the encoder's weights)")
         if key in ours:
             raise ConfigError(f"model_kwargs {key!r} is set by autoprune: pass it as an argument "
                               f"(encoder, encoder_weights, in_channels, num_classes)")
