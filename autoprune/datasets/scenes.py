@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 from PIL import Image
 
+from ..engine.store import atomic_write, write_text_atomic
 from ..errors import ConfigError
 from .fashion_mnist import CLASSES, _FILES, _load, find_root
 
@@ -106,7 +107,7 @@ def make_scenes(count: int, *, size: int = 128, seed: int = 0, split: str = "tra
 
 
 def _save_png(array: np.ndarray, path: Path) -> None:
-    Image.fromarray(array).save(path)
+    atomic_write(path, lambda tmp: Image.fromarray(array).save(tmp, format="PNG"))
 
 
 def polygon(region: np.ndarray) -> np.ndarray:
@@ -165,10 +166,11 @@ def write_yolo_dataset(root: str | os.PathLike, *, train: int = 64, val: int = 1
         for n, s in enumerate(scenes):
             _save_png(s.image, root / "images" / split / f"{n:05d}.png")
             lines = _label_lines(s, size, task)
-            (root / "labels" / split / f"{n:05d}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))
+            write_text_atomic(root / "labels" / split / f"{n:05d}.txt",
+                              "\n".join(lines) + ("\n" if lines else ""))
     data = {"path": str(root.resolve()), "train": "images/train", "val": "images/val",
             "names": {i: name for i, name in enumerate(CLASSES)}}
-    (root / "data.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    write_text_atomic(root / "data.yaml", yaml.safe_dump(data, sort_keys=False))  # written last
     return root / "data.yaml"
 
 

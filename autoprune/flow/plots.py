@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+from ..engine.store import atomic_write
+
 
 def plot_sensitivities(sens: Mapping[str, Mapping[float, float]], path: str | Path,
                        title: str = "Sensitivity per group", threshold: float | None = None) -> Path:
@@ -33,6 +35,6 @@ def plot_sensitivities(sens: Mapping[str, Mapping[float, float]], path: str | Pa
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
     return path

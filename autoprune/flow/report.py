@@ -12,9 +12,10 @@ from typing import Any, Mapping
 import torch
 import torch.nn as nn
 
+from ..engine.store import write_text_atomic
 from ..engine.latency import describe, paired_reduction
 from ..engine.measure import count_flops, count_params, size_mb, to_device
-from ..tasks.base import TaskAdapter
+from .contract import TaskAdapter
 
 def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
                   base_metrics: dict[str, float], pruned_metrics: dict[str, float]
@@ -106,9 +107,11 @@ def recipe_line(report: Mapping[str, Any]) -> str:
         return ""
     parts = []
     distill = recipe.get("distill")
-    if isinstance(distill, Mapping) and "dis" in distill:
-        parts.append(f"distillation of the unpruned model's features (Ultralytics, weight "
-                     f"{distill.get('dis'):g})")
+    if isinstance(distill, Mapping) and distill.get("description"):  # a task's own method
+        parts.append(str(distill["description"]))
+    elif isinstance(distill, Mapping) and "alpha" not in distill:  # a report of before
+        parts.append("distillation from the unpruned model (" + ", ".join(
+            f"{k} {v}" for k, v in distill.items()) + ")")
     elif isinstance(distill, Mapping):
         parts.append(f"distillation from the unpruned model (alpha {distill.get('alpha'):g}, "
                      f"T {distill.get('temperature'):g})")
@@ -167,7 +170,7 @@ def write_reports(report: Mapping[str, Any], save_dir: str | Path) -> dict[str, 
     save_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": save_dir / "report.json", "md": save_dir / "report.md",
              "csv": save_dir / "report.csv"}
-    paths["json"].write_text(json.dumps(report, indent=2))
-    paths["md"].write_text(to_markdown(report))
-    paths["csv"].write_text(to_csv(report))
+    write_text_atomic(paths["json"], json.dumps(report, indent=2))  # a crash leaves whole files
+    write_text_atomic(paths["md"], to_markdown(report))
+    write_text_atomic(paths["csv"], to_csv(report))
     return paths

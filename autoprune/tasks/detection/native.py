@@ -6,13 +6,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
 from ...engine.padding import pad_channels
+from ...engine.store import atomic_write
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
 from .console import quiet
 from .twins import PADDED, SPLIT_FREE, TWINS, SplitCv1, probe_input, same_outputs
@@ -139,15 +139,7 @@ def write_native(path: str | os.PathLike) -> NativeWrite:
             done.padded_params = sum(p.numel() for p in net.parameters())
             done.changed = True
     if done.changed:
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        os.close(fd)
-        try:
-            torch.save(ckpt, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic_write(Path(path), lambda tmp: torch.save(ckpt, tmp))
     done.left = list(dict.fromkeys(done.left))  # in model order, once each
     return done
 
