@@ -11,7 +11,7 @@ The core works on any ``nn.Module`` plus an evaluation function (PaddleSlim-styl
 
 Each registered task is reached as ``autoprune.<task>`` (``from autoprune import classification as
 cls``, ``detection``, ``segmentation``, ``instance_segmentation``): see
-:mod:`autoprune.tasks.registry`.
+:mod:`autoprune.flow.registry` (the built-in tasks register in :mod:`autoprune.tasks`).
 
 Layers, each importing only those below it: ``cli`` -> ``profiles`` -> ``tasks`` -> ``flow`` ->
 ``engine`` (``errors`` is shared by all).
@@ -25,12 +25,12 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from ._version import __version__
 from .errors import (AutopruneError, CheckpointError, ConfigError, MetricError,
                      NoPrunableGroupsError, NotAutopruneCheckpointError, SensitivityFileError,
                      TrainingDivergedError, UnreadableCheckpointError, WriteError)
-from .tasks.registry import TASKS
+from .tasks import TASKS
 
-__version__ = "0.1.0"
 
 # name -> the engine module it comes from: imported when first used, so that `autoprune
 # --help` and `--version` answer without loading torch

@@ -77,9 +77,10 @@ def test_version(capsys):
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    # one version source: pyproject reads autoprune.__version__, and the installed metadata agrees
+    # one version source: pyproject reads autoprune/_version.py, and the installed metadata agrees
     assert pyproject["project"]["dynamic"] == ["version"]
-    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "autoprune.__version__"}
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "autoprune._version.__version__"}
     from importlib.metadata import version
     assert version("autoprune") == autoprune.__version__
 

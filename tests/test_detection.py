@@ -123,7 +123,7 @@ def test_one_call_flow_new_file(flow, data_yaml):
     assert record["metric"]["name"] == "map50_95" and record["extra"]["eval_images"] == 16
     assert all(list(p) == ["0.30"] for p in record["sensitivities"].values())
     meta = autoprune.read_pruned_metadata(result.pruned_path)
-    assert meta["task"] == "detection" and meta["build"]["nc"] == 10 and meta["plan"]
+    assert meta["task"] == "detection" and meta["build"]["num_classes"] == 10 and meta["plan"]
     # the model stays pruned through training: autoprune's and Ultralytics' checkpoints alike
     pruned = det.load_model(result.pruned_path)
     assert state_shapes(pruned) == state_shapes(result.model)
@@ -186,7 +186,7 @@ def test_model_object_trains_and_records_its_architecture(data_yaml, tmp_path):
         module = yolo.DetectionModel("yolo11n.yaml", nc=10, verbose=False)
     r = det.train(module, data_yaml, epochs=1, save_dir=tmp_path, **SMALL)
     meta = autoprune.read_pruned_metadata(r.baseline_path)
-    assert meta["arch"] == "yolo11n" and meta["build"] == {"nc": 10} and meta["pruned"] is False
+    assert meta["arch"] == "yolo11n" and meta["build"] == {"num_classes": 10} and meta["pruned"] is False
     assert state_shapes(det.load_model(r.baseline_path)) == state_shapes(r.model)
     assert 0.0 <= r.metrics["map50_95"] <= 1.0
 
@@ -294,7 +294,7 @@ def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     ("bad_class", "has class id 12 but"),
     ("nc_mismatch", "the model predicts 3 classes but the data has 10"),
     ("unknown_model", "unknown model name"),
-    ("reserved_arg", "train_args may not set epochs"),
+    ("reserved_arg", "train_args may not set .epochs.: autoprune sets it"),
 ])
 def test_bad_inputs_one_line(case, match, data_yaml, tmp_path):
     data = data_yaml
@@ -661,7 +661,9 @@ def test_distill_in_the_flow_records_ultralytics_feature_distillation(flow, data
                   save_dir=tmp_path / "run", sensitivities_file=out / "sens.json", ratios=(0.3,),
                   pruned_flops=0.2, eval_limit=16,
                   **{**SMALL, "train_args": {**SMALL["train_args"], "dis": 2.0}})
-    assert r.report["recipe"] == {"distill": {"method": "ultralytics-features", "dis": 2.0},
+    assert r.report["recipe"] == {"distill": {
+        "method": "ultralytics-features", "dis": 2.0,
+        "description": "distillation of the unpruned model's features (Ultralytics, weight 2)"},
                                   "prune_steps": 1}
     assert "distillation of the unpruned model's features (Ultralytics, weight 2)" in \
         (tmp_path / "run" / "report.md").read_text()

@@ -2,7 +2,6 @@
 torch; ``--static`` / ``dynamic_batch=False`` fixes batch 1."""
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import onnxruntime as ort
@@ -12,9 +11,7 @@ import torch
 import autoprune
 from autoprune.cli import main
 from autoprune.tasks import TASKS, get_adapter, get_task
-from autoprune.tasks.detection.models import Detect
 
-YOLO_TASKS = ("detection", "instance_segmentation")  # Ultralytics' names (nc=), export head
 
 
 def _session(path):
@@ -23,21 +20,9 @@ def _session(path):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _deployed(name, model):
-    """The module the task exports (the YOLO tasks: Ultralytics' export head)."""
-    if name not in YOLO_TASKS:
-        return model
-    net = copy.deepcopy(model)
-    for m in net.modules():
-        if isinstance(m, Detect):
-            m.export, m.format = True, "onnx"
-    return net
-
-
 def _pruned_example(name):
     torch.manual_seed(0)
-    classes = {"nc": 3} if name in YOLO_TASKS else {"num_classes": 3}
-    adapter = get_adapter(name, input_size=64, **classes)
+    adapter = get_adapter(name, input_size=64, num_classes=3)
     model = adapter.build(adapter.arch_key(get_task(name).example)).eval()
     x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     groups = autoprune.prunable_groups(model, x, ignored)
@@ -55,7 +40,7 @@ def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
         x = torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
         outputs = session.run(None, {"input": x.numpy()})
         with torch.no_grad():
-            out = _deployed(name, model)(x)
+            out = adapter.deploy_module(model)(x)
         wanted = [out] if torch.is_tensor(out) else list(out)  # YOLO-seg: boxes, prototypes
         assert len(outputs) == len(wanted)
         for got, expected in zip(outputs, (t.numpy() for t in wanted)):

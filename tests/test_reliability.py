@@ -130,13 +130,14 @@ def test_cli_ctrl_c_names_where_progress_is_and_exits_130(tmp_path, monkeypatch,
     config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: fashion-mnist\nsave_dir: {tmp_path / 'run'}\n")
     assert main(["train", str(config)]) == 130
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"autoprune: interrupted: progress is saved in {tmp_path / 'run'}; add "
-                          f"`resume: true` to {config}") and "\n" not in err
+    assert err.startswith(f"autoprune: interrupted: progress is saved in {tmp_path / 'run'}; "
+                          f"`autoprune train {config} --resume` or `autoprune train --resume "
+                          f"{tmp_path / 'run'}`") and "\n" not in err
 
     _interrupt(monkeypatch, "autoprune.detection.train")  # detection takes resume: true too
     config.write_text(f"task: detection\nmodel: yolov8n.yaml\ndata: d.yaml\n"
                       f"save_dir: {tmp_path / 'det'}\n")
     assert main(["train", str(config)]) == 130
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"autoprune: interrupted: progress is saved in {tmp_path / 'det'}; add "
-                          f"`resume: true` to {config}") and "\n" not in err
+    assert err.startswith(f"autoprune: interrupted: progress is saved in {tmp_path / 'det'}; "
+                          f"`autoprune train {config} --resume`") and "\n" not in err

@@ -71,6 +71,10 @@ def test_finished_run_is_not_trained_again_and_settings_must_match(tmp_path, mon
     monkeypatch.setattr("autoprune.flow.training.fit", lambda *a, **k: pytest.fail("trained again"))
     again = _cls(tmp_path / "run", Images(), epochs=1, resume=True)
     assert_same_weights(first.model.state_dict(), again.model.state_dict())
+    with pytest.raises(autoprune.ConfigError, match="resume=True with epochs=2 but the run in .* "
+                                                    "started with epochs=1: resume with epochs=1"):
+        _cls(tmp_path / "run", Images(), epochs=2, resume=True)  # args.yaml says 1 epoch
+    (tmp_path / "run" / "args.yaml").unlink()  # a run of an earlier version: its train_state
     with pytest.raises(autoprune.ConfigError, match="is from a run of 1 epochs x 3 batches, "
                                                     "this one has 2 x 3"):
         _cls(tmp_path / "run", Images(), epochs=2, resume=True)

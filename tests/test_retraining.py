@@ -214,9 +214,10 @@ def test_recipe_line():
                       "recipe": {"distill": {"alpha": 0.5, "temperature": 4.0},
                                  "prune_steps": 3}})
     assert "distillation from the unpruned model (alpha 0.5, T 4), pruned in 3 steps" in md
-    assert recipe_line({"recipe": {"distill": {"method": "ultralytics-features", "dis": 6.0},
-                                   "prune_steps": 1}}) == \
-        "distillation of the unpruned model's features (Ultralytics, weight 6)"
+    # a task's own method describes itself (the flow knows no task's words)
+    assert recipe_line({"recipe": {"distill": {"method": "ultralytics-features", "dis": 6.0,
+                                               "description": "feature distillation (weight 6)"},
+                                   "prune_steps": 1}}) == "feature distillation (weight 6)"
 
 
 def test_a_steps_stage_counts_as_written_by_the_run(tmp_path):
@@ -224,6 +225,6 @@ def test_a_steps_stage_counts_as_written_by_the_run(tmp_path):
 
     assert written_by_run(tmp_path / "pruned_step2" / "best.pt", tmp_path, "path")
     assert written_by_run(tmp_path / "pruned_step1" / "ultralytics" / "w" / "best.pt", tmp_path,
-                          "default")
+                          "default", stage_files=("ultralytics",))  # detection's own folder
     assert not written_by_run(tmp_path / "elsewhere" / "best.pt", tmp_path, "path")
     assert not written_by_run(tmp_path / "pruned_step1" / "best.pt", tmp_path, "none")

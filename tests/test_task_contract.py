@@ -14,12 +14,12 @@ import autoprune
 from autoprune.cli import build_parser
 from autoprune.cli.main import _per_task
 from autoprune.flow.checkpoints import load_model
-from autoprune.flow.run import FLOW_SETTINGS
+from autoprune.flow.config import FlowSettings, names
 from autoprune.profiles.build import SETTINGS, build_profile
 from autoprune.tasks import TASKS, Task, TaskAdapter, get_adapter, get_task, register_task, task_of
 
 REGISTERED = sorted(TASKS)
-YOLO_TASKS = ("detection", "instance_segmentation")  # Ultralytics' names (nc=), data.yaml
+FLOW_SETTINGS = names(FlowSettings)
 
 
 def test_the_three_tasks_are_registered():
@@ -40,7 +40,8 @@ def test_registry_entry(name):
     assert adapter.task == name and isinstance(adapter.metric, str)
     assert isinstance(adapter.higher_is_better, bool)
     fit = inspect.signature(adapter.fit).parameters
-    assert {"meta", "resume"} <= set(fit), f"{name} fit() does not take meta= and resume="
+    assert {"meta", "resume", "distill"} <= set(fit), \
+        f"{name} fit() does not take meta=, resume= and distill="
     assert set(SETTINGS) <= set(task.profile_settings)
     assert callable(task.profile_builder())
     assert task.example and task_of(task.example) == name
@@ -55,8 +56,7 @@ def test_adapter_on_its_example_model(name, tmp_path):
     inputs, groups, a round trip through a checkpoint, ONNX."""
     torch.manual_seed(0)
     task = get_task(name)
-    classes = {"nc": 3} if name in YOLO_TASKS else {"num_classes": 3}  # Ultralytics' name
-    adapter = get_adapter(name, input_size=64, **classes)
+    adapter = get_adapter(name, input_size=64, num_classes=3)  # one name for the class count
     arch = adapter.arch_key(task.example)
     assert arch == task.arch_key(task.example)
     model = adapter.build(arch).eval()
@@ -89,10 +89,15 @@ def _first(out):
 
 
 def test_damaged_build_arguments_are_named():
-    bad = TaskAdapter.check_build_kwargs({"num_classes": -3})
+    classification = get_task("classification").adapter_class()
+    bad = classification.check_build_kwargs({"num_classes": -3})
     assert "build.num_classes" in bad and "-3" in bad
-    assert TaskAdapter.check_build_kwargs({"nc": True}) is not None
-    assert TaskAdapter.check_build_kwargs({"num_classes": 10, "model_kwargs": {}}) is None
+    assert classification.check_build_kwargs({"num_classes": 10}) is None
+    assert "not a build argument" in classification.check_build_kwargs({"model_kwargs": {}})
+    # each task checks its own build arguments (detection's files of before say nc)
+    assert get_task("detection").adapter_class().check_build_kwargs({"nc": True}) is not None
+    assert get_task("segmentation").adapter_class().check_build_kwargs(
+        {"num_classes": 3, "in_channels": 0}) is not None
 
 
 def test_the_cli_lists_the_registered_tasks():
@@ -133,7 +138,7 @@ class _TinyAdapter(TaskAdapter):
     def ignored_layers(self, model):
         return [model[2]]
 
-    def fit(self, model, epochs, save_dir, *, meta=None, resume=False):
+    def fit(self, model, epochs, save_dir, *, meta=None, resume=False, distill=None):
         return model
 
     def evaluate(self, model):
@@ -183,32 +188,84 @@ def _measure(key, work_dir, s, ratios, *, device="auto", progress=True):
 
 @pytest.mark.parametrize("name", REGISTERED)
 def test_the_api_forwards_every_flow_setting(name, monkeypatch):
-    """Each task's train() hands the flow what it was given (run.flow_settings(locals()))."""
+    """Each task's train() hands the flow every setting it was given, in one FlowSettings."""
     seen = {}
 
-    def fake_train(adapter, model, **settings):
-        seen.update(settings)
+    def fake_train(adapter, model, flow, *, inputs=None, settings=None):
+        seen.update(vars(flow), inputs=inputs, settings=settings)
         return "done"
 
     monkeypatch.setattr("autoprune.flow.run.train", fake_train)
     task = get_task(name)
+    monkeypatch.setattr(task.adapter_class(), "from_settings",
+                        classmethod(lambda cls, settings, inputs, flow: None))
     given = dict(epochs=3, save_dir="somewhere", sensitivities_file="s.json", pruned_flops=0.4,
-                 criterion="l2_norm", round_to=8, ratios=(0.5,), progress=False, resume=True,
-                 pretrain_epochs=2, sensitivity_options={"early_stop": 0.5})
-    api = task.api()
-    monkeypatch.setattr(api.__name__ + ".api.check_save_dir", lambda d: d, raising=False)
-    if name in YOLO_TASKS:  # the detection API's train_with does the work
-        monkeypatch.setattr("autoprune.tasks.detection.api._prepare", lambda a, m, w, d: (m, w))
-        monkeypatch.setattr("autoprune.tasks.detection.api.check_save_dir", lambda d: d)
-        adapter = f"autoprune.tasks.{name}.api.{type(get_adapter(name)).__name__}"
-        fake_adapter = lambda *a, **k: None  # noqa: E731
-        fake_adapter.check_distill = lambda distill, train_args: None  # read before the data
-        monkeypatch.setattr(adapter, fake_adapter)
-        assert api.train(task.example, "data.yaml", **given) == "done"
-    else:
-        adapter = f"autoprune.tasks.{name}.api.{type(get_adapter(name)).__name__}"
-        monkeypatch.setattr(adapter, lambda *a, **k: None)
-        data = {"train_data": "fashion-mnist"} if name == "classification" else \
-            {"train_data": "fashion-scenes"}
-        assert api.train(task.example, **data, **given) == "done"
-    assert {k: seen[k] for k in given} == given
+                 criterion="l2_norm", round_to=8, ratios=(0.5,), progress=False,
+                 pretrain_epochs=2, sensitivity_options={"early_stop": 0.5}, prune_steps=2,
+                 eval_limit=4)
+    data = {name_: "data" for name_, d in task.inputs.items()
+            if name_ != "model" and d is inspect.Parameter.empty} or {"data": "data.yaml"}
+    assert task.api().train(task.example, **data, **given) == "done"
+    flow_given = {k: v for k, v in given.items() if k in FLOW_SETTINGS}
+    assert {k: seen[k] for k in flow_given} == flow_given
+    assert seen["settings"].eval_limit == 4 and seen["inputs"]["model"] == task.example
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_every_setting_is_a_keyword_with_its_default(name):
+    """train()'s signature is built from the dataclasses: help() and IDEs see every setting."""
+    task = get_task(name)
+    params = inspect.signature(task.api().train).parameters
+    settings = task.settings_class()
+    assert set(FLOW_SETTINGS) | set(names(settings)) <= set(params)
+    assert params["epochs"].default == getattr(settings, "flow_defaults", {}).get("epochs", 10)
+    assert "Settings (keywords" in task.api().train.__doc__
+    assert all(p.kind is not p.VAR_KEYWORD for p in params.values())
+
+
+FLOW = Path(autoprune.__file__).parent / "flow"
+
+
+def test_the_flow_never_probes_an_adapter_or_names_a_task_folder():
+    """The flow calls only the hooks the contract declares (no getattr/hasattr on an adapter)
+    and knows no task's own files (the adapter's stage_files names them)."""
+    import ast
+
+    offenders = []
+    for path in FLOW.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        packages = {id(e) for n in ast.walk(tree) if isinstance(n, ast.Tuple) and len(n.elts) > 2
+                    for e in n.elts}  # a list of package names (the versions of a profile)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr",
+                                                                              "hasattr"):
+                target = ast.unparse(node.args[0]) if node.args else ""
+                if "adapter" in target:
+                    offenders.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    id(node) not in docs | packages:
+                text = node.value.lower()
+                if "ultralytics" in text or text.strip() == "classification":
+                    offenders.append(f"{path.name}:{node.lineno}: {node.value[:40]!r}")
+    assert offenders == []
+
+
+def test_flow_functions_are_short_and_public_functions_take_few_parameters():
+    import ast
+
+    long, wide = [], []
+    for path in (Path(autoprune.__file__).parent).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lines = node.end_lineno - node.lineno + 1
+            if path.parent == FLOW and lines > 60:
+                long.append(f"{path.name}:{node.name} ({lines} lines)")
+            count = len(node.args.posonlyargs) + len(node.args.args) + len(node.args.kwonlyargs)
+            if path.parent.name in ("api",) or path.name == "api.py":
+                if not node.name.startswith("_") and count > 12:
+                    wide.append(f"{path.name}:{node.name} ({count} parameters)")
+    assert long == [] and wide == []

@@ -1,5 +1,5 @@
 """One vocabulary across the task APIs: detection takes input_size / batch_size / num_workers like
-the other tasks; Ultralytics' imgsz / batch / workers still work, with a DeprecationWarning."""
+the other tasks; Ultralytics' imgsz / batch / workers still work, with a FutureWarning."""
 from __future__ import annotations
 
 import inspect
@@ -25,7 +25,7 @@ def test_every_task_train_takes_the_shared_names(api):
                                       ("workers", "num_workers")])
 def test_ultralytics_names_still_work_with_a_deprecation_warning(old, new, tmp_path):
     # a bad value passed under the old name is checked under the new one: it was forwarded
-    with pytest.warns(DeprecationWarning, match=f"{old}= is deprecated: use {new}="):
+    with pytest.warns(FutureWarning, match=f"{old}= is deprecated: use {new}="):
         with pytest.raises(autoprune.ConfigError, match=f"{new}='big' must be"):
             det.train("yolov8n.yaml", tmp_path / "data.yaml", epochs=1, save_dir=tmp_path / "r",
                       **{old: "big"})

@@ -18,10 +18,11 @@ from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_che
                                 prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
 from ..flow.latency import check_unused_settings
+from ..flow.config import DEPRECATED, RUN_CONFIG, read_run_config
 from ..flow.options import sens_mode
 from ..flow.previous import previous_run
 from ..profiles.build import arch_key_of, build_profile
-from ..tasks.registry import TASKS, get_adapter, get_task, task_of
+from ..tasks import TASKS, get_adapter, get_task, task_of
 from .config_file import load_config
 from .demo import run_demo
 from .doctor import difference_warning, doctor_lines
@@ -66,34 +67,73 @@ def convert(args: argparse.Namespace) -> None:
 
 
 def train(args: argparse.Namespace) -> None:
-    cfg = load_config(args.config)
-    if "task" not in cfg:
-        raise ConfigError(f"{args.config} lacks 'task:': add one of {', '.join(TASKS)} "
-                          f"(`autoprune train --help` lists each task's keys)")
+    cfg = train_config(args)
     task = get_task(cfg.pop("task"))
     api = task.api()
-    allowed = set(inspect.signature(api.train).parameters)
+    allowed = set(inspect.signature(api.train).parameters) | set(DEPRECATED)
     unknown = sorted(set(cfg) - allowed)
     if unknown:
-        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {args.config}; "
-                          f"{task.name} takes: {', '.join(sorted(allowed))}")
+        where = args.config or "the command line"
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {where}; {task.name} "
+                          f"takes: {', '.join(sorted(allowed - set(DEPRECATED)))}")
     data_key = "train_data" if "train_data" in cfg else task.data_key
     for key in ("model", data_key):
         if key not in cfg:
-            raise ConfigError(f"{args.config} lacks '{key}:' (e.g. {task.config_example})")
-    if args.resume:
-        cfg["resume"] = True
+            raise ConfigError(f"{args.config or 'the command'} lacks '{key}:' (e.g. "
+                              f"{task.config_example})")
     if not cfg.get("resume") and not args.overwrite:  # never train over a run by accident
         save_dir = cfg.get("save_dir", inspect.signature(api.train).parameters["save_dir"].default)
         sens = cfg.get("sensitivities_file")
         found = previous_run(get_adapter(task.name), save_dir, sens_mode(sens), sens,
                              cfg.get("pretrain_weights"))
         if found:
-            raise ConfigError(f"{save_dir} holds {found}: `autoprune train {args.config} --resume` "
-                              f"continues it (a finished stage is not trained again), "
-                              f"--overwrite starts over, or set another save_dir")
+            again = f"autoprune train {args.config} --resume" if args.config else \
+                f"autoprune train --resume {save_dir}"
+            raise ConfigError(f"{save_dir} holds {found}: `{again}` continues it (a finished "
+                              f"stage is not trained again), --overwrite starts over, or set "
+                              f"another save_dir")
     init_from_env()  # under torchrun: DDP training, the sensitivity points shared out
     api.train(**cfg)
+
+
+def train_config(args: argparse.Namespace) -> dict:
+    """The settings of `autoprune train`: the YAML config (or, for ``--resume SAVE_DIR``, the
+    run's ``args.yaml``), then the ``--<setting> value`` flags, then ``--task`` and
+    ``--resume``."""
+    resume, config = args.resume, args.config
+    run_dir = None
+    if resume not in (None, True):  # --resume took a value: a run folder, or the config file
+        if Path(resume).is_dir():
+            run_dir = Path(resume)
+        elif config is None:
+            config = resume
+        else:
+            raise ConfigError(f"--resume {resume}: pass the run's save_dir (a folder holding "
+                              f"args.yaml), or the config file and --resume")
+    if config is not None:
+        cfg = load_config(config)
+    elif run_dir is not None:
+        cfg = read_run_config(run_dir)
+        if cfg is None:
+            raise ConfigError(f"{run_dir} holds no {RUN_CONFIG} (a run of an earlier autoprune, "
+                              f"or not a save_dir): resume with its YAML config, `autoprune "
+                              f"train config.yaml --resume`")
+        cfg = {k: v for k, v in cfg.items()
+               if k not in ("objects", "autoprune") and k not in (cfg.get("objects") or [])}
+        cfg["save_dir"] = str(run_dir)
+    else:
+        cfg = {}
+    args.config = config
+    cfg.update(args.settings)
+    if args.task is not None:
+        cfg["task"] = args.task
+    if resume is not None:
+        cfg["resume"] = True
+    if "task" not in cfg:
+        raise ConfigError(f"{config or 'the command'} lacks 'task:': add one of "
+                          f"{', '.join(TASKS)} (or pass --task; `autoprune train --help` lists "
+                          f"each task's settings)")
+    return cfg
 
 
 def _ratios(text: str | None):
@@ -108,19 +148,22 @@ def _ratios(text: str | None):
 
 def sensitivity(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint, args.data], "a sensitivity file", None)
+    latency = _latency(args)
     init_from_env()  # under torchrun: the points are shared out over the ranks
     task = args.task
     if args.task is None and Path(args.checkpoint).is_file():
-
         task = checkpoint_meta(args.checkpoint).get("task")
-    api = get_task(task or "classification").api()
+        if task is None:
+            raise ConfigError(f"{args.checkpoint} does not say which task its model is for: pass "
+                              f"--task ({', '.join(TASKS)})")
+    api = get_task(task or "classification").api()  # a missing file: the task API names it
     sens = api.analyze_sensitivity(args.checkpoint, args.data, args.output,
                                    ratios=_ratios(args.ratios), criterion=args.criterion,
                                    eval_limit=args.eval_limit, device=args.device,
                                    sensitivity_options={"early_stop": args.early_stop,
                                                         "evaluation": args.evaluation,
                                                         "batch_variants": args.batch_variants,
-                                                        **_latency(args)})
+                                                        **latency})
     if rank_and_world()[0] == 0:
         print(f"wrote {args.output}: {len(sens)} groups")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..tasks.classification import api as classification
-from ..tasks.base import TrainResult
+from ..flow.contract import TrainResult
 
 
 def run_demo(save_dir: str | Path = "runs/demo", *, arch: str = "resnet18", epochs: int = 2,

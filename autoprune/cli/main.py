@@ -6,11 +6,11 @@ import argparse
 import inspect
 import sys
 import textwrap
-from typing import Sequence
+from typing import Any, Sequence
 
 from .. import __version__
 from ..errors import AutopruneError
-from ..tasks.registry import TASKS
+from ..tasks import TASKS
 from .config_file import load_config
 from .doctor import MAIN_PACKAGES, check_stack, difference_warning, version_text
 
@@ -38,17 +38,41 @@ class _TrainHelp(argparse.Action):
 
 
 def config_keys() -> str:
-    """Every registered task's ``train`` keys with their defaults, and a YAML example each."""
-    lines = ["\nYAML keys per task (the arguments of autoprune.<task>.train):"]
+    """Every registered task's settings (YAML keys and --flags of `autoprune train`) with their
+    types and defaults, and a YAML example each."""
+    import dataclasses
+
+    from ..flow.config import FlowSettings
+
+    lines = ["\nSettings: YAML keys, or --<setting> flags (e.g. --pruned-flops 0.4), the names of "
+             "autoprune.<task>.train.", "\n  every task (the flow):",
+             _settings_lines(FlowSettings, {})]
     for task in TASKS.values():
-        params = inspect.signature(task.api().train).parameters.values()
-        keys = [p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
-                for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD
-                and p.name not in getattr(task.api(), "DEPRECATED", ())]
+        settings = task.settings_class()
+        own = [f for f in dataclasses.fields(settings)]
+        changed = getattr(settings, "flow_defaults", {})
+        inputs = ", ".join(n if d is inspect.Parameter.empty else f"{n}={d!r}"
+                           for n, d in task.inputs.items())
         lines += [f"\n  task: {task.name}   e.g. task: {task.name}, {task.config_example}",
-                  textwrap.fill(", ".join(keys), width=96, initial_indent="    ",
-                                subsequent_indent="    ")]
+                  f"    inputs: {inputs}"
+                  + (f"; flow defaults: {', '.join(f'{k}={v!r}' for k, v in changed.items())}"
+                     if changed else ""),
+                  _settings_lines(settings, {}, [f.name for f in own])]
     return "\n".join(lines)
+
+
+def _settings_lines(cls: type, changed: dict, only: list[str] | None = None) -> str:
+    """``name (type) = default`` for each setting of ``cls``, wrapped."""
+    import dataclasses
+
+    items = []
+    for f in dataclasses.fields(cls):
+        if only is not None and f.name not in only:
+            continue
+        default = changed.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+        items.append(f"{f.name}={default!r} ({f.metadata.get('kind') or 'any'})")
+    return textwrap.fill(", ".join(items), width=96, initial_indent="    ",
+                         subsequent_indent="    ")
 
 
 DATA_HELP = ("validation data: an ImageFolder root or 'fashion-mnist' (classification), a "
@@ -93,15 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func="demo")
 
     t = sub.add_parser("train", add_help=False, help="train (and prune, when sensitivities_file "
-                       "is set) from a YAML config: task, model, train_data, eval_data, epochs, "
-                       "save_dir, sensitivities_file, eval_metric_loss or pruned_flops, ...")
+                       "is set) from a YAML config and/or --<setting> flags: task, model, "
+                       "train_data, eval_data, epochs, save_dir, sensitivities_file, "
+                       "eval_metric_loss or pruned_flops, ...")
     t.add_argument("-h", "--help", action=_TrainHelp, nargs=0,
-                   help="show this help, with every task's keys and their defaults, and exit")
-    t.add_argument("config", help="YAML file; keys are the arguments of autoprune.<task>.train "
-                   f"and 'task:' ({', '.join(TASKS)})")
+                   help="show this help, with every task's settings and their defaults, and exit")
+    t.add_argument("config", nargs="?", help="YAML file; keys are the settings of "
+                   f"autoprune.<task>.train and 'task:' ({', '.join(TASKS)}); any "
+                   f"--<setting> <value> flag overrides it (values read as YAML)")
+    t.add_argument("--task", choices=tuple(TASKS), help="the task (instead of 'task:')")
     rerun = t.add_mutually_exclusive_group()
-    rerun.add_argument("--resume", action="store_true", help="continue the run in save_dir where "
-                       "it stopped, a finished stage is not trained again (as `resume: true`)")
+    rerun.add_argument("--resume", nargs="?", const=True, metavar="SAVE_DIR",
+                       help="continue the interrupted run where it stopped (a finished stage is "
+                       "not trained again): with the config, or alone with the run's save_dir, "
+                       "whose args.yaml holds its settings")
     rerun.add_argument("--overwrite", action="store_true", help="start over when save_dir holds "
                        "an earlier run (refused without --resume or this)")
     t.set_defaults(func="train")
@@ -247,6 +276,32 @@ def _overwrite_option(parser: argparse.ArgumentParser) -> None:
                         "input or an existing file of another kind (refused without it)")
 
 
+def setting_flags(tokens: Sequence[str]) -> dict[str, Any]:
+    """``--pruned-flops 0.4 --train-args "{lr0: 0.01}" --progress`` as settings (each value read
+    as YAML: numbers, lists, mappings, null; a flag without a value is True)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or len(token) < 3:
+            raise ValueError(f"unexpected argument {token!r}: settings are given as --<name> "
+                             f"<value>")
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                value, i = tokens[i + 1], i + 1
+            else:
+                value = "true"
+        try:
+            out[name.replace("-", "_")] = yaml.safe_load(value) if value != "" else None
+        except yaml.YAMLError:
+            out[name.replace("-", "_")] = value
+        i += 1
+    return out
+
+
 def _interrupted_message(args: argparse.Namespace) -> str:
     """What a Ctrl-C leaves behind, and how to pick up from there."""
     again = "run the same command again to resume"
@@ -257,18 +312,28 @@ def _interrupted_message(args: argparse.Namespace) -> str:
                 f"{args.save_dir}; run the same command again to continue")
     if args.command == "train":
         try:
-            cfg = load_config(args.config)
+            cfg = load_config(args.config) if args.config else {}
         except AutopruneError:
             cfg = {}
-        save_dir = cfg.get("save_dir", "output") if cfg else "the save_dir of the config"
-        return (f"interrupted: progress is saved in {save_dir}; add `resume: true` to "
-                f"{args.config} (or pass --resume) and {again}")
+        save_dir = getattr(args, "settings", {}).get("save_dir") or cfg.get("save_dir") or \
+            (args.resume if isinstance(args.resume, str) else "output")
+        with_config = f"`autoprune train {args.config} --resume` or " if args.config else ""
+        return (f"interrupted: progress is saved in {save_dir}; {with_config}`autoprune train "
+                f"--resume {save_dir}` (its settings are in args.yaml there) continues it")
     return "interrupted: nothing was saved; run the command again"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoprune`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "train":  # --<setting> <value> flags, checked against the task's settings
+        try:
+            args.settings = setting_flags(extra)
+        except ValueError as e:
+            parser.error(str(e))
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # the subcommands load torch and the model libraries (seconds): imported once a command runs,
     # so that --help and --version answer at once
     from . import commands

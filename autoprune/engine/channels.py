@@ -16,7 +16,12 @@ CRITERIA = ("l1_norm", "l2_norm", "fpgm", "bn_scale")
 ROOT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
 
-def _importance(criterion: str) -> tp.importance.Importance:
+def _importance(criterion: Any) -> Any:
+    """torch-pruning's importance for a criterion's name, or ``criterion`` itself when it is a
+    callable scoring a torch-pruning group's channels (a ``tp.importance.Importance`` or any
+    ``f(group) -> tensor of scores``, higher = kept), as Torch-Pruning's pruners take it."""
+    if callable(criterion):
+        return criterion
     if criterion == "l1_norm":
         return tp.importance.GroupMagnitudeImportance(p=1, group_reduction="mean", normalizer=None)
     if criterion == "l2_norm":
@@ -25,13 +30,22 @@ def _importance(criterion: str) -> tp.importance.Importance:
         return tp.importance.FPGMImportance(p=2, normalizer=None)
     if criterion == "bn_scale":
         return tp.importance.BNScaleImportance(normalizer=None)
-    raise ConfigError(f"unknown criterion {criterion!r}: use one of {', '.join(CRITERIA)}")
+    raise ConfigError(f"unknown criterion {criterion!r}: use one of {', '.join(CRITERIA)}, or "
+                      f"pass a callable scoring a group's channels")
 
 
-def check_criterion(criterion: str) -> str:
-    """Return ``criterion`` if it is supported, else raise a ConfigError naming the choices."""
+def check_criterion(criterion: Any) -> Any:
+    """Return ``criterion`` if it is supported (a name of :data:`CRITERIA` or a callable), else
+    raise a ConfigError naming the choices."""
     _importance(criterion)
     return criterion
+
+
+def criterion_name(criterion: Any) -> str:
+    """How a criterion is recorded in a sensitivity file: its name, or a callable's name."""
+    if isinstance(criterion, str) or criterion is None:
+        return criterion
+    return getattr(criterion, "__name__", None) or type(criterion).__name__
 
 
 def channels_to_keep(channels: int, ratio: float, round_to: int | None = None) -> int:

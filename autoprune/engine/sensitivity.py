@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import ConfigError, MetricError, SensitivityFileError
-from .channels import check_criterion
+from .channels import check_criterion, criterion_name
 from .groups import PruningGraph
 from .latency import (check_latency_options, check_latency_table, latency_points, latency_setting,
                       measure_point_latencies, setting_differences)
@@ -80,13 +80,13 @@ def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better
     if path is not None:
         remove_stale_temp_files(path)
     if path is None or not os.path.exists(path):
-        record = SensitivityRecord(model=model_meta, criterion=criterion,
+        record = SensitivityRecord(model=model_meta, criterion=criterion_name(criterion),
                                    metric={"name": metric_name, "baseline": None,
                                            "higher_is_better": higher_is_better})
     else:
         record = read_record(path)
         check_fingerprint(record, path, graph.fingerprint)
-        if record.criterion != criterion:
+        if record.criterion != criterion_name(criterion):
             raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}: "
                                        f"pass criterion={record.criterion!r} or a new file path")
         if bool(record.metric.get("higher_is_better", True)) != bool(higher_is_better):
@@ -113,8 +113,8 @@ def _check_shard(shard_file, shard: SensitivityRecord, *, fingerprint: str, crit
     stored_weights, images = shard.model.get("weights_sha256"), shard.extra.get("eval_images")
     if shard.model.get("fingerprint") and shard.model["fingerprint"] != fingerprint:
         differs = f"group fingerprint {shard.model['fingerprint']}, this model has {fingerprint}"
-    elif shard.criterion != criterion:
-        differs = f"criterion {shard.criterion!r}, this run uses {criterion!r}"
+    elif shard.criterion != criterion_name(criterion):
+        differs = f"criterion {shard.criterion!r}, this run uses {criterion_name(criterion)!r}"
     elif bool(shard.metric.get("higher_is_better", True)) != bool(higher_is_better):
         differs = f"higher_is_better={shard.metric.get('higher_is_better')}, this run " \
                   f"{higher_is_better}"

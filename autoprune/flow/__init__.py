@@ -3,5 +3,5 @@
 run.py (the journey), sensitivities.py (the table of a run), checkpoints.py (load, prune, export
 and compare checkpoints), options.py (argument checks), defaults.py (DEFAULT profile lookup),
 training.py (the supervised training loop), report.py and plots.py. It reaches a task only
-through the :class:`~autoprune.tasks.base.TaskAdapter` contract.
+through the :class:`~autoprune.flow.contract.TaskAdapter` contract.
 """

@@ -10,21 +10,20 @@ from typing import Any, Mapping
 import torch
 import torch.nn as nn
 
-from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.checkpoint import (check_opset, damaged, load_pruned, read_pruned_metadata,
                                 save_pruned)
 from ..engine.memory import activation_bytes, available_bytes
 from ..engine.channels import check_criterion
-from ..engine.latency_target import ratios_by_latency
 from ..engine.prune import prune
 from ..engine.outputs import same_file
 from ..engine.store import read_record
 from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
                       SensitivityFileError, UnreadableCheckpointError)
-from ..tasks.base import TaskAdapter
-from ..tasks.registry import TASKS, get_adapter
-from .latency import check_unused_settings, latency_target, timed_default
-from .options import check_numbers, check_save_dir, check_targets, sens_mode
+from .contract import TaskAdapter
+from .registry import TASKS
+from .allocation import Targets, choose_ratios, table_for
+from .latency import check_unused_settings
+from .options import check_numbers, check_save_dir, sens_mode
 from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file
 
@@ -59,9 +58,11 @@ def checkpoint_meta(path: str | os.PathLike) -> dict[str, Any]:
     if name is not None and name not in TASKS:
         raise damaged(Path(path), f"metadata field 'task' is {name!r:.40}, not one of the tasks "
                                   f"{', '.join(TASKS)}")
-    task = TASKS[name or "classification"]
+    if name is None:  # a core save_pruned without task=: nothing task-specific to check
+        return meta
+    task = TASKS[name]
     why = task.adapter_class().check_build_kwargs(meta.get("build") or {})
-    if not why and name is not None and meta.get("arch"):
+    if not why and meta.get("arch"):
         try:  # the task and the architecture must belong together
             task.arch_key(meta["arch"])
         except ConfigError:
@@ -85,18 +86,29 @@ def load_model(path: str | os.PathLike, adapter: TaskAdapter | None = None,
             raise CheckpointError(f"{path} was saved from a custom model object: pass "
                                   f"base_model=<a fresh instance of that architecture>")
         if adapter is None:
-            adapter = get_adapter(meta.get("task", "classification"))
+            adapter = adapter_for_checkpoint(path)[0]
         if meta.get("task") not in (None, adapter.task):
             raise CheckpointError(f"{path} is a {meta.get('task')} checkpoint, not "
                                   f"{adapter.task}: use autoprune.{meta.get('task')}.load_model")
         base_model = adapter.build(meta["arch"], **meta.get("build", {}))
     return load_pruned(path, base_model).eval()
 
-def adapter_for_checkpoint(path: str | os.PathLike, **kwargs: Any) -> tuple[TaskAdapter, dict]:
-    """The task adapter a checkpoint was made with (its classes and input size), plus its metadata."""
+def adapter_for_checkpoint(path: str | os.PathLike, task: str | None = None,
+                           **settings: Any) -> tuple[TaskAdapter, dict]:
+    """The task adapter a checkpoint was made with (its classes, build arguments and input size;
+    ``settings`` on top), plus its metadata. ``task``: the task expected (a checkpoint of
+    another is a one-line CheckpointError), or the one a checkpoint without a task is read as."""
     meta = checkpoint_meta(path)
-    settings = {"input_size": meta.get("input_size"), **meta.get("build", {}), **kwargs}
-    return get_adapter(meta.get("task", "classification"), **settings), meta
+    found = meta.get("task")
+    if task is not None and found not in (None, task):
+        raise CheckpointError(f"{path} is a {found} checkpoint, not {task}: use "
+                              f"autoprune.{found}.load_model")
+    if found is None and task is None:
+        raise CheckpointError(f"{path} does not say which task its model is for (saved by "
+                              f"save_pruned without task=): pass the task (CLI: --task), or use "
+                              f"autoprune.<task>.load_model")
+    adapter_class = TASKS[found or task].adapter_class()
+    return adapter_class.for_checkpoint(meta, **settings), meta
 
 def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
                      output: str | os.PathLike, *, eval_metric_loss: float | None = None,
@@ -113,36 +125,27 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
     if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
                           f"input is never overwritten)")
-    eval_metric_loss = check_targets(eval_metric_loss, pruned_flops, pruned_latency)
     check_unused_settings(pruned_latency, latency_device, latency_threads, latency_batch)
-    target = latency_target(pruned_latency, latency_device, latency_threads, latency_batch)
+    targets = Targets.of(eval_metric_loss, pruned_flops, pruned_latency, device=latency_device,
+                         threads=latency_threads, batch=latency_batch)
     adapter, meta = adapter_for_checkpoint(checkpoint)
     model = load_model(checkpoint, adapter)
-    if sens_mode(sensitivities_file) == "new":
+    mode = sens_mode(sensitivities_file)
+    if mode == "new":
         raise SensitivityFileError(f"no sensitivity file at {sensitivities_file}: measure one "
                                    f"with `autoprune sensitivity` first, or pass DEFAULT")
     check_criterion(criterion)
     path = check_sensitivities_file(adapter, model, sensitivities_file, meta.get("arch"), criterion)
-    record = read_record(path)
-    sens = record.sensitivities
-    example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
-    if target is not None:
-        if sens_mode(sensitivities_file) == "default":
-            record = timed_default(adapter, model, path, target, Path(output).parent,
-                                   arch=meta.get("arch"), criterion=criterion)
-        chosen = ratios_by_latency(model, example, record, target.value, round_to=round_to,
-                                   ignored_layers=ignored, criterion=criterion,
-                                   max_loss=eval_metric_loss, **target.timing())
-    elif pruned_flops is not None:
-        chosen = ratios_by_flops(model, example, sens, pruned_flops, round_to=round_to,
-                                 ignored_layers=ignored)
-    else:
-        chosen = ratios_by_loss(sens, eval_metric_loss)
-    result = prune(model, example, chosen, criterion=criterion, round_to=round_to,
-                   ignored_layers=ignored)
+    table = table_for(adapter, model, read_record(path), path, targets=targets,
+                      default_profile=mode == "default", save_dir=Path(output).parent,
+                      arch=meta.get("arch"), criterion=criterion)
+    chosen = choose_ratios(adapter, model, table, targets, round_to=round_to,
+                           criterion=criterion)
+    result = prune(model, adapter.example_inputs(model), chosen, criterion=criterion,
+                   round_to=round_to, ignored_layers=adapter.ignored_layers(model))
     previous = meta.get("plan") or {}
     save_pruned(model, output, **{**meta, "pruned": True, "plan": {**previous, **result.plan}})
-    result.latency_ratios = chosen if target is not None else None
+    result.latency_ratios = chosen if targets.latency is not None else None
     return result
 
 def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, *,

@@ -1,19 +1,26 @@
 """The contract between the task-agnostic flow (``autoprune.flow``) and a task.
 
-A task adapter subclasses :class:`TaskAdapter` and implements every abstract member; the flow
-calls nothing else. The adapter is the one place that knows about timm/torchvision, Ultralytics
-or segmentation-models-pytorch. It holds the task's data and training settings.
+A task adapter subclasses :class:`TaskAdapter`: it implements every abstract member and may
+override the hooks below, each of which has a default here. The flow calls nothing else and never
+probes an adapter for an attribute. The adapter is the one place that knows about
+timm/torchvision, Ultralytics or segmentation-models-pytorch. It holds the task's data and
+training settings.
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: the contract (and the CLI's task lists) load without torch
     import torch
     import torch.nn as nn
+
+    from .config import FlowSettings, TaskSettings
 
 
 class TaskAdapter(ABC):
@@ -27,9 +34,76 @@ class TaskAdapter(ABC):
     device: torch.device    # where the model is trained and evaluated
     eval_set: Any           # the evaluation items (``len()`` is recorded); None without eval data
     distills: bool = False  # whether ``fit`` takes ``distill=`` (a teacher to distil from)
-    # an adapter distilling otherwise than logit KD also defines ``distill_recipe(distill)``:
-    # ``distill`` as passed, checked, as the report records it (None: off)
     no_distill_reason: str = "its trainer has no hook for a distillation term"
+    build_keys: tuple[str, ...] = ("num_classes",)  # what build() takes from a checkpoint
+    build_counts: tuple[str, ...] = ("num_classes",)  # those of them that count something
+    stage_files: tuple[str, ...] = ()  # what a training stage holds besides autoprune's
+    #                                    checkpoints (a folder of the task's own trainer)
+
+    # --- settings and construction ---------------------------------------------------------
+    @classmethod
+    def check_settings(cls, settings: TaskSettings, flow: FlowSettings) -> None:
+        """Refuse task settings that cannot work with the flow's, before any data is read (the
+        default checks ``distill`` as logit distillation, :meth:`logit_recipe`)."""
+        cls.logit_recipe(flow.distill)
+
+    def distill_recipe(self, distill: Any) -> dict[str, Any] | None:
+        """``distill`` as given, checked, as the report records it (None: off); the default
+        is :meth:`logit_recipe`."""
+        return self.logit_recipe(distill)
+
+    @classmethod
+    def logit_recipe(cls, distill: Any) -> dict[str, Any] | None:
+        """Logit distillation's recipe (``{"alpha", "temperature"}``) for an adapter that
+        ``distills``; a one-line ConfigError for one that does not."""
+        from .training import check_distill
+
+        recipe = check_distill(distill)
+        if recipe and not cls.distills:
+            raise ConfigError(f"distill is not offered for {cls.task} yet: "
+                              f"{cls.no_distill_reason}; drop distill")
+        return recipe
+
+    @classmethod
+    def from_settings(cls, settings: TaskSettings, inputs: Mapping[str, Any],
+                      flow: FlowSettings) -> "TaskAdapter":
+        """The adapter of a ``<task>.train`` call: its data ``inputs`` (all but ``model``), its
+        task settings, and the flow's seed and progress."""
+        data = {k: v for k, v in inputs.items() if k != "model"}
+        return cls(**data, **dataclasses.asdict(settings), seed=flow.seed,
+                   progress=flow.progress)
+
+    @classmethod
+    def for_checkpoint(cls, meta: Mapping[str, Any], **settings: Any) -> "TaskAdapter":
+        """An adapter that rebuilds, evaluates and exports the model of a checkpoint with
+        metadata ``meta`` (its build arguments and input size), ``settings`` on top."""
+        return cls(**{"input_size": meta.get("input_size"), **cls.checkpoint_settings(meta),
+                      **settings})
+
+    @classmethod
+    def checkpoint_settings(cls, meta: Mapping[str, Any]) -> dict[str, Any]:
+        """The adapter settings a checkpoint's metadata fixes (the default: its ``build``
+        arguments)."""
+        return dict(meta.get("build") or {})
+
+    @classmethod
+    def is_own_checkpoint(cls, path: Any) -> bool:
+        """Whether the file at ``path`` is to be read as an autoprune checkpoint (its metadata
+        fixes the analysis' settings); the default: every file (a task that also reads its
+        library's own files, as detection reads Ultralytics' .pt, tells them apart)."""
+        return True
+
+    def analysis_model(self, model: Any) -> Any:
+        """What ``analyze_sensitivity`` measures, from what the user passed (a checkpoint path,
+        a name or a module: the default passes it through)."""
+        return model
+
+    def prepare_model(self, model: Any, pretrain_weights: Any,
+                      save_dir: Path) -> tuple[Any, Any]:
+        """``(model, pretrain_weights)`` as the flow takes them, from what the user passed: a
+        model name or an ``nn.Module`` (the default passes both through; detection turns a
+        YOLO object or an Ultralytics .pt into a name plus weights)."""
+        return model, pretrain_weights
 
     # --- the model -------------------------------------------------------------------------
     @abstractmethod
@@ -50,14 +124,12 @@ class TaskAdapter(ABC):
     @classmethod
     def check_build_kwargs(cls, build: dict[str, Any]) -> str | None:
         """Why the ``build`` map read from a checkpoint cannot be rebuilt from (naming the
-        field), or None. The default refuses class and channel counts that are not positive
-        whole numbers."""
-        for key in ("num_classes", "nc", "in_channels"):
-            value = build.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                return f"metadata field 'build.{key}' is {value!r:.40}, not a positive whole number"
-        return None
+        field), or None: a key not among the task's ``build_keys``, or a count among its
+        ``build_counts`` that is not a positive whole number."""
+        unknown = sorted(set(map(str, build)) - set(cls.build_keys))
+        if unknown:
+            return f"metadata field 'build.{unknown[0]}' is not a build argument of {cls.task}"
+        return positive_counts(build, cls.build_counts)
 
     @abstractmethod
     def check_model(self, model: nn.Module) -> None:
@@ -82,13 +154,14 @@ class TaskAdapter(ABC):
     # --- training and evaluation ----------------------------------------------------------
     @abstractmethod
     def fit(self, model: nn.Module, epochs: int, save_dir: Path, *,
-            meta: dict[str, Any] | None = None, resume: bool = False) -> nn.Module:
+            meta: dict[str, Any] | None = None, resume: bool = False,
+            distill: Any = None) -> nn.Module:
         """Train ``model`` for ``epochs`` and return the best model, saved as
         ``save_dir/best.pt`` (``save_dir``: a stage folder of the run, e.g. ``<run>/baseline``) with
-        ``meta`` (an autoprune checkpoint); ``resume=True`` continues
-        an interrupted run of the same call. An adapter with ``distills = True`` also takes
-        ``distill=`` (:class:`autoprune.flow.training.Distill`: a frozen teacher, alpha,
-        temperature) and adds its distillation term to the training loss."""
+        ``meta`` (an autoprune checkpoint); ``resume=True`` continues an interrupted run of the
+        same call. ``distill`` (:class:`autoprune.flow.training.Distill`: a frozen teacher and
+        the recipe of :meth:`distill_recipe`; only given to an adapter that ``distills``) adds
+        the adapter's distillation term to the training loss."""
 
     def deployables(self, save_dir: Path) -> list[tuple[str, Path]]:
         """``(what, path)`` of the files a training stage in ``save_dir`` leaves besides
@@ -112,6 +185,11 @@ class TaskAdapter(ABC):
         analysis' ``sensitivity_options={"eval_images": N}``); training data are shared."""
 
     # --- deployment -----------------------------------------------------------------------
+    def deploy_module(self, model: nn.Module) -> nn.Module:
+        """``model`` in the form the task exports and deploys it (detection: with Ultralytics'
+        export head); what a deploy runtime times. The default: ``model`` itself."""
+        return model
+
     @abstractmethod
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
                     dynamic_batch: bool = True) -> Path:
@@ -136,3 +214,14 @@ class TrainResult:
     sensitivities_path: Path | None = None
     ratios: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+def positive_counts(build: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    """Why one of ``keys`` in a checkpoint's ``build`` map is not a positive whole number (naming
+    the field), or None."""
+    for key in keys:
+        value = build.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            return f"metadata field 'build.{key}' is {value!r:.40}, not a positive whole number"
+    return None

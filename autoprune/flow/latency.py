@@ -17,7 +17,7 @@ from ..engine.latency import (check_latency_options, latency_setting, measure_la
 from ..engine.latency_target import LatencyRatios, check_latency_target, ratios_by_latency
 from ..engine.store import SensitivityRecord, read_json, read_record, write_text_atomic
 from ..errors import ConfigError
-from ..tasks.base import TaskAdapter
+from .contract import TaskAdapter
 from .layout import RATIOS_FILE, SIDE_FILE
 
 
@@ -78,15 +78,16 @@ def timed_default(adapter: TaskAdapter, model: nn.Module, profile: Path, target:
 
 
 def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRecord,
-                   target: LatencyTarget, save_dir: Path, *, round_to: int | None,
+                   target: LatencyTarget, save_dir: Path | None, *, round_to: int | None,
                    criterion: str, max_loss: float | None, resume: bool = False) -> LatencyRatios:
     """:func:`ratios_by_latency` timed by rank 0 alone; the ratios are written to
-    ``save_dir/latency_ratios.json`` and a resumed run with the same target reuses them (timing
-    again could choose other shapes than the interrupted retraining has)."""
-    path = Path(save_dir) / RATIOS_FILE
+    ``save_dir/latency_ratios.json`` (none when ``save_dir`` is None) and a resumed run with the
+    same target reuses them (timing again could choose other shapes than the interrupted
+    retraining has)."""
+    path = Path(save_dir) / RATIOS_FILE if save_dir is not None else None
     asked = {"target": asdict(target), "round_to": round_to, "criterion": criterion,
              "max_loss": max_loss}
-    if resume and path.is_file():
+    if resume and path is not None and path.is_file():
         saved = read_json(path, "delete it and run again without resume (the ratios are then "
                                 "chosen anew), or restore a copy")
         if {k: saved.get(k) for k in asked} == asked:
@@ -101,8 +102,9 @@ def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRe
         chosen = ratios_by_latency(model, adapter.example_inputs(model), record, target.value,
                                    round_to=round_to, ignored_layers=adapter.ignored_layers(model),
                                    criterion=criterion, max_loss=max_loss, **target.timing())
-        write_text_atomic(path, json.dumps({**asked, **figures_of(chosen),
-                                            "ratios": dict(chosen)}, indent=1))
+        if path is not None:
+            write_text_atomic(path, json.dumps({**asked, **figures_of(chosen),
+                                                "ratios": dict(chosen)}, indent=1))
         return chosen
 
     return _on_rank0(choose)

@@ -6,8 +6,8 @@
 - ``pruned/``: the pruned and retrained model (the one-call flow, or pruning ``pretrain_weights``);
 - ``pruned_step<k>/``: with ``prune_steps=K``, the steps before the last.
 
-A stage holds ``best.pt``, ``last.pt`` and ``train_state.pt`` (or a detection stage's
-``ultralytics/``). The reports, the plot and a timed DEFAULT profile lie at the top of
+A stage holds ``best.pt``, ``last.pt`` and ``train_state.pt`` (and what the task's own trainer
+leaves there: the adapter's ``stage_files``, e.g. detection's ``ultralytics/``). The reports, the plot and a timed DEFAULT profile lie at the top of
 ``save_dir`` (with pruned_latency also ``latency_ratios.json``, and for a DEFAULT profile
 ``sensitivities_latency.json``); the sensitivity file is where ``sensitivities_file`` points.
 """
@@ -19,8 +19,7 @@ from typing import Any
 BASELINE = "baseline"
 PRUNED = "pruned"
 STEP_PREFIX = f"{PRUNED}_step"  # pruned_step1 .. pruned_step<K-1>
-OLD_FILES = ("best.pt", "last.pt", "train_state.pt", "ultralytics")  # a stage's own files
-STAGE_FILES = ("best.pt", "last.pt", "train_state.pt")
+STAGE_FILES = ("best.pt", "last.pt", "train_state.pt")  # autoprune's checkpoints of a stage
 REPORTS = ("report.json", "report.md", "report.csv", "sensitivity.png")
 RATIOS_FILE = "latency_ratios.json"        # the ratios a latency target chose (kept for resume)
 SIDE_FILE = "sensitivities_latency.json"   # a DEFAULT profile's points timed on this machine
@@ -39,30 +38,32 @@ def training_stages(save_dir: str | Path, mode: str, pretrain_weights: Any = Non
     return ([] if pretrain_weights is not None else [save_dir / BASELINE]) + [save_dir / PRUNED]
 
 
-def old_layout(save_dir: str | Path, pretrain_weights: Any = None) -> str | None:
+def old_layout(save_dir: str | Path, pretrain_weights: Any = None,
+               stage_files: tuple[str, ...] = ()) -> str | None:
     """One line on a training run that an earlier autoprune wrote at the top of ``save_dir``
-    (``best.pt``, ``last.pt``, ``train_state.pt``, ``ultralytics/``; runs now train into
+    (``best.pt``, ``last.pt``, ``train_state.pt``, the task's ``stage_files``; runs now train into
     ``baseline/``): what is there, that it is kept, and how to go on from it; None when there is
     none, or when ``pretrain_weights`` is its ``best.pt`` (the advice taken)."""
     save_dir = Path(save_dir)
-    found = [name for name in OLD_FILES if (save_dir / name).exists()]
+    found = [name for name in STAGE_FILES + tuple(stage_files) if (save_dir / name).exists()]
     if not found or (pretrain_weights is not None and
                      Path(pretrain_weights).resolve() == (save_dir / "best.pt").resolve()):
         return None
     ways = []
     if "best.pt" in found:
         ways.append(f"pass pretrain_weights={save_dir / 'best.pt'} to start from its model")
-    if "train_state.pt" in found and "ultralytics" not in found:  # detection resumes in place
-        ways.append(f"move {', '.join(found)} into {save_dir / BASELINE}/ and rerun "
-                    f"with resume=True to continue it")
+    if "train_state.pt" in found and not set(found) & set(stage_files):  # a task's own trainer
+        ways.append(f"move {', '.join(found)} into {save_dir / BASELINE}/ and rerun "  # resumes
+                    f"with resume=True to continue it")                               # in place
+    shown = [n + ("/" if (save_dir / n).is_dir() else "") for n in found]
     return (f"{save_dir} holds a training run of an earlier autoprune version ("
-            f"{', '.join(n + ('/' if n == 'ultralytics' else '') for n in found)} at its top; "
-            f"runs now train into {BASELINE}/ and {PRUNED}/): it is kept as it is and not used"
-            + (f"; {' or '.join(ways)}" if ways else ""))
+            f"{', '.join(shown)} at its top; runs now train into {BASELINE}/ and {PRUNED}/): it "
+            f"is kept as it is and not used" + (f"; {' or '.join(ways)}" if ways else ""))
 
 
 def run_outputs(save_dir: str | Path, mode: str, pretrain_weights: Any = None,
-                prune_steps: int = 1) -> tuple[list[Path], list[Path]]:
+                prune_steps: int = 1, stage_files: tuple[str, ...] = ()
+                ) -> tuple[list[Path], list[Path]]:
     """``(folders, files)`` a run into ``save_dir`` may write: its stage folders (prune_steps'
     included) and their checkpoints, its config, and with pruning the reports, the plot and the
     latency side files."""
@@ -71,6 +72,7 @@ def run_outputs(save_dir: str | Path, mode: str, pretrain_weights: Any = None,
     if mode != "none":
         stages += [save_dir / f"{STEP_PREFIX}{k}" for k in range(1, prune_steps)]
     files = [stage / name for stage in stages for name in STAGE_FILES]
+    stages += [stage / name for stage in stages for name in stage_files]  # folders of the task
     files.append(save_dir / CONFIG_FILE)
     if mode != "none":
         files += [save_dir / name for name in REPORTS + SIDE_FILES]

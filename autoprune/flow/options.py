@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from ..engine.distributed import process_rank
 from ..errors import ConfigError
 from .defaults import DEFAULT
-from .layout import STEP_PREFIX, training_stages
+from .layout import STAGE_FILES, STEP_PREFIX, training_stages
 from ..engine.latency import check_latency_options
 from ..engine.latency_target import check_latency_target
 from ..engine.sensitivity import check_analysis_options
@@ -49,12 +49,13 @@ def check_outputs(folders: list[Path], files: list[Path]) -> None:
                               f"away or pick another save_dir")
 
 
-def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
+def written_by_run(path: Path, save_dir: Path, mode: str,
+                   stage_files: tuple[str, ...] = ()) -> bool:
     """True when ``path``, given as ``pretrain_weights``, is a file that the run into
     ``save_dir`` writes or may replace: a ``best.pt`` / ``last.pt`` / ``train_state.pt`` or
-    anything in the ``ultralytics/`` of a stage it trains (plain training ``baseline/``;
-    pruning a given model ``pruned/`` and prune_steps' ``pruned_step<k>/``, see
-    :mod:`autoprune.flow.layout`)."""
+    anything in the task's ``stage_files`` (detection's ``ultralytics/``) of a stage it trains
+    (plain training ``baseline/``; pruning a given model ``pruned/`` and prune_steps'
+    ``pruned_step<k>/``, see :mod:`autoprune.flow.layout`)."""
     stages = training_stages(save_dir, mode, pretrain_weights=path)
     src = path.resolve()
     for parent in src.parents:  # prune_steps' stages before the last
@@ -62,9 +63,9 @@ def written_by_run(path: Path, save_dir: Path, mode: str) -> bool:
                 parent.parent == save_dir.resolve():
             stages.append(parent)
     for stage in (s.resolve() for s in stages):
-        if src.parent == stage and src.name in ("best.pt", "last.pt", "train_state.pt"):
+        if src.parent == stage and src.name in STAGE_FILES:
             return True
-        if src.is_relative_to(stage / "ultralytics"):
+        if any(src.is_relative_to(stage / name) for name in stage_files):
             return True
     return False
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..engine.store import read_record
 from ..errors import AutopruneError
-from ..tasks.base import TaskAdapter
+from .contract import TaskAdapter
 from .layout import training_stages
 from .options import sens_mode
 from .training import STATE_FILE, read_train_state

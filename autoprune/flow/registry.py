@@ -1,8 +1,10 @@
-"""The task registry: one :class:`Task` entry per task, looked up by name.
+"""The task registry: one :class:`Task` entry per task, looked up by name (the flow's side of the
+seam: the flow finds tasks here, tasks register themselves from above).
 
 An entry names its parts by import path ("module:attribute"), so listing the tasks (``autoprune
 --help``, ``profiles list``) imports no model library; a part is imported when it is first used.
-A task is one package under ``autoprune/tasks/<task>/`` plus one :func:`register_task` line::
+A task is one package under ``autoprune/tasks/<task>/`` plus one :func:`register_task` statement
+(the built-in ones in :mod:`autoprune.tasks`)::
 
     register_task(Task("classification", package="autoprune.tasks.classification", ...))
 
@@ -11,12 +13,13 @@ A third-party package registers its own task the same way, before calling autopr
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
 from ..errors import ConfigError
-from .base import TaskAdapter
+from .contract import TaskAdapter
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class Task:
 
     package: the task's public API module (``train``, ``analyze_sensitivity``, ``load_model``),
         reachable as ``autoprune.<name>``.
-    adapter: "module:Class" of its :class:`~autoprune.tasks.base.TaskAdapter`.
+    adapter: "module:Class" of its :class:`~autoprune.flow.contract.TaskAdapter`.
     resolve_arch: "module:function" turning a model name into the task's architecture key (a
         ConfigError when the name is not the task's); it must not import heavy libraries the
         name check does not need.
@@ -37,6 +40,11 @@ class Task:
     arch_help / config_example / data_key: words for the CLI (``--arch`` help, a YAML example,
         the YAML key holding the training data).
     example: a small model of the task (docs, the contract's conformance test).
+    settings: "module:Class" of the task's settings dataclass (a
+        :class:`~autoprune.flow.config.TaskSettings`).
+    inputs: the names of ``train``'s inputs (not settings) and their defaults, in order (a
+        required one: ``REQUIRED``); ``positional``: the leading names ``train`` takes
+        positionally (inputs or settings); ``aliases``: other names of an input.
     """
 
     name: str
@@ -49,6 +57,11 @@ class Task:
     config_example: str = ""
     data_key: str = "train_data"
     example: str = ""
+    settings: str = ""
+    inputs: dict[str, Any] = field(default_factory=lambda: {
+        "model": REQUIRED, "train_data": REQUIRED, "eval_data": None})
+    positional: tuple[str, ...] = ("model", "train_data", "eval_data")
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def api(self) -> ModuleType:
         """The task's public API module."""
@@ -62,9 +75,16 @@ class Task:
         """The task's key for the model name ``name`` (a ConfigError when not the task's)."""
         return _load(self.resolve_arch)(name)
 
+    def settings_class(self) -> type:
+        """The task's settings dataclass."""
+        return _load(self.settings)
+
     def profile_builder(self) -> Callable[..., Any]:
         """The function that measures a DEFAULT profile for the task."""
         return _load(self.profile)
+
+
+REQUIRED = inspect.Parameter.empty  # an input ``train`` cannot do without
 
 
 def _load(target: str) -> Any:
@@ -115,45 +135,3 @@ def task_of(name: str) -> str:
         raise ConfigError(f"{name!r} names a model of several tasks ({', '.join(owners)}): pass "
                           f"--task")
     raise ConfigError(f"cannot tell the task of {name!r}: use {examples}; or pass --task")
-
-
-# the tasks that come with autoprune
-_SCENES = "Fashion-MNIST scenes"
-register_task(Task(
-    "classification", package="autoprune.tasks.classification",
-    adapter="autoprune.tasks.classification.adapter:ClassificationAdapter",
-    resolve_arch="autoprune.tasks.classification.adapter:resolve_arch",
-    profile="autoprune.tasks.classification.profile:measure_profile",
-    profile_settings=dict(epochs=3, train_images=12000, val_images=1000, input_size=32,
-                          batch_size=128),
-    arch_help="a timm/torchvision name (resnet18, torchvision/mobilenet_v2)",
-    config_example="model: resnet18, train_data: fashion-mnist", example="resnet18"))
-register_task(Task(
-    "detection", package="autoprune.tasks.detection",
-    adapter="autoprune.tasks.detection.adapter:DetectionAdapter",
-    resolve_arch="autoprune.tasks.detection.names:resolve_arch",
-    profile="autoprune.tasks.detection.profile:measure_profile",
-    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
-                          batch_size=16),
-    arch_help="a YOLO name (yolo26n, yolov8s, yolo11m)",
-    config_example="model: yolov8n.yaml, data: data.yaml", data_key="data", example="yolov8n"))
-register_task(Task(
-    "segmentation", package="autoprune.tasks.segmentation",
-    adapter="autoprune.tasks.segmentation.adapter:SegmentationAdapter",
-    resolve_arch="autoprune.tasks.segmentation.models:resolve_arch",
-    profile="autoprune.tasks.segmentation.profile:measure_profile",
-    profile_settings=dict(epochs=10, train_images=1000, val_images=200, input_size=64,
-                          batch_size=8),
-    arch_help="smp/<arch>/<encoder> (smp/unet/resnet18)",
-    config_example="model: smp/unet/resnet18, train_data: fashion-scenes",
-    example="smp/unet/resnet18"))
-register_task(Task(
-    "instance_segmentation", package="autoprune.tasks.instance_segmentation",
-    adapter="autoprune.tasks.instance_segmentation.adapter:InstanceSegmentationAdapter",
-    resolve_arch="autoprune.tasks.instance_segmentation.names:resolve_arch",
-    profile="autoprune.tasks.instance_segmentation.profile:measure_profile",
-    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
-                          batch_size=16),
-    arch_help="a YOLO-seg name (yolo11n-seg, yolov8s-seg, yolo26n-seg)",
-    config_example="model: yolo11n-seg.yaml, data: data.yaml", data_key="data",
-    example="yolov8n-seg"))

@@ -7,11 +7,12 @@ from typing import Any, Iterable, Mapping
 
 import torch.nn as nn
 
+from ..engine.channels import criterion_name
 from ..engine.groups import PruningGraph
 from ..engine.sensitivity import DEFAULT_RATIOS, sensitivity
-from ..engine.store import check_fingerprint, read_record
+from ..engine.store import SensitivityRecord, SensitivityTable, check_fingerprint, read_record
 from ..errors import ConfigError, SensitivityFileError
-from ..tasks.base import TaskAdapter
+from .contract import TaskAdapter
 from .defaults import find_profile
 from .options import check_sensitivity_options, sens_mode
 
@@ -37,9 +38,10 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
                 f"the DEFAULT profile for {arch} does not match this model's groups (another "
                 f"width, num_classes or a patched layer?): pass sensitivities_file=<new path>")
         check_fingerprint(record, path, graph.fingerprint)
-        if record.criterion != criterion:
+        if record.criterion != criterion_name(criterion):
             raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}, "
-                                       f"this run prunes by {criterion!r}: pass criterion="
+                                       f"this run prunes by {criterion_name(criterion)!r}: pass "
+                                       f"criterion="
                                        f"{record.criterion!r}, or measure a new file")
     return path
 
@@ -47,12 +49,12 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
                       arch: str | None, criterion: str = "l1_norm",
                       ratios: Iterable[float] = DEFAULT_RATIOS, progress: bool = True,
                       options: Mapping[str, Any] | None = None
-                      ) -> tuple[dict[str, dict[float, float]], Path]:
-    """The sensitivity table for ``model``: the DEFAULT profile, or a file completed on the
-    adapter's evaluation data (only missing points are computed)."""
+                      ) -> tuple[SensitivityRecord, Path]:
+    """The sensitivity record for ``model`` and its file: the DEFAULT profile, or a file
+    completed on the adapter's evaluation data (only missing points are computed)."""
     path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     if sens_mode(sensitivities_file) == "default":
-        return read_record(path).sensitivities, path
+        return read_record(path), path
     options = check_sensitivity_options(options)
     subset = options.pop("eval_images", None)
     measure_on = adapter.with_eval_limit(subset) if subset else adapter
@@ -64,7 +66,8 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
                        arch=arch, extra={"task": adapter.task,
                                          "eval_images": _eval_size(measure_on)},
                        progress=progress, **options)
-    return sens, path
+    # the record as written (every rank reads it after the analysis' last barrier)
+    return sens.record if isinstance(sens, SensitivityTable) else read_record(path), path
 
 def _eval_size(adapter: TaskAdapter) -> int | None:
     """How many evaluation samples the sensitivities are measured on (recorded in the file)."""

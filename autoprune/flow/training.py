@@ -10,7 +10,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 import torch.nn as nn
@@ -88,6 +88,14 @@ class Distill:
     alpha: float = DISTILL_DEFAULTS["alpha"]
     temperature: float = DISTILL_DEFAULTS["temperature"]
     kd_loss: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None
+    recipe: Mapping[str, Any] | None = None  # as the report records it (a task's own recipe)
+
+    @classmethod
+    def of(cls, teacher: nn.Module, recipe: Mapping[str, Any]) -> "Distill":
+        """The distillation of ``recipe`` (a task's :meth:`distill_recipe`) from ``teacher``:
+        logit KD's alpha and temperature when it names them."""
+        logit = {k: float(recipe[k]) for k in ("alpha", "temperature") if k in recipe}
+        return cls(teacher, **logit, recipe=dict(recipe))
 
 
 def check_distill(distill: Any) -> dict[str, float] | None:
@@ -220,31 +228,10 @@ def _fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, device: torch.dev
     rank, world = rank_and_world()
     if distill is not None:
         prepare_teacher(distill.teacher, device)
-        distill_fn = distill.kd_loss or kd_loss
-    net = model
-    if world > 1:
-        gpus = None
-        if device.type == "cuda":  # plain "cuda": the rank's own GPU (set by init_from_env)
-            gpus = [device.index if device.index is not None else torch.cuda.current_device()]
-        net = nn.parallel.DistributedDataParallel(model, device_ids=gpus)
-        if rank == 0:
-            print(f"[autoprune] DistributedDataParallel over {world} processes, "
-                  f"{loader.batch_size} images per process per step", flush=True)
+    net = _ddp(model, device, loader)
     flush_denormals()
-    opt = _optimizer(model, cfg)
-    total = cfg.epochs * len(loader)
-    warmup = int(cfg.warmup_epochs * len(loader))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, warmup))
-    use_amp = device.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
-    history: list[float] = []
-    if state is not None:
-        opt.load_state_dict(state["optimizer"])  # before the schedule: it restores each group's lr
-        sched.load_state_dict(state["scheduler"])
-        if state["scaler"]:
-            scaler.load_state_dict(state["scaler"])
-        _set_rng_states(state["rng"], loader)
-        history = list(state["history"])
+    loop = _Loop(model, cfg, loader, device)
+    history = loop.restore(state, loader)
     for epoch in range(len(history), cfg.epochs):
         model.train()
         if hasattr(loader.sampler, "set_epoch"):  # a DistributedSampler: a new shuffle per epoch
@@ -254,43 +241,98 @@ def _fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, device: torch.dev
         bar = progress_bar(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False,
                            enabled=cfg.progress and rank == 0, lines=False)
         for inputs, targets in bar:
-            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-            with torch.autocast(device.type, enabled=use_amp):
-                outputs = net(inputs)
-                try:
-                    loss = loss_fn(outputs, targets)
-                except IndexError as e:  # CrossEntropy on a label >= the number of outputs
-                    raise ConfigError(f"a training label is out of range ({e}): labels must be "
-                                      f"0 .. num_classes - 1; build the model with a num_classes "
-                                      f"that covers every label") from None
-                if distill is not None:
-                    with torch.no_grad():
-                        teacher_out = distill.teacher(inputs)
-                    loss = (1 - distill.alpha) * loss + distill.alpha * distill_fn(
-                        outputs, teacher_out, distill.temperature)
+            inputs = inputs.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+            loss = _batch_loss(net, inputs, targets, loss_fn, distill, loop.use_amp, device)
             diverged = not torch.isfinite(loss)
             if world > 1:  # every rank stops together (a lone raise would hang the others)
                 diverged = all_reduce_sum(float(diverged), device) > 0
             if diverged:
-                raise TrainingDivergedError(f"training loss became {loss.item()} in epoch {epoch + 1}: "
-                                         f"lower the learning rate (lr={cfg.lr})")
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            sched.step()
+                raise TrainingDivergedError(f"training loss became {loss.item()} in epoch "
+                                            f"{epoch + 1}: lower the learning rate (lr={cfg.lr})")
+            loop.step(loss)
             running += loss.item() * len(targets)
             seen += len(targets)
-            bar.set_postfix(loss=f"{running / seen:.4f}", lr=f"{sched.get_last_lr()[0]:.4g}")
+            bar.set_postfix(loss=f"{running / seen:.4f}", lr=f"{loop.lr:.4g}")
         if world > 1:
             running, seen = all_reduce_sum(running, device), all_reduce_sum(seen, device)
         history.append(running / max(1, seen))
         if on_epoch_end:
-            on_epoch_end(epoch, history[-1], {
-                "history": list(history), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
-                "rng": _rng_states(loader)})
+            on_epoch_end(epoch, history[-1], {"history": list(history), **loop.state(loader)})
     return history
+
+
+def _ddp(model: nn.Module, device: torch.device, loader: DataLoader) -> nn.Module:
+    """``model`` as DistributedDataParallel under torchrun (on the rank's own GPU), else as is."""
+    rank, world = rank_and_world()
+    if world <= 1:
+        return model
+    gpus = None
+    if device.type == "cuda":  # plain "cuda": the rank's own GPU (set by init_from_env)
+        gpus = [device.index if device.index is not None else torch.cuda.current_device()]
+    if rank == 0:
+        print(f"[autoprune] DistributedDataParallel over {world} processes, "
+              f"{loader.batch_size} images per process per step", flush=True)
+    return nn.parallel.DistributedDataParallel(model, device_ids=gpus)
+
+
+class _Loop:
+    """The optimizer, warm-up + cosine schedule and AMP scaler of one training run."""
+
+    def __init__(self, model: nn.Module, cfg: FitConfig, loader: DataLoader,
+                 device: torch.device):
+        self.opt = _optimizer(model, cfg)
+        total, warmup = cfg.epochs * len(loader), int(cfg.warmup_epochs * len(loader))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: warmup_cosine(s, total, warmup))
+        self.use_amp = device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
+
+    def restore(self, state: dict[str, Any] | None, loader: DataLoader) -> list[float]:
+        """Continue from a saved loop ``state``; the epoch losses so far."""
+        if state is None:
+            return []
+        self.opt.load_state_dict(state["optimizer"])  # before the schedule: it sets each lr
+        self.sched.load_state_dict(state["scheduler"])
+        if state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        _set_rng_states(state["rng"], loader)
+        return list(state["history"])
+
+    def step(self, loss: torch.Tensor) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.sched.step()
+
+    @property
+    def lr(self) -> float:
+        return self.sched.get_last_lr()[0]
+
+    def state(self, loader: DataLoader) -> dict[str, Any]:
+        """What a resumed run needs of the loop (besides the epoch losses)."""
+        return {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+                "scaler": self.scaler.state_dict(), "rng": _rng_states(loader)}
+
+
+def _batch_loss(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Callable,
+                distill: Distill | None, use_amp: bool, device: torch.device) -> torch.Tensor:
+    """The training loss of one batch: the task loss, with ``distill``'s term when given."""
+    with torch.autocast(device.type, enabled=use_amp):
+        outputs = net(inputs)
+        try:
+            loss = loss_fn(outputs, targets)
+        except IndexError as e:  # CrossEntropy on a label >= the number of outputs
+            raise ConfigError(f"a training label is out of range ({e}): labels must be "
+                              f"0 .. num_classes - 1; build the model with a num_classes "
+                              f"that covers every label") from None
+        if distill is not None:
+            with torch.no_grad():
+                teacher_out = distill.teacher(inputs)
+            kd = (distill.kd_loss or kd_loss)(outputs, teacher_out, distill.temperature)
+            loss = (1 - distill.alpha) * loss + distill.alpha * kd
+    return loss
 
 
 def _rng_states(loader: DataLoader) -> dict[str, Any]:
@@ -349,60 +391,81 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epoch
     Under torch.distributed every rank trains (see :func:`fit`); rank 0 alone evaluates, prints
     and writes the files, and every rank returns the best weights."""
     save_dir = Path(save_dir)
-    rank = rank_and_world()[0]
-    state_path = save_dir / STATE_FILE
-    steps = len(loader)
-    saved = read_train_state(state_path) if resume else None
-    if saved is not None:
-        if (saved["epochs"], saved["steps"]) != (epochs, steps):
-            raise ConfigError(f"{state_path} is from a run of {saved['epochs']} epochs x "
-                              f"{saved['steps']} batches, this one has {epochs} x {steps}: "
-                              f"resume with the same settings, or pass resume=False")
-        try:
-            model.load_state_dict(saved["model"])
-        except RuntimeError:
-            raise CheckpointError(f"{state_path} does not fit this model (another architecture "
-                                  f"or pruning?): resume with the same settings, or pass "
-                                  f"resume=False") from None
-        if rank == 0:
-            print(f"[autoprune] resuming {save_dir} after epoch {len(saved['history'])}/{epochs}",
-                  flush=True)
-    else:
-        if rank == 0:
-            state_path.unlink(missing_ok=True)  # a stale state must never be resumed into this run
-        if seed is not None:
-            torch.manual_seed(seed)
-    best = {"score": saved["best_score"] if saved else -math.inf}
-
-    def on_epoch_end(epoch: int, loss: float, loop_state: dict[str, Any]) -> None:
-        if rank != 0:  # rank 0 evaluates and writes for all
-            return
-        # evaluation must not move the training's random stream (its loader draws a seed)
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            metrics = evaluate(model) if evaluate else {}
-        score = metrics[metric] if metric in metrics else -loss
-        score = score if higher_is_better or metric not in metrics else -score
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-        print(f"epoch {epoch + 1}/{epochs}  loss {loss:.4f}  {shown}", flush=True)
-        save_pruned(model, save_dir / "last.pt", **(meta or {}), epoch=epoch + 1, metrics=metrics)
-        if score > best["score"]:
-            best["score"] = score
-            save_pruned(model, save_dir / "best.pt", **(meta or {}), epoch=epoch + 1,
-                        metrics=metrics)
-        _atomic_save({**loop_state, "version": STATE_VERSION, "epochs": epochs, "steps": steps,
-                      "best_score": best["score"],
-                      "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}},
-                     state_path)
-
+    saved = _resumed_state(model, save_dir, epochs, len(loader), resume, seed)
+    keeper = _KeepBest(model, save_dir, epochs, len(loader), meta, device, evaluate, metric,
+                       higher_is_better, saved["best_score"] if saved else -math.inf)
     if saved is None or len(saved["history"]) < epochs:
         fit(model, loader, dataclasses.replace(cfg, epochs=epochs), device=device,
-            loss_fn=loss_fn, on_epoch_end=on_epoch_end, state=saved, distill=distill)
-    elif rank == 0:
+            loss_fn=loss_fn, on_epoch_end=keeper, state=saved, distill=distill)
+    elif rank_and_world()[0] == 0:
         print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its best.pt",
               flush=True)
     barrier()  # rank 0 has written best.pt
     model.load_state_dict(read_state_dict(save_dir / "best.pt"))
     return model
+
+
+def _resumed_state(model: nn.Module, save_dir: Path, epochs: int, steps: int, resume: bool,
+                   seed: int | None) -> dict[str, Any] | None:
+    """The training state a resumed run continues from, loaded into ``model`` (None: a fresh
+    run, whose stale state file is removed and whose torch is seeded with ``seed``)."""
+    rank = rank_and_world()[0]
+    state_path = save_dir / STATE_FILE
+    saved = read_train_state(state_path) if resume else None
+    if saved is None:
+        if rank == 0:
+            state_path.unlink(missing_ok=True)  # a stale state must never be resumed into this run
+        if seed is not None:
+            torch.manual_seed(seed)
+        return None
+    if (saved["epochs"], saved["steps"]) != (epochs, steps):
+        raise ConfigError(f"{state_path} is from a run of {saved['epochs']} epochs x "
+                          f"{saved['steps']} batches, this one has {epochs} x {steps}: "
+                          f"resume with the same settings, or pass resume=False")
+    try:
+        model.load_state_dict(saved["model"])
+    except RuntimeError:
+        raise CheckpointError(f"{state_path} does not fit this model (another architecture "
+                              f"or pruning?): resume with the same settings, or pass "
+                              f"resume=False") from None
+    if rank == 0:
+        print(f"[autoprune] resuming {save_dir} after epoch {len(saved['history'])}/{epochs}",
+              flush=True)
+    return saved
+
+
+class _KeepBest:
+    """:func:`fit`'s ``on_epoch_end`` for :func:`fit_keep_best`: rank 0 evaluates, prints,
+    writes ``last.pt``, ``best.pt`` when the score improves, and ``train_state.pt``."""
+
+    def __init__(self, model: nn.Module, save_dir: Path, epochs: int, steps: int,
+                 meta: dict[str, Any] | None, device: torch.device, evaluate: Callable | None,
+                 metric: str, higher_is_better: bool, best: float):
+        self.model, self.save_dir, self.epochs, self.steps = model, save_dir, epochs, steps
+        self.meta, self.device, self.evaluate = dict(meta or {}), device, evaluate
+        self.metric, self.higher_is_better, self.best = metric, higher_is_better, best
+
+    def __call__(self, epoch: int, loss: float, loop_state: dict[str, Any]) -> None:
+        if rank_and_world()[0] != 0:  # rank 0 evaluates and writes for all
+            return
+        model = self.model
+        # evaluation must not move the training's random stream (its loader draws a seed)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            metrics = self.evaluate(model) if self.evaluate else {}
+        score = metrics[self.metric] if self.metric in metrics else -loss
+        score = score if self.higher_is_better or self.metric not in metrics else -score
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        print(f"epoch {epoch + 1}/{self.epochs}  loss {loss:.4f}  {shown}", flush=True)
+        save_pruned(model, self.save_dir / "last.pt", **self.meta, epoch=epoch + 1,
+                    metrics=metrics)
+        if score > self.best:
+            self.best = score
+            save_pruned(model, self.save_dir / "best.pt", **self.meta, epoch=epoch + 1,
+                        metrics=metrics)
+        _atomic_save({**loop_state, "version": STATE_VERSION, "epochs": self.epochs,
+                      "steps": self.steps, "best_score": self.best,
+                      "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}},
+                     self.save_dir / STATE_FILE)
 
 
 @torch.no_grad()

@@ -17,7 +17,7 @@ from ..engine.sensitivity import DEFAULT_RATIOS
 from ..engine.store import read_record, write_record
 from ..flow.defaults import register_profile, versions
 from ..flow.options import check_numbers
-from ..tasks.registry import get_task, task_of
+from ..tasks import get_task, task_of
 
 SETTINGS = ("epochs", "train_images", "val_images", "input_size", "batch_size")
 

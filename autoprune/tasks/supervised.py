@@ -14,7 +14,7 @@ from ..engine.checkpoint import export_onnx
 from ..engine.data import make_loader, subset
 from ..errors import ConfigError
 from ..flow.training import Distill, fit_keep_best, kd_loss
-from .base import TaskAdapter
+from ..flow.contract import TaskAdapter
 
 
 class SupervisedFit(TaskAdapter):

@@ -9,7 +9,6 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -17,16 +16,18 @@ import torch.nn as nn
 import yaml
 
 from ...flow.options import check_numbers
-from ...engine.checkpoint import export_onnx, read_pruned_metadata, save_pruned
+from ...engine.checkpoint import export_onnx, read_pruned_metadata
 from ...engine.data import check_limits
 from ...engine.distributed import barrier, rank_and_world
 from ...errors import CheckpointError, ConfigError
 from ...flow.training import Distill, pick_device
-from ..base import TaskAdapter
+from ...flow.contract import TaskAdapter
 from . import models as yolo
 from .data import read_data_yaml
 from .names import FAMILIES, canonical_arch, resolve_arch
-from .stages import ema_state, load_checkpoint, write_deployable
+from .stages import (RUN, FinishedRun, ResumeStep, load_checkpoint, resume_step,
+                     ultralytics_last, write_checkpoints, write_deployable)
+from .inputs import as_module, autoprune_meta, is_checkpoint_file, prepare
 from .train_args import check_train_args
 
 
@@ -48,15 +49,6 @@ def arch_of_model(model: Any) -> str | None:
     return None
 
 
-def build_yolo(arch: str, nc: int, names: dict[int, str] | None = None) -> nn.Module:
-    """An untrained, patched (split-free) DetectionModel of ``arch`` with ``nc`` classes."""
-    with yolo.quiet():
-        model = yolo.DetectionModel(f"{resolve_arch(arch)}.yaml", nc=nc, verbose=False)
-    if names and len(names) == nc:
-        model.names = dict(names)
-    return yolo.patch_model(model).eval()
-
-
 class EvalImages(list):
     """The validation images evaluated (its ``len`` is recorded in sensitivity files)."""
 
@@ -75,6 +67,7 @@ class DetectionAdapter(TaskAdapter):
     # the trainer that keeps the pruned module (and trains it under torchrun)
     trainer_class = yolo.KeepModuleTrainer
     validator_class = yolo.PatientValidator   # the validator (NMS without a time limit)
+    model_class = yolo.DetectionModel         # Ultralytics' model class of the task
     kind, families = "YOLO", FAMILIES         # the models' names, in words
     canonical_arch = staticmethod(canonical_arch)  # "yolov8n" of a name, or None
     resolve_arch = staticmethod(resolve_arch)      # the same, a ConfigError if unknown
@@ -85,12 +78,20 @@ class DetectionAdapter(TaskAdapter):
                          f"knowledge distillation (its distill_model argument, June 2026 on): "
                          f"pip install -U ultralytics")
 
+    stage_files = ("ultralytics",)  # Ultralytics' own run of a stage (weights/, results.csv)
+    build_keys = build_counts = ("num_classes", "nc")  # nc: the name in older checkpoints
+
     def __init__(self, data: str | os.PathLike | None = None,
-                 eval_data: str | os.PathLike | None = None, *, nc: int | None = None,
-                 input_size: int | None = None, batch_size: int = 16,
-                 eval_limit: int | None = None, device: str = "auto", workers: int = 0,
+                 eval_data: str | os.PathLike | None = None, *, num_classes: int | None = None,
+                 input_size: int | None = None, batch_size: int | None = 16,
+                 eval_limit: int | None = None, device: str = "auto", num_workers: int | None = 0,
                  train_args: dict[str, Any] | None = None, seed: int = 0,
-                 progress: bool = True, sync_bn: bool = False):
+                 progress: bool = True, sync_bn: bool = False, nc: int | None = None,
+                 workers: int | None = None):
+        nc = num_classes if num_classes is not None else nc  # nc, workers: the former names
+        workers = num_workers if workers is None else workers
+        workers = 0 if workers is None else workers
+        batch_size = 16 if batch_size is None else batch_size
         check_numbers(whole=True, low=1, input_size=input_size)
         check_numbers(whole=True, num_workers=workers)
         check_numbers(low=None, batch_size=batch_size)  # -1 and fractions: Ultralytics' AutoBatch
@@ -100,7 +101,7 @@ class DetectionAdapter(TaskAdapter):
             raise ConfigError(f"input_size={self.input_size} must be a multiple of 32 (YOLO's "
                               f"largest stride), at least 32: e.g. 64, 320 or 640")
         self.device = pick_device(device)
-        self.batch_size, self.workers = batch_size, workers
+        self.batch_size, self.num_workers = batch_size, workers
         self.seed, self.progress = seed, progress
         self.sync_bn = bool(sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
         self.train_args = check_train_args(train_args)  # an allow-list: no key names a file
@@ -114,9 +115,9 @@ class DetectionAdapter(TaskAdapter):
                               f"classes: use the same 'names:' in both")
         found = (self.data or self.eval_data or {}).get("nc")
         if nc is not None and found is not None and nc != found:
-            raise ConfigError(f"nc={nc} but the data has {found} classes: pass nc={found} or "
-                              f"omit it")
-        self.nc = nc if nc is not None else found
+            raise ConfigError(f"num_classes={nc} but the data has {found} classes: pass "
+                              f"num_classes={found} or omit it")
+        self.num_classes = nc if nc is not None else found
         self.names = (self.data or self.eval_data or {}).get("names")
         self.eval_set = None
         if self.eval_data is not None:
@@ -124,6 +125,47 @@ class DetectionAdapter(TaskAdapter):
         self._tmpdir: tempfile.TemporaryDirectory | None = None  # validator outputs, val subset
         self._val_yaml: Path | None = None
         self._loader = None
+
+    @property
+    def nc(self) -> int | None:
+        """The number of classes under Ultralytics' name (``num_classes``)."""
+        return self.num_classes
+
+    # -- settings --------------------------------------------------------------------------------
+    @classmethod
+    def check_settings(cls, settings: Any, flow: Any) -> None:
+        """``distill`` (:meth:`check_distill`) and ``train_args`` (an allow-list), before any
+        data is read."""
+        cls.check_distill(flow.distill, settings.train_args)
+        check_train_args(settings.train_args)
+
+    @classmethod
+    def checkpoint_settings(cls, meta: dict[str, Any]) -> dict[str, Any]:
+        """The class count a checkpoint was built with (``nc`` in older files)."""
+        build = meta.get("build") or {}
+        return {"num_classes": build.get("num_classes", build.get("nc"))}
+
+    @classmethod
+    def is_own_checkpoint(cls, path: Any) -> bool:
+        """An autoprune checkpoint (not an Ultralytics .pt)."""
+        return autoprune_meta(path) is not None
+
+    def analysis_model(self, model: Any) -> Any:
+        """A YOLO object or an Ultralytics .pt as its (patched) module, checked against the data;
+        an autoprune checkpoint or a name as it is."""
+        if is_checkpoint_file(model) and self.is_own_checkpoint(model):
+            return model
+        module, _ = as_module(model)
+        if module is None:
+            return model
+        self.check_model(module)
+        return module
+
+    def prepare_model(self, model: Any, pretrain_weights: Any, save_dir: Path) -> tuple[Any, Any]:
+        """A YAML name, an autoprune checkpoint, an Ultralytics .pt (loaded through its
+        allow-list), a YOLO object or a module, as a name plus weights or a module (see
+        :func:`.inputs.prepare`)."""
+        return prepare(self, model, pretrain_weights, save_dir)
 
     # -- the TaskAdapter protocol ----------------------------------------------------------------
     def arch_key(self, model: Any) -> str | None:
@@ -145,14 +187,26 @@ class DetectionAdapter(TaskAdapter):
             return arch
         return self.resolve_arch(str(model))
 
-    def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
-        nc = nc or self.nc
-        if nc is None:
-            raise ConfigError("the number of classes is unknown: pass data=<data.yaml> or nc=")
-        return build_yolo(arch, nc, self.names)
+    def build(self, arch: str, num_classes: int | None = None, nc: int | None = None,
+              **_: Any) -> nn.Module:
+        """An untrained, patched (split-free) model of ``arch`` (``nc``: the former name)."""
+        classes = num_classes or nc or self.num_classes
+        if classes is None:
+            raise ConfigError("the number of classes is unknown: pass data=<data.yaml> or "
+                              "num_classes=")
+        with yolo.quiet():
+            model = self.new_model(f"{self.resolve_arch(arch)}.yaml", classes)
+        if self.names and len(self.names) == classes:
+            model.names = dict(self.names)
+        return yolo.patch_model(model).eval()
+
+    def new_model(self, yaml_name: str, num_classes: int) -> nn.Module:
+        """Ultralytics' model of the task built from ``yaml_name`` (a task with more than class
+        counts to set, such as pose's keypoint shape, overrides this)."""
+        return self.model_class(yaml_name, nc=num_classes, verbose=False)
 
     def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
-        return {"nc": yolo.model_nc(model) or self.nc}
+        return {"num_classes": yolo.model_nc(model) or self.num_classes}
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model that is not a patched YOLO detector of the data's classes."""
@@ -160,8 +214,9 @@ class DetectionAdapter(TaskAdapter):
             raise ConfigError(f"{type(model).__name__} has no YOLO Detect head: pass a YOLO "
                               f"detection model (e.g. 'yolov8n.yaml')")
         out = yolo.model_nc(model)
-        if self.nc is not None and out != self.nc:
-            raise ConfigError(f"the model predicts {out} classes but the data has {self.nc}: "
+        if self.num_classes is not None and out != self.num_classes:
+            raise ConfigError(f"the model predicts {out} classes but the data has "
+                              f"{self.num_classes}: "
                               f"pass its YAML name (e.g. 'yolov8n.yaml', built for the data) or "
                               f"use data with {out} classes")
         yolo.patch_model(model)
@@ -202,7 +257,9 @@ class DetectionAdapter(TaskAdapter):
                 or dis == float("inf"):
             raise ConfigError(f"train_args dis={dis!r:.40} (the distillation weight) must be a "
                               f"number of at least 0: e.g. 6.0, Ultralytics' default")
-        return {"method": "ultralytics-features", "dis": float(dis)}
+        return {"method": "ultralytics-features", "dis": float(dis),
+                "description": f"distillation of the unpruned model's features (Ultralytics, "
+                               f"weight {float(dis):g})"}
 
     def distill_recipe(self, distill: Any) -> dict[str, Any] | None:
         """See :meth:`check_distill` (with this adapter's ``train_args``)."""
@@ -228,81 +285,82 @@ class DetectionAdapter(TaskAdapter):
         rank, world = rank_and_world()
         self._check_ranks(world)
         self.check_model(model)
-        save_dir = Path(save_dir).resolve()
+        stage = Path(save_dir).resolve()
         meta = dict(meta or {})
         meta["arch"] = meta.get("arch") or self.arch_of(model)
         model.criterion = None  # the loss is rebuilt for the (possibly pruned) model
         device = _ultralytics_device(self.device)
         if world > 1 and self.device.type == "cuda":  # the rank's own GPU (set by init_from_env)
             device = str(torch.cuda.current_device())
-        args = {"model": f"{meta['arch'] or 'yolo'}.yaml", "data": str(self.data["yaml"]),
-                "epochs": epochs, "imgsz": self.input_size, "batch": self.batch_size,
-                "device": device, "workers": self.workers,
-                "seed": self.seed, "project": str(save_dir), "name": "ultralytics",
-                "exist_ok": True, "plots": False, "verbose": self.progress,
-                # Ultralytics' AMP check downloads yolo26n.pt: off unless asked for (on a GPU,
-                # train_args={"amp": "bf16"} gives mixed precision without that check)
-                "amp": False, **self.train_args}
-        last = save_dir / "ultralytics" / "weights" / "last.pt"
-        step = self._resume_step(last, epochs, save_dir) if resume and last.is_file() else None
-        if step is None and rank == 0:  # a stale run's table: Ultralytics' ranks would race on it
-            (save_dir / "ultralytics" / "results.csv").unlink(missing_ok=True)
-        barrier()  # every rank has looked at save_dir before rank 0 writes into it
-        trainer_class = yolo.keep_module_trainer(
+        step = resume_step(stage, epochs, resume)
+        if step is ResumeStep.FRESH and rank == 0:  # a stale table: Ultralytics' ranks would race
+            (stage / RUN / "results.csv").unlink(missing_ok=True)
+        barrier()  # every rank has looked at the stage before rank 0 writes into it
+        if step is ResumeStep.DONE:
+            _log(f"[autoprune] {stage} already finished its {epochs} epochs: using its best.pt")
+            load_checkpoint(model, stage / "best.pt")
+            write_deployable(stage)
+            return model.to(self.device).eval()
+        trainer = yolo.keep_module_trainer(
             model, self.trainer_class, sync_bn=self.sync_bn and world > 1,
             teacher=distill.teacher if distill is not None else None)
         threads = torch.get_num_threads()
         try:
-            if step == "done":  # finished before: its best.pt holds the result
-                _log(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its "
-                     f"best.pt")
-                load_checkpoint(model, save_dir / "best.pt")
-                write_deployable(save_dir)
-                return model.to(self.device).eval()
-            if step == "write":  # Ultralytics finished, autoprune's checkpoints were not written
-                trainer = SimpleNamespace(last=last, best=last.parent / "best.pt", stopper=None,
-                                          metrics=None)
-            elif step == "continue":
-                wrapped, ckpt = yolo.read_ultralytics(last)
-                was = yolo.DistillationModel is not None and \
-                    isinstance(wrapped, yolo.DistillationModel)
-                if was != (distill is not None):
-                    raise ConfigError(f"{last} was {'' if was else 'not '}distilling the "
-                                      f"unpruned model: resume with the same settings ("
-                                      f"{'distill=True' if was else 'without distill'}), or "
-                                      f"pass resume=False")
-                _log(f"[autoprune] resuming {save_dir} after epoch {ckpt.get('epoch', -1) + 1}/"
-                     f"{epochs}")
-                trainer_class.module = None  # the module of last.pt trains on
-                trainer = yolo.resume_training(last, self.progress, trainer_class,
-                                               device=device).trainer
+            if step is ResumeStep.WRITE:  # Ultralytics finished, autoprune's files were not written
+                finished = FinishedRun.on_disk(stage)
+            elif step is ResumeStep.CONTINUE:
+                finished = self._resume_stage(stage, epochs, distill, device)
             else:
                 with yolo.quiet(not self.progress):
-                    trainer = trainer_class(overrides=args)
-                    trainer.train()
+                    run = trainer(overrides=self._trainer_args(stage, epochs, meta, device))
+                    run.train()
+                finished = FinishedRun.of(run)
         finally:
             torch.set_num_threads(threads)
         model.criterion = None
         if rank == 0:
-            self._write_checkpoints(model, trainer, save_dir, meta, epochs)
-            write_deployable(save_dir)
+            write_checkpoints(model, finished, stage, meta, epochs, self._metrics_if_any)
+            write_deployable(stage)
         barrier()  # rank 0 has written best.pt
         if rank != 0:
-            load_checkpoint(model, save_dir / "best.pt")
+            load_checkpoint(model, stage / "best.pt")
         return model.to(self.device).eval()
 
-    def _write_checkpoints(self, model: nn.Module, trainer: Any, save_dir: Path,
-                           meta: dict[str, Any], epochs: int) -> None:
-        """autoprune's ``last.pt`` and ``best.pt`` from Ultralytics' (``model`` ends holding the
-        best EMA weights)."""
-        best_epoch = getattr(trainer.stopper, "best_epoch", epochs) or epochs
-        for src, dst in ((trainer.last, "last.pt"), (trainer.best, "best.pt")):
-            if Path(src).is_file():
-                model.load_state_dict(ema_state(src))
-                best = dst == "best.pt"
-                save_pruned(model, save_dir / dst, **meta, epoch=best_epoch if best else epochs,
-                            metrics=self._ultralytics_metrics(trainer) if best else {},
-                            ultralytics_weights=str(Path(src)))
+    def _trainer_args(self, stage: Path, epochs: int, meta: dict[str, Any],
+                      device: str) -> dict[str, Any]:
+        """Ultralytics' trainer arguments of a stage: autoprune's settings, then ``train_args``
+        (an allow-list of hyper-parameters)."""
+        return {"model": f"{meta['arch'] or 'yolo'}.yaml", "data": str(self.data["yaml"]),
+                "epochs": epochs, "imgsz": self.input_size, "batch": self.batch_size,
+                "device": device, "workers": self.num_workers, "seed": self.seed,
+                "project": str(stage), "name": RUN, "exist_ok": True, "plots": False,
+                "verbose": self.progress,
+                # Ultralytics' AMP check downloads yolo26n.pt: off unless asked for (on a GPU,
+                # train_args={"amp": "bf16"} gives mixed precision without that check)
+                "amp": False, **self.train_args}
+
+    def _resume_stage(self, stage: Path, epochs: int, distill: Distill | None,
+                      device: str) -> FinishedRun:
+        """Resume Ultralytics' interrupted run of ``stage`` (the module of its last.pt trains
+        on), with the distillation it started with (else a one-line ConfigError)."""
+        last = ultralytics_last(stage)
+        wrapped, ckpt = yolo.read_ultralytics(last)
+        was = yolo.DistillationModel is not None and isinstance(wrapped, yolo.DistillationModel)
+        if was != (distill is not None):
+            raise ConfigError(f"{last} was {'' if was else 'not '}distilling the unpruned model: "
+                              f"resume with the same settings "
+                              f"({'distill=True' if was else 'without distill'}), or pass "
+                              f"resume=False")
+        _log(f"[autoprune] resuming {stage} after epoch {ckpt.get('epoch', -1) + 1}/{epochs}")
+        trainer = yolo.keep_module_trainer(
+            None, self.trainer_class, sync_bn=self.sync_bn and rank_and_world()[1] > 1,
+            teacher=distill.teacher if distill is not None else None)
+        return FinishedRun.of(yolo.resume_training(last, self.progress, trainer,
+                                                   device=device).trainer)
+
+    def _metrics_if_any(self, metrics: dict[str, Any]) -> dict[str, float]:
+        """autoprune's metrics of Ultralytics' (none when it recorded none)."""
+        return self.metrics_of(metrics) if "metrics/mAP50-95(B)" in metrics else {}
 
     def _check_ranks(self, world: int) -> None:
         """Settings that cannot work over ``world`` torchrun processes: a one-line ConfigError."""
@@ -322,12 +380,12 @@ class DetectionAdapter(TaskAdapter):
     def deployables(self, save_dir: Path) -> list[tuple[str, Path]]:
         """Ultralytics' ``best.pt`` of the stage (``YOLO(path)``; no autoprune needed once
         written back with native blocks)."""
-        best = Path(save_dir) / "ultralytics" / "weights" / "best.pt"
+        best = Path(save_dir) / RUN / "weights" / "best.pt"
         return [("Ultralytics model", best)] if best.is_file() else []
 
     def trained_epochs(self, save_dir: Path) -> tuple[int, int] | None:
         """``(finished, planned)`` epochs of the Ultralytics run in ``save_dir/ultralytics``."""
-        last = Path(save_dir) / "ultralytics" / "weights" / "last.pt"
+        last = ultralytics_last(save_dir)
         if not last.is_file():
             return None
         _, ckpt = yolo.read_ultralytics(last)
@@ -335,32 +393,24 @@ class DetectionAdapter(TaskAdapter):
         epoch = ckpt.get("epoch", -1)
         return (planned, planned) if epoch == -1 else (int(epoch) + 1, planned)
 
-    @staticmethod
-    def _resume_step(last: Path, epochs: int, save_dir: Path) -> str:
-        """What resuming the stage of ``last`` takes (read only): ``"continue"`` an interrupted
-        run, ``"write"`` autoprune's checkpoints of a run Ultralytics finished, or nothing more
-        (``"done"``: ``save_dir/best.pt`` holds the result)."""
-        _, ckpt = yolo.read_ultralytics(last)
-        planned = (ckpt.get("train_args") or {}).get("epochs")
-        if planned != epochs:
-            raise ConfigError(f"{last} is from a run of {planned} epochs, this one has {epochs}: "
-                              f"resume with the same settings, or pass resume=False")
-        if ckpt.get("epoch", -1) != -1:
-            return "continue"
-        return "done" if (save_dir / "best.pt").is_file() else "write"
-
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
                     dynamic_batch: bool = True) -> Path:
         """``model`` as ONNX at ``path`` with Ultralytics' export head: one ``(batch, 4 + nc,
         anchors)`` output (boxes xywh, class scores; NMS is left to the caller); any batch size
         unless ``dynamic_batch`` is False."""
+        net = self.deploy_module(model)
+        size = self.input_size
+        return export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version,
+                           dynamic_batch=dynamic_batch)
+
+    def deploy_module(self, model: nn.Module) -> nn.Module:
+        """A float CPU copy of ``model`` with Ultralytics' export head (one output tensor per
+        head; what ONNX Runtime runs)."""
         net = copy.deepcopy(model).float().cpu().eval()
         for m in net.modules():
             if isinstance(m, yolo.Detect):
                 m.export, m.format = True, "onnx"
-        size = self.input_size
-        return export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version,
-                           dynamic_batch=dynamic_batch)
+        return net
 
     def with_eval_limit(self, limit: int) -> "DetectionAdapter":
         """This adapter validating on the first ``limit`` val images (the sensitivity analysis'
@@ -382,7 +432,7 @@ class DetectionAdapter(TaskAdapter):
         args = {"data": str(self._val_data_yaml()), "imgsz": self.input_size,
                 "batch": self.batch_size, "device": _ultralytics_device(self.device),
                 "plots": False, "verbose": False, "save_json": False,
-                "workers": self.workers, "task": self.yolo_task, "split": "val",
+                "workers": self.num_workers, "task": self.yolo_task, "split": "val",
                 "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
         threads = torch.get_num_threads()
         try:  # under torchrun each rank validates on its own (one_process), in its own temp dir
@@ -423,12 +473,6 @@ class DetectionAdapter(TaskAdapter):
         ``map50``."""
         return {"map50_95": float(stats["metrics/mAP50-95(B)"]),
                 "map50": float(stats["metrics/mAP50(B)"])}
-
-    def _ultralytics_metrics(self, trainer: Any) -> dict[str, float]:
-        m = trainer.metrics or {}
-        if "metrics/mAP50-95(B)" not in m:
-            return {}
-        return self.metrics_of(m)
 
 
 def _log(line: str) -> None:

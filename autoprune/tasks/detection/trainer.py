@@ -2,10 +2,11 @@
 process or in torchrun's (DDP over the process group it finds), and the resumption of a run."""
 from __future__ import annotations
 
+import functools
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -37,27 +38,28 @@ class KeepModuleTrainer(DetectionTrainer):
 
     Ultralytics' own ``get_model`` builds a fresh model from the YAML and copies the tensors whose
     shapes match, which silently undoes pruning. Here a module passed as ``weights`` (resume, a
-    loaded checkpoint) or set as ``module`` on a subclass (an in-memory model) is used as it is.
-    Resume a run with ``YOLO(last_pt).train(resume=True, trainer=KeepModuleTrainer)``.
+    loaded checkpoint) or given as ``module`` (an in-memory model) is used as it is. Ultralytics
+    makes the trainer itself (``trainer=`` of ``YOLO.train``): :func:`keep_module_trainer`
+    gives it the factory that binds ``module``, ``teacher`` and ``sync_bn``. Resume a run with
+    ``YOLO(last_pt).train(resume=True, trainer=KeepModuleTrainer)``.
 
     Inside torchrun's processes (a process group of several ranks already initialised, each rank
     holding its own copy of the pruned module) it trains as Ultralytics' DDP workers do, over
     that group: gloo on CPU ranks, whatever backend the group has on GPUs, each rank on the
     device it was given; Ultralytics' own launcher, which rebuilds the model from YAML in a
     subprocess, is never used. Rank 0 alone writes checkpoints and validates best.pt at the end.
-    ``sync_bn`` (set on a subclass) trains with ``SyncBatchNorm``; checkpoints keep BatchNorm.
-    ``teacher`` (set on a subclass: a frozen model) is distilled with Ultralytics' own
+    ``sync_bn`` trains with ``SyncBatchNorm``; checkpoints keep BatchNorm.
+    ``teacher`` (a frozen model) is distilled with Ultralytics' own
     ``DistillationModel`` (its ``distill_model`` argument, given the module instead of a path;
     ``train_args={"dis": w}`` weighs the term): a resumed run rebuilds the wrapper around it,
     checkpoints never hold it, and the trained module keeps no feature hook afterwards.
     """
 
-    module: nn.Module | None = None
-    teacher: nn.Module | None = None
-    sync_bn: bool = False
     _restore_bn = None
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, module: nn.Module | None = None, teacher: nn.Module | None = None,
+                 sync_bn: bool = False, **kwargs):
+        self.module, self.teacher, self.sync_bn = module, teacher, sync_bn
         super().__init__(*args, **kwargs)
         world = group_size()
         if world > 1:
@@ -81,7 +83,7 @@ class KeepModuleTrainer(DetectionTrainer):
                   f"process per step", flush=True)
 
     def get_model(self, cfg=None, weights=None, verbose=True):
-        m = weights if isinstance(weights, nn.Module) else type(self).module
+        m = weights if isinstance(weights, nn.Module) else self.module
         if m is None:
             return super().get_model(cfg, weights, verbose)
         m = patch_model(m)  # an unpatched checkpoint trains as well, and stays prunable
@@ -94,10 +96,10 @@ class KeepModuleTrainer(DetectionTrainer):
         """Ultralytics wraps the student in a DistillationModel (a new run: in ``_setup_train``;
         a resumed one: in ``setup_model``) when ``args.distill_model`` is set: it is the teacher
         module while that happens, and None again before any checkpoint saves the arguments."""
-        if type(self).teacher is None:
+        if self.teacher is None:
             yield
             return
-        before, self.args.distill_model = self.args.distill_model, type(self).teacher
+        before, self.args.distill_model = self.args.distill_model, self.teacher
         try:
             yield
         finally:
@@ -156,21 +158,21 @@ def drop_feature_hooks(model: nn.Module) -> None:
 
 def keep_module_trainer(module: nn.Module | None, base: type[KeepModuleTrainer] | None = None,
                         *, sync_bn: bool = False,
-                        teacher: nn.Module | None = None) -> type[KeepModuleTrainer]:
-    """A subclass of ``base`` (KeepModuleTrainer, or another task's twin of it) that trains
-    ``module`` (an in-memory model; None: the module of the checkpoint it resumes), with
-    ``SyncBatchNorm`` when ``sync_bn``, distilling ``teacher`` (a frozen model) when given."""
-    base = base or KeepModuleTrainer
-    return type(base.__name__, (base,), {"module": module, "sync_bn": sync_bn,
-                                         "teacher": teacher, "__module__": base.__module__})
+                        teacher: nn.Module | None = None) -> Callable[..., KeepModuleTrainer]:
+    """What Ultralytics calls to make its trainer (``trainer(overrides=..., _callbacks=...)``):
+    ``base`` (KeepModuleTrainer, or another task's twin of it) training ``module`` (an in-memory
+    model; None: the module of the checkpoint it resumes), with ``SyncBatchNorm`` when
+    ``sync_bn``, distilling ``teacher`` (a frozen model) when given."""
+    return functools.partial(base or KeepModuleTrainer, module=module, sync_bn=sync_bn,
+                             teacher=teacher)
 
 
 def resume_training(last: str | os.PathLike, progress: bool = True,
-                    trainer: type[KeepModuleTrainer] | None = None, **overrides):
+                    trainer: Callable[..., KeepModuleTrainer] | None = None, **overrides):
     """Continue an interrupted Ultralytics run from its ``last.pt`` with :class:`KeepModuleTrainer`
-    (or ``trainer``, a subclass of it: the pruned module itself trains on); ``overrides``: the
-    settings Ultralytics lets a resumed run change (``device``...). Returns the ``YOLO`` object,
-    its ``trainer`` done."""
+    (or ``trainer``: a subclass of it, or :func:`keep_module_trainer`'s factory; the pruned
+    module itself trains on); ``overrides``: the settings Ultralytics lets a resumed run change
+    (``device``...). Returns the ``YOLO`` object, its ``trainer`` done."""
     load_ultralytics(last)  # refuses a file of unknown classes before Ultralytics unpickles it
     stored = read_ultralytics(last)[1].get("train_args") or {}
     check_stored_args(stored, last)  # no file named in it is loaded unchecked

@@ -50,6 +50,7 @@ class InstanceSegmentationAdapter(DetectionAdapter):
     yolo_task = "segment"
     trainer_class = seg.KeepModuleSegmentationTrainer
     validator_class = seg.PatientSegmentationValidator
+    model_class = seg.SegmentationModel
     kind, families = "YOLO-seg", FAMILIES
     canonical_arch = staticmethod(canonical_seg_arch)
     resolve_arch = staticmethod(resolve_arch)
@@ -61,17 +62,6 @@ class InstanceSegmentationAdapter(DetectionAdapter):
         for found in (self.data, self.eval_data):
             if found is not None:
                 check_polygons(found)
-
-    def build(self, arch: str, nc: int | None = None, **_: Any) -> nn.Module:
-        """An untrained, patched (split-free) SegmentationModel of ``arch``."""
-        nc = nc or self.nc
-        if nc is None:
-            raise ConfigError("the number of classes is unknown: pass data=<data.yaml> or nc=")
-        with yolo.quiet():
-            model = seg.SegmentationModel(f"{resolve_arch(arch)}.yaml", nc=nc, verbose=False)
-        if self.names and len(self.names) == nc:
-            model.names = dict(self.names)
-        return yolo.patch_model(model).eval()
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model that is not a patched YOLO-seg model of the data's classes."""

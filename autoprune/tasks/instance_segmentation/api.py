@@ -16,74 +16,40 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
 
 import torch.nn as nn
 
-from ...engine.sensitivity import DEFAULT_RATIOS
-from ...flow import checkpoints
-from ...flow.checkpoints import checkpoint_meta
-from ..base import TrainResult
-from ..detection.api import analyze_with, resume_with, train_with
+from ...flow.api import make_analyze, make_load_model, make_train
+from ...flow.contract import TrainResult
+from ...flow.registry import get_task
+from ..detection.api import export_with, resume_with
 from .adapter import InstanceSegmentationAdapter
 
+_TASK = get_task("instance_segmentation")
 
-def train(model: str | nn.Module | Any, data: str | os.PathLike | None = None, *,
-          epochs: int = 100, input_size: int | None = None, batch_size: int | None = None,
-          pretrain_weights: str | os.PathLike | None = None,
-          sensitivities_file: str | os.PathLike | None = None,
-          eval_metric_loss: float | None = None, pruned_flops: float | None = None,
-          pruned_latency: float | None = None, latency_device: str = "cpu",
-          latency_threads: int | None = None, latency_batch: int = 1,
-          save_dir: str | os.PathLike = "output",
-          device: str = "auto", eval_data: str | os.PathLike | None = None,
-          pretrain_epochs: int | None = None, criterion: str = "l1_norm",
-          round_to: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
-          eval_limit: int | None = None, num_workers: int | None = None,
-          train_args: dict[str, Any] | None = None, seed: int = 0, progress: bool = True,
-          sensitivity_options: Mapping[str, Any] | None = None,
-          train_data: str | os.PathLike | None = None, resume: bool = False,
-          distill: bool | dict[str, float] = False, prune_steps: int = 1,
-          sync_bn: bool = False) -> TrainResult:
-    """Train a YOLO-seg model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+train = make_train(_TASK, """Train a YOLO-seg model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
-    model: ``"yolov8n-seg.yaml"``, ``"yolo11s-seg.yaml"``, ``"yolo26n-seg.yaml"`` (any of
-    n/s/m/l/x; built untrained, nothing is downloaded), a ``.pt`` checkpoint (autoprune's or
-    Ultralytics' — the latter is a pickle: load only files you trust), a ``YOLO`` object or a
-    ``SegmentationModel``. data: a YOLO-seg data.yaml with polygon labels (``train_data`` is an
-    alias; ``eval_data``: another data.yaml whose val split is evaluated).
+model: ``"yolov8n-seg.yaml"``, ``"yolo11s-seg.yaml"``, ``"yolo26n-seg.yaml"`` (any of
+n/s/m/l/x; built untrained, nothing is downloaded), a ``.pt`` checkpoint (autoprune's or
+Ultralytics' — the latter is a pickle: load only files you trust), a ``YOLO`` object or a
+``SegmentationModel``. data: a YOLO-seg data.yaml with polygon labels (``train_data`` is an
+alias; ``eval_data``: another data.yaml whose val split is evaluated).
 
-    The sensitivities are relative losses of mask mAP50-95 (``map50_95_mask``); every other
-    setting, the outputs (``baseline/``, ``pruned/`` each with ``best.pt`` and an ``ultralytics/``
-    run, ``report.*``, ``sensitivity.png``) and ``resume=True`` are as in
-    :func:`autoprune.detection.train`. The prototype head's last conv, the last conv of each box,
-    class and mask-coefficient branch keep their channels. ``distill=True``: Ultralytics' feature
-    distillation from the unpruned model (as for detection). Under torchrun it trains as detection does (DDP on every rank, ``sync_bn`` on
-    GPUs; see docs/multi_gpu.md).
-    """
-    return train_with(InstanceSegmentationAdapter, locals())
+The sensitivities are relative losses of mask mAP50-95 (``map50_95_mask``); every other
+setting, the outputs (``baseline/``, ``pruned/`` each with ``best.pt`` and an ``ultralytics/``
+run, ``report.*``, ``sensitivity.png``) and ``resume=True`` are as in
+:func:`autoprune.detection.train`. The prototype head's last conv, the last conv of each box,
+class and mask-coefficient branch keep their channels. ``distill=True``: Ultralytics' feature
+distillation from the unpruned model (as for detection). Under torchrun it trains as detection does (DDP on every rank, ``sync_bn`` on
+GPUs; see docs/multi_gpu.md).
+""")
 
+analyze_sensitivity = make_analyze(_TASK, "data", """Measure a trained YOLO-seg model's
+sensitivities (relative mask mAP50-95 loss per group and ratio) on the val split of ``data`` into
+``save_file`` (resumable; ``eval_limit``: first N val images). ``model_or_checkpoint`` as in
+:func:`autoprune.detection.analyze_sensitivity`.""")
 
-def analyze_sensitivity(model_or_checkpoint: str | os.PathLike | nn.Module | Any,
-                        data: str | os.PathLike, save_file: str | os.PathLike, *,
-                        pretrain_weights: str | os.PathLike | None = None,
-                        input_size: int | None = None, batch_size: int | None = None,
-                        device: str = "auto", criterion: str = "l1_norm",
-                        ratios: Iterable[float] = DEFAULT_RATIOS,
-                        eval_limit: int | None = None, num_workers: int | None = None,
-                        progress: bool = True,
-                        sensitivity_options: Mapping[str, Any] | None = None
-                        ) -> dict[str, dict[float, float]]:
-    """Measure a trained YOLO-seg model's sensitivities (relative mask mAP50-95 loss per group and
-    ratio) on the val split of ``data`` into ``save_file`` (resumable; ``eval_limit``: first N val
-    images). ``model_or_checkpoint`` as in :func:`autoprune.detection.analyze_sensitivity`."""
-    return analyze_with(InstanceSegmentationAdapter, locals())
-
-
-def load_model(path: str | os.PathLike, base_model: nn.Module | None = None) -> nn.Module:
-    """Load a checkpoint written by ``train`` (pruned or not), weights-only, in eval mode: a patched
-    Ultralytics ``SegmentationModel`` (``model(x)`` gives Ultralytics' raw predictions)."""
-    return checkpoints.load_model(path, InstanceSegmentationAdapter(), base_model=base_model)
+load_model = make_load_model(_TASK)
 
 
 def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
@@ -93,16 +59,13 @@ def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
     it: ``output0`` ``(batch, 4 + nc + 32, anchors)`` (boxes xywh, class scores, mask
     coefficients; NMS is left to the caller) and ``output1`` ``(batch, 32, size/4, size/4)`` (the
     mask prototypes); any batch size unless ``dynamic_batch`` is False."""
-    if isinstance(model, (str, os.PathLike)):
-        input_size = input_size or checkpoint_meta(model).get("input_size")
-        model = load_model(model)
-    adapter = InstanceSegmentationAdapter(input_size=input_size or 640)
-    return adapter.export_onnx(model, Path(path), opset_version, dynamic_batch=dynamic_batch)
+    return export_with(InstanceSegmentationAdapter, model, path, input_size, opset_version,
+                       dynamic_batch)
 
 
 def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
-    """Finish an interrupted training run from ``<save_dir>/ultralytics/weights/last.pt`` with the
-    pruned module itself (as :func:`autoprune.detection.resume`); returns the best model."""
+    """Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
+    last.pt``, as :func:`autoprune.detection.resume` does for detection."""
     return resume_with(InstanceSegmentationAdapter, last, progress)
 
 

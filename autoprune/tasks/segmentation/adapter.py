@@ -23,6 +23,7 @@ input through when the model is built: see ``segmentation_models``.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ from ..supervised import SupervisedFit
 from .data import (SCENES, class_key, infer_classes, is_scenes,
                                 resolve_segmentation_data, scene_class_names)
 from .models import (STRIDE, TIMM_LOADING, arch_of_model, build_segmenter, head_conv,
-                                  output_classes, resolve_arch)
+                     output_classes, resolve_arch, skip_unused_modules)
 
 
 
@@ -76,6 +77,8 @@ class SegmentationAdapter(SupervisedFit):
     task = "segmentation"
     metric = "miou"
     higher_is_better = True
+    build_keys = ("num_classes", "in_channels", "model_kwargs", "class_names", "ignore_index")
+    build_counts = ("num_classes", "in_channels")
 
     def __init__(self, train_data: Any = None, eval_data: Any = None, *,
                  num_classes: int | None = None, input_size: int | None = None,
@@ -86,9 +89,10 @@ class SegmentationAdapter(SupervisedFit):
                  warmup_epochs: float = 0.5, dice_weight: float = 1.0, device: str = "auto",
                  num_workers: int = 0, train_limit: int | None = None,
                  eval_limit: int | None = None, data_root: str | None = None, seed: int = 0,
-                 progress: bool = True, sync_bn: bool = False):
+                 progress: bool = True, sync_bn: bool = False, encoder: str | None = None):
         check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size,
                       in_channels=in_channels)
+        self.encoder = encoder  # the encoder a model name without one gets (resnet18 by default)
         check_numbers(whole=True, num_workers=num_workers)
         check_numbers(whole=True, low=None, num_classes=num_classes, ignore_index=ignore_index)
         check_numbers(lr=lr, above=True)
@@ -143,6 +147,21 @@ class SegmentationAdapter(SupervisedFit):
         self.class_names = list(names) if names is not None else None
         self._eval_batches = None
 
+    # -- what the user passed ----------------------------------------------------------------
+    def prepare_model(self, model: Any, pretrain_weights: Any, save_dir: Path) -> tuple[Any, Any]:
+        """A name with ``encoder`` (``"unet"`` + ``encoder="resnet34"``, resnet18 when none is
+        named) as its key; a module with its unused encoder stages made to pass their input."""
+        return self.analysis_model(model), pretrain_weights
+
+    def analysis_model(self, model: Any) -> Any:
+        """See :meth:`prepare_model` (a checkpoint path is passed through)."""
+        if isinstance(model, nn.Module):
+            skip_unused_modules(model, size=self.input_size, in_channels=self.in_channels)
+            return model
+        if isinstance(model, str) and not Path(model).is_file():
+            return resolve_arch(model, self.encoder, default_encoder="resnet18")
+        return model
+
     # -- the TaskAdapter protocol ----------------------------------------------------------------
     def arch_key(self, model: str | nn.Module) -> str | None:
         """``smp/<arch>/<encoder>`` of a name (``"unet/resnet18"``; ConfigError if unknown) or of
@@ -161,7 +180,7 @@ class SegmentationAdapter(SupervisedFit):
     @classmethod
     def check_build_kwargs(cls, build: dict[str, Any]) -> str | None:
         """The default checks, and ``model_kwargs`` a map naming no file for timm to load."""
-        why = super().check_build_kwargs(build)
+        why = super().check_build_kwargs(build)  # build_keys, build_counts
         kwargs = build.get("model_kwargs")
         if why or kwargs is None:
             return why

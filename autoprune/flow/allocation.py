@@ -1,0 +1,69 @@
+"""From a sensitivity table and a target to per-group ratios, written once for the flow and for
+``autoprune prune``: a tolerated loss, a share of FLOPs or a share of measured latency (a DEFAULT
+profile's points are timed on this machine first)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch.nn as nn
+
+from ..engine.allocate import ratios_by_flops, ratios_by_loss
+from ..engine.store import SensitivityRecord
+from .contract import TaskAdapter
+from .latency import LatencyTarget, latency_ratios, latency_target, timed_default
+from .options import check_targets
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What the ratios are chosen for: a tolerated loss per group, a share of FLOPs, or a
+    share of measured latency (with ``loss`` then a cap on any group's loss, or None)."""
+
+    loss: float | None = None
+    flops: float | None = None
+    latency: LatencyTarget | None = None
+
+    @classmethod
+    def of(cls, eval_metric_loss: Any, pruned_flops: Any, pruned_latency: Any, *,
+           device: Any = "cpu", threads: Any = None, batch: Any = 1) -> "Targets":
+        """The checked targets (one-line ConfigErrors; 0.05 loss when none is given)."""
+        loss = check_targets(eval_metric_loss, pruned_flops, pruned_latency)
+        return cls(loss, pruned_flops, latency_target(pruned_latency, device, threads, batch))
+
+    def describe(self) -> str:
+        """The target in words, for logs."""
+        if self.latency is not None:
+            return f"-{self.latency.value:.0%} latency on {self.latency.device}"
+        if self.flops is not None:
+            return f"-{self.flops:.0%} FLOPs"
+        return f"eval_metric_loss {self.loss}"
+
+
+def table_for(adapter: TaskAdapter, model: nn.Module, record: SensitivityRecord, path: Path, *,
+              targets: Targets, default_profile: bool, save_dir: Path, arch: str | None,
+              criterion: str, progress: bool = True) -> SensitivityRecord:
+    """The table the ratios are chosen from: ``record`` as it is, or for a latency target on a
+    DEFAULT profile its points timed on this machine (``save_dir/sensitivities_latency.json``)."""
+    if targets.latency is None or not default_profile:
+        return record
+    return timed_default(adapter, model, path, targets.latency, save_dir, arch=arch,
+                         criterion=criterion, progress=progress)
+
+
+def choose_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRecord,
+                  targets: Targets, *, round_to: int | None, criterion: Any,
+                  save_dir: Path | None = None, resume: bool = False) -> Mapping[str, float]:
+    """Per-group ratios meeting ``targets`` on ``record`` (see :class:`Targets`). A latency target
+    is measured (kept in ``save_dir/latency_ratios.json`` for a resumed run when ``save_dir`` is
+    given); a FLOPs target is met within a point by pruned copies."""
+    if targets.latency is not None:
+        return latency_ratios(adapter, model, record, targets.latency, save_dir,
+                              round_to=round_to, criterion=criterion, max_loss=targets.loss,
+                              resume=resume)
+    if targets.flops is not None:
+        return ratios_by_flops(model, adapter.example_inputs(model), record.sensitivities,
+                               targets.flops, round_to=round_to,
+                               ignored_layers=adapter.ignored_layers(model))
+    return ratios_by_loss(record.sensitivities, targets.loss)

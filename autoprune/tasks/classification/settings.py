@@ -1,0 +1,25 @@
+"""The classification task's settings (besides the flow's): the data, the classifier and its
+training loop."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ...flow.config import TaskSettings, setting
+
+
+@dataclass
+class ClassificationSettings(TaskSettings):
+    """``autoprune.classification.train``'s own settings."""
+
+    analysis_defaults: ClassVar[dict[str, Any]] = {"batch_size": 128}  # analyze_sensitivity's
+
+    num_classes: int | None = setting(None, "classes (default: from the data)", kind="int")
+    batch_size: int = setting(64, "images per training batch", kind="int")
+    lr: float = setting(0.05, "peak learning rate", kind="float", train_only=True)
+    optimizer: str = setting("sgd", "sgd or adamw", kind="str", train_only=True)
+    weight_decay: float = setting(5e-4, "weight decay", kind="float", train_only=True)
+    warmup_epochs: float = setting(0.5, "linear warm-up before the cosine schedule, in epochs",
+                                   kind="float", train_only=True)
+    train_limit: int | None = setting(None, "train on a class-balanced subset of this many "
+                                      "images", kind="int", train_only=True)
