@@ -1,0 +1,273 @@
+"""Segmentation data in the layouts users have, read as datasets of ``(image, mask)`` that give
+exactly the tensors of :class:`~.data.ImageMaskFolder` (same resize, normalisation and flips).
+
+- **masks** (today's layout): a folder holding ``images/`` + ``masks/``, or a root holding
+  ``<split>/images`` + ``<split>/masks``.
+- **Pascal VOC**: ``JPEGImages/<id>.jpg|.jpeg|.png``, ``SegmentationClass/<id>.png`` (palette
+  PNGs of class indices, 255 = ignore), ``ImageSets/Segmentation/`` lists: train = ``train.txt``,
+  else ``trainval.txt``; val = ``val.txt``, else ``test.txt``; one list serves as both. Classes:
+  ``class_names`` if given, else ``labels.txt`` in the root, else VOC's 21.
+- **Cityscapes**: ``leftImg8bit/<split>/<city>/*_leftImg8bit.png`` with
+  ``gtFine/<split>/<city>/*_gtFine_labelIds.png``; labelIds map to the 19 train ids, every other
+  id (void, license plate...) to ``ignore_index``. torchvision's ``Cityscapes`` reads the same
+  files but returns raw labelIds and fails late on a missing file: it is not used.
+- **PaddleX SegDataset**: ``train_list.txt`` / ``val_list.txt`` of ``<image> <mask>`` lines
+  (paths relative to the list's folder), classes from ``labels.txt`` beside the list (optional:
+  without it the classes are ``0..max`` of the masks). Pass the list or the root and a ``split``.
+
+Every pair is checked once, up front (as ImageMaskFolder does): a missing file, a mask whose size
+differs from its image, a class id outside the class map (``ignore_index`` aside), an empty
+split: each a one-line ConfigError naming the file.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from ...datasets.formats import read_labels_txt
+from ...engine.data import image_file, load_image
+from ...errors import ConfigError
+from .data import ImageMaskFolder, _flip, _normalize, _read_mask
+
+FORMATS = ("masks", "voc", "cityscapes", "paddlex")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG")
+VOC_CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car",
+               "cat", "chair", "cow", "diningtable", "dog", "horse", "motorbike", "person",
+               "pottedplant", "sheep", "sofa", "train", "tvmonitor")
+CITYSCAPES_CLASSES = ("road", "sidewalk", "building", "wall", "fence", "pole", "traffic light",
+                      "traffic sign", "vegetation", "terrain", "sky", "person", "rider", "car",
+                      "truck", "bus", "train", "motorcycle", "bicycle")
+# Cityscapes labelId -> train id (cityscapesScripts' labels.py); ids 0..33 not listed are void
+CITYSCAPES_TRAIN_IDS = {7: 0, 8: 1, 11: 2, 12: 3, 13: 4, 17: 5, 19: 6, 20: 7, 21: 8, 22: 9,
+                        23: 10, 24: 11, 25: 12, 26: 13, 27: 14, 28: 15, 31: 16, 32: 17, 33: 18}
+CITYSCAPES_IDS = 34  # labelIds 0..33
+
+
+class MaskPairs(ImageMaskFolder):
+    """(image, mask) file pairs read as :class:`ImageMaskFolder` reads its folder: resized to
+    ``size`` x ``size`` (image bilinear, mask nearest), ImageNet-normalised, random flips when
+    ``train``. ``lut`` maps the stored mask values (Cityscapes' labelIds) to class ids.
+    ``classes``: the class names when the source names them."""
+
+    def __init__(self, pairs: Sequence[tuple[Path, Path]], size: int, *, train: bool,
+                 classes: Sequence[str] | None, num_classes: int | None = None,
+                 ignore_index: int = 255, in_channels: int = 3, limit: int | None = None,
+                 lut: np.ndarray | None = None, source: str = ""):
+        if in_channels not in (1, 3):
+            raise ConfigError(f"in_channels={in_channels}: image files are read as RGB (3) or "
+                              f"gray (1); pass a Dataset for other inputs")
+        if classes is not None and num_classes is not None and num_classes != len(classes):
+            raise ConfigError(f"num_classes={num_classes} but {source} names {len(classes)} "
+                              f"classes: pass num_classes={len(classes)} or omit it")
+        if not pairs:
+            raise ConfigError(f"{source} lists no images (empty split): list the image/mask "
+                              f"pairs of this split")
+        self.size, self.train, self.ignore_index = size, train, ignore_index
+        self.mode = "RGB" if in_channels == 3 else "L"
+        self.lut, self.source = lut, source
+        self.pairs = [(Path(i), Path(m)) for i, m in pairs][:limit]
+        self.classes = list(classes) if classes is not None else None
+        limit_classes = len(classes) if classes is not None else num_classes
+        top = -1
+        for img_path, mask_path in self.pairs:
+            top = max(top, self._check(img_path, mask_path, limit_classes))
+        if top < 1:
+            raise ConfigError(f"the masks of {source} hold no class but 0 (background; "
+                              f"ignore_index={ignore_index} pixels aside): masks are class "
+                              f"indices 0..N-1")
+        self.max_class = len(classes) - 1 if classes is not None else top
+
+    def _mask(self, path: Path) -> np.ndarray:
+        mask = _read_mask(path)
+        if self.lut is None:
+            return mask
+        if mask.size and (mask.min() < 0 or mask.max() >= len(self.lut)):
+            raise ConfigError(f"mask {path} holds label id {int(mask.max())} outside the "
+                              f"Cityscapes label ids 0..{CITYSCAPES_IDS - 1}: pass the "
+                              f"*_gtFine_labelIds.png masks")
+        return self.lut[mask]
+
+    def _check(self, img_path: Path, mask_path: Path, nc: int | None) -> int:
+        """The largest class in a pair's mask, after checking files, sizes and class ids."""
+        for p in (img_path, mask_path):
+            if not p.is_file():
+                raise ConfigError(f"{p} is missing ({self.source}): add it or fix the list")
+        with image_file(img_path), Image.open(img_path) as im:
+            img_size = im.size
+        mask = self._mask(mask_path)
+        if (mask.shape[1], mask.shape[0]) != img_size:
+            raise ConfigError(f"mask {mask_path} is {mask.shape[1]}x{mask.shape[0]} but its image "
+                              f"{img_path.name} is {img_size[0]}x{img_size[1]}: masks must have "
+                              f"their image's size")
+        valid = mask[mask != self.ignore_index]
+        if not valid.size:
+            return -1
+        if valid.min() < 0 or (nc is not None and valid.max() >= nc):
+            bad = int(valid.max() if valid.min() >= 0 else valid.min())
+            raise ConfigError(f"mask {mask_path} holds class {bad} outside the class map (ids "
+                              f"0..{(nc or 1) - 1}, {self.ignore_index} = ignore): fix the mask, "
+                              f"the class list, or mark such pixels {self.ignore_index}")
+        return int(valid.max())
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        img_path, mask_path = self.pairs[i]
+        image = torch.from_numpy(np.array(load_image(img_path, self.mode), dtype=np.uint8))
+        image = image[None] if image.dim() == 2 else image.permute(2, 0, 1)
+        mask = torch.from_numpy(self._mask(mask_path))
+        image = F.interpolate(_normalize(image)[None], size=(self.size, self.size),
+                              mode="bilinear", align_corners=False)[0]
+        mask = F.interpolate(mask[None, None].float(), size=(self.size, self.size),
+                             mode="nearest")[0, 0].long()
+        return _flip(image, mask, self.train)
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``"masks"``, ``"voc"``, ``"cityscapes"`` or ``"paddlex"`` from what ``path`` holds; a
+    one-line ConfigError when it is none of them."""
+    p = Path(path)
+    if p.is_file() and p.suffix.lower() == ".txt":
+        return "paddlex"
+    if p.is_dir():
+        if _is_masks(p) or any(_is_masks(p / s) for s in ("train", "val")):
+            return "masks"
+        if (p / "SegmentationClass").is_dir() and (p / "ImageSets" / "Segmentation").is_dir():
+            return "voc"
+        if (p / "leftImg8bit").is_dir() and (p / "gtFine").is_dir():
+            return "cityscapes"
+        if any((p / f"{s}_list.txt").is_file() for s in ("train", "val")):
+            return "paddlex"
+    elif not p.exists():
+        raise ConfigError(f"data path {p} does not exist: pass a folder of images/ + masks/, a "
+                          f"VOC or Cityscapes root, or a PaddleX list")
+    raise ConfigError(f"cannot tell the data format of {p}: pass a folder holding images/ + "
+                      f"masks/, a Pascal VOC root (SegmentationClass/, ImageSets/Segmentation/), "
+                      f"a Cityscapes root (leftImg8bit/, gtFine/) or a PaddleX list "
+                      f"(train_list.txt), or name it with data_format='masks'|'voc'|"
+                      f"'cityscapes'|'paddlex'")
+
+
+def _is_masks(p: Path) -> bool:
+    return (p / "images").is_dir() and (p / "masks").is_dir()
+
+
+def read_segmentation_data(path: str | os.PathLike, *, split: str = "train", input_size: int,
+                           train: bool | None = None, data_format: str | None = None,
+                           num_classes: int | None = None, ignore_index: int = 255,
+                           in_channels: int = 3, limit: int | None = None,
+                           class_names: Sequence[str] | None = None) -> ImageMaskFolder:
+    """The ``split`` ("train" or "val") of the data at ``path`` as a dataset of ``(image (C, S,
+    S) normalised, mask (S, S) long)``; ``train`` (default: split == "train") turns random flips
+    on. ``class_names``: the classes of a VOC set that are not VOC's 21."""
+    if data_format is not None and data_format not in FORMATS:
+        raise ConfigError(f"data_format={data_format!r} must be one of {', '.join(FORMATS)} (or "
+                          f"None to detect it)")
+    if split not in ("train", "val"):
+        raise ConfigError(f"split={split!r} must be 'train' or 'val'")
+    p = Path(path).expanduser()
+    fmt = data_format or detect_format(p)
+    train = split == "train" if train is None else train
+    common = dict(train=train, num_classes=num_classes, ignore_index=ignore_index,
+                  in_channels=in_channels, limit=limit)
+    if fmt == "masks":
+        folder = p if _is_masks(p) or not _is_masks(p / split) else p / split
+        return ImageMaskFolder(folder, input_size, **common)
+    if fmt == "voc":
+        pairs, source = _voc_pairs(p, split)
+        classes = list(class_names) if class_names is not None else \
+            read_labels_txt(p / "labels.txt") if (p / "labels.txt").is_file() else list(VOC_CLASSES)
+        return MaskPairs(pairs, input_size, classes=classes, source=source, **common)
+    if fmt == "cityscapes":
+        lut = np.full(CITYSCAPES_IDS, ignore_index, np.int64)
+        for label_id, train_id in CITYSCAPES_TRAIN_IDS.items():
+            lut[label_id] = train_id
+        pairs, source = _cityscapes_pairs(p, split)
+        return MaskPairs(pairs, input_size, classes=list(CITYSCAPES_CLASSES), lut=lut,
+                         source=source, **common)
+    file = p if p.is_file() else p / f"{split}_list.txt"
+    pairs = _paddlex_pairs(file)
+    labels = file.parent / "labels.txt"
+    classes = list(class_names) if class_names is not None else \
+        read_labels_txt(labels) if labels.is_file() else None
+    return MaskPairs(pairs, input_size, classes=classes, source=str(file), **common)
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    if not path.is_file():
+        raise ConfigError(f"no list at {path}: check the path or the split")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file: a list holds one entry per line") from None
+    lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    if not lines:
+        raise ConfigError(f"{path} is empty (no images in this split): list the images, one per "
+                          f"line")
+    return lines
+
+
+def _voc_pairs(root: Path, split: str) -> tuple[list[tuple[Path, Path]], str]:
+    lists = root / "ImageSets" / "Segmentation"
+    names = {"train": ("train.txt", "trainval.txt", "val.txt", "test.txt"),
+             "val": ("val.txt", "test.txt", "train.txt", "trainval.txt")}[split]
+    file = next((lists / n for n in names if (lists / n).is_file()), None)
+    if file is None:
+        raise ConfigError(f"{lists} holds none of train.txt, trainval.txt, val.txt, test.txt: "
+                          f"list the image ids of each split there")
+    pairs = []
+    for n, line in _lines(file):
+        image_id = line.split()[0]
+        image = next((root / "JPEGImages" / f"{image_id}{s}" for s in IMAGE_SUFFIXES
+                      if (root / "JPEGImages" / f"{image_id}{s}").is_file()), None)
+        if image is None:
+            raise ConfigError(f"{file} line {n} ({image_id!r}): its image JPEGImages/{image_id}"
+                              f".jpg (or .png) is missing: add it or drop the id")
+        mask = root / "SegmentationClass" / f"{image_id}.png"
+        if not mask.is_file():
+            raise ConfigError(f"{file} line {n} ({image_id!r}): its mask {mask} is missing: add "
+                              f"it or drop the id")
+        pairs.append((image, mask))
+    return pairs, str(file)
+
+
+def _cityscapes_pairs(root: Path, split: str) -> tuple[list[tuple[Path, Path]], str]:
+    images = root / "leftImg8bit" / split
+    if not images.is_dir():
+        raise ConfigError(f"{images} does not exist: a Cityscapes root holds leftImg8bit/{split}/"
+                          f"<city>/ and gtFine/{split}/<city>/")
+    pairs = []
+    for image in sorted(images.glob("*/*_leftImg8bit.png")):
+        stem = image.name[:-len("_leftImg8bit.png")]
+        mask = root / "gtFine" / split / image.parent.name / f"{stem}_gtFine_labelIds.png"
+        if not mask.is_file():
+            raise ConfigError(f"the mask of {image} is missing ({mask}): Cityscapes needs "
+                              f"gtFine/<split>/<city>/<name>_gtFine_labelIds.png for each image")
+        pairs.append((image, mask))
+    if not pairs:
+        raise ConfigError(f"{images} holds no <city>/*_leftImg8bit.png images (empty split)")
+    return pairs, str(images)
+
+
+def _paddlex_pairs(file: Path) -> list[tuple[Path, Path]]:
+    pairs = []
+    for n, line in _lines(file):
+        parts = line.split()
+        if len(parts) != 2:
+            raise ConfigError(f"{file} line {n} ({line[:50]!r}) is not '<image path> <mask "
+                              f"path>': PaddleX's segmentation lists hold two paths per line")
+        image, mask = (Path(x) if Path(x).is_absolute() else file.parent / x for x in parts)
+        for kind, q in (("image", image), ("mask", mask)):
+            if not q.is_file():
+                raise ConfigError(f"{file} line {n}: its {kind} {q} is missing: add it or fix "
+                                  f"the line")
+        pairs.append((image, mask))
+    return pairs
+
+
+__all__ = ["CITYSCAPES_CLASSES", "CITYSCAPES_TRAIN_IDS", "FORMATS", "MaskPairs", "VOC_CLASSES",
+           "detect_format", "read_segmentation_data"]
