@@ -138,11 +138,15 @@ def test_no_control_flow_on_error_text():
 
 
 def test_every_package_ships_in_the_wheel():
-    """pyproject lists the packages explicitly: a new folder left out would be missing from
-    the installed wheel (the editable install of the tests would not notice)."""
-    import tomllib
+    """setup.py finds every package under autoprune/ (a new task's package needs no listing),
+    and the bundled profiles go with them: the discovery it runs finds them all."""
+    import ast
+    from setuptools import find_packages
 
-    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
-                 ["tool"]["setuptools"]["packages"])
+    setup_py = (PACKAGE.parent / "setup.py").read_text()
+    assert "find_packages(include=[\"autoprune\", \"autoprune.*\"])" in setup_py
+    assert "autoprune.pretrained_sensitivities" in setup_py
+    ast.parse(setup_py)
+    listed = set(find_packages(str(PACKAGE.parent), include=["autoprune", "autoprune.*"]))
     found = {_name(p, PACKAGE) for p in PACKAGE.rglob("__init__.py")}
     assert found - listed == set()

@@ -23,7 +23,7 @@ from ...errors import CheckpointError, ConfigError
 from ...flow.training import Distill, pick_device
 from ...flow.contract import TaskAdapter
 from . import models as yolo
-from .data import read_data_yaml
+from .data import check_label_file, read_data_yaml
 from .names import FAMILIES, canonical_arch, resolve_arch
 from .stages import (RUN, FinishedRun, ResumeStep, load_checkpoint, resume_step,
                      ultralytics_last, write_checkpoints, write_deployable)
@@ -68,6 +68,7 @@ class DetectionAdapter(TaskAdapter):
     trainer_class = yolo.KeepModuleTrainer
     validator_class = yolo.PatientValidator   # the validator (NMS without a time limit)
     model_class = yolo.DetectionModel         # Ultralytics' model class of the task
+    check_labels = staticmethod(check_label_file)  # a label file's lines (a ConfigError if bad)
     kind, families = "YOLO", FAMILIES         # the models' names, in words
     canonical_arch = staticmethod(canonical_arch)  # "yolov8n" of a name, or None
     resolve_arch = staticmethod(resolve_arch)      # the same, a ConfigError if unknown
@@ -106,10 +107,11 @@ class DetectionAdapter(TaskAdapter):
         self.sync_bn = bool(sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
         self.train_args = check_train_args(train_args)  # an allow-list: no key names a file
         self.eval_limit = eval_limit
-        self.data = read_data_yaml(data) if data is not None else None
+        self.data = read_data_yaml(data, check_labels=self.check_labels) \
+            if data is not None else None
         self.eval_data = self.data if eval_data is None or (
             data is not None and Path(eval_data).resolve() == Path(data).resolve()) \
-            else read_data_yaml(eval_data, need_train=False)
+            else read_data_yaml(eval_data, need_train=False, check_labels=self.check_labels)
         if self.data and self.eval_data and self.data["names"] != self.eval_data["names"]:
             raise ConfigError(f"{self.data['yaml']} and {self.eval_data['yaml']} name different "
                               f"classes: use the same 'names:' in both")

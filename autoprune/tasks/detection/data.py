@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -104,12 +104,16 @@ def _class_names(cfg: dict[str, Any], data_yaml: Path) -> dict[int, str]:
     return names
 
 
-def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str, Any]:
-    """Load and check a YOLO data.yaml: its class names and the images/labels of train and val.
+def read_data_yaml(path: str | os.PathLike, need_train: bool = True,
+                   check_labels: Callable[[Path, int], None] = check_label_file,
+                   ) -> dict[str, Any]:
+    """Load and check a YOLO data.yaml: its class names and the images/labels of train and val
+    (``cfg``: the whole YAML, for a task's own keys such as pose's ``kpt_shape``).
 
     Raises a one-line ConfigError for a missing file, missing keys, ``names`` / ``nc`` that are
     not a class list and its length, missing images, an empty label folder or a malformed label
-    line (checked in the first ``LABELS_CHECKED`` label files of each split).
+    line (``check_labels(path, nc)`` on the first ``LABELS_CHECKED`` label files of each split;
+    a task with other label lines passes its own).
     """
     data_yaml = Path(path)
     if not data_yaml.is_file():
@@ -126,7 +130,8 @@ def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str
     root = Path(str(cfg.get("path") or data_yaml.parent)).expanduser()
     if not root.is_absolute() and not root.exists():
         root = data_yaml.parent / root
-    out: dict[str, Any] = {"yaml": data_yaml.resolve(), "names": names, "nc": len(names)}
+    out: dict[str, Any] = {"yaml": data_yaml.resolve(), "names": names, "nc": len(names),
+                           "cfg": cfg}
     for split in ("train", "val"):
         if cfg.get(split) is None:
             if split == "val" or need_train:
@@ -141,6 +146,6 @@ def read_data_yaml(path: str | os.PathLike, need_train: bool = True) -> dict[str
                               f"{labels[0].parent}): each image needs a .txt with one "
                               f"'class cx cy w h' line per object")
         for p in present[:LABELS_CHECKED]:
-            check_label_file(p, len(names))
+            check_labels(p, len(names))
         out[split] = images
     return out

@@ -51,9 +51,24 @@ def resolve_arch(name: str) -> str:
             raise ConfigError(f"{name!r}: {family} is not supported: {why}")
     for suffix, task in _OTHER_TASKS.items():
         if suffix in stem:
-            other = " (autoprune.instance_segmentation prunes YOLO-seg models)" \
-                if suffix == "-seg" else ""
+            owner = _other_task_of(name)
+            other = f" (autoprune.{owner} prunes it)" if owner else ""
             raise ConfigError(f"{name!r} is not a plain detection model ({task}): "
                               f"autoprune.detection prunes {FAMILIES}{other}")
     raise ConfigError(f"unknown model name {name!r}: use one of {FAMILIES} (e.g. 'yolo26n.yaml'), "
                       f"a .pt checkpoint or a YOLO object")
+
+
+def _other_task_of(name: str) -> str | None:
+    """The registered task (other than detection) whose names include ``name``, if any."""
+    from ...flow.registry import TASKS
+
+    for task in TASKS.values():
+        if task.name == "detection":
+            continue
+        try:
+            task.arch_key(name)
+        except ConfigError:
+            continue
+        return task.name
+    return None
