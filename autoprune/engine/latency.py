@@ -8,6 +8,12 @@ a round alike, so the ratio stays put; a point's milliseconds are that ratio x t
 median. With one CPU thread the thread's CPU time is timed instead of wall time: on a shared
 machine the waits for other processes then drop out too (measured on two busy cores: a point's
 spread fell from about 10 % to about 1 % of the latency).
+
+Timings are taken in a *runtime* (:mod:`autoprune.engine.runtimes`): ``"torch"`` (eager, the
+default), ``"onnxruntime"`` or ``"openvino"``; for the latter two each model is exported to ONNX
+as ``autoprune export`` would and run by the runtime (the unpruned model is exported once per
+timer). The runtime is part of the recorded setting: a table timed in another runtime is refused
+like one timed on another device (a table recorded before runtimes existed counts as torch's).
 """
 from __future__ import annotations
 
@@ -28,17 +34,23 @@ from .groups import PruningGraph
 from .measure import flush_denormals, timed_runs, to_device, warm_allocator
 from .progress import progress_bar
 from .points import pruned_temporarily
+from .runtimes import (ExportCache, Runner, check_runtime, compile_model, onnx_model,
+                       runtime_setting)
 from .store import SensitivityRecord, check_fingerprint, read_record, write_record
 
 _clock = time.perf_counter      # wall time (a test drives these two)
 _cpu_clock = time.thread_time   # this thread's CPU time: one CPU thread on a shared machine
 # what must match between the table and the allocation (torch's version may differ)
-SAME_SETTING = ("device", "threads", "batch", "input_size", "hardware")
+SAME_SETTING = ("device", "threads", "batch", "input_size", "hardware", "runtime")
+# what a setting recorded before the field existed means
+SETTING_DEFAULTS = {"runtime": "torch"}
 
 
-def check_latency_options(device: Any = "cpu", threads: Any = None, batch: Any = 1) -> str:
-    """Refuse a bad latency device, thread count or batch (one-line ConfigError); returns the
-    device as a string (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
+def check_latency_options(device: Any = "cpu", threads: Any = None, batch: Any = 1,
+                          runtime: Any = "torch") -> str:
+    """Refuse a bad latency device, thread count, batch or runtime (one-line ConfigError: an
+    unknown runtime, or one whose package is missing); returns the device as a string
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
@@ -54,6 +66,7 @@ def check_latency_options(device: Any = "cpu", threads: Any = None, batch: Any =
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ConfigError(f"{name}={value!r} must be a positive whole number such as 1")
+    check_runtime(runtime, dev)
     return str(dev)
 
 
@@ -95,33 +108,50 @@ def hardware_name(device: str) -> str:
 
 
 def latency_setting(example_inputs: Any, *, device: Any = "cpu", threads: int | None = None,
-                    batch: int = 1) -> dict[str, Any]:
+                    batch: int = 1, runtime: str = "torch") -> dict[str, Any]:
     """Where and how latency is timed (recorded with a table as ``extra.latency``): device,
     threads (CPU; None means torch's current number), batch, input_size (the timed input's
-    shape), torch version and the processor's or GPU's name."""
-    device = check_latency_options(device, threads, batch)
+    shape), the clock, torch version, the processor's or GPU's name, the ``runtime``
+    (``"torch"``, ``"onnxruntime"``, ``"openvino"``) and the runtime's own setting
+    (``runtime_setting``: version, providers, graph optimisation, opset, threads...)."""
+    device = check_latency_options(device, threads, batch, runtime)
     cpu = device == "cpu"
     threads = (threads or torch.get_num_threads()) if cpu else None
+    # one thread: ONNX Runtime (intra_op_num_threads=1) and OpenVINO run every kernel on the
+    # calling thread too (measured: thread CPU time = wall = process CPU time), so the thread's
+    # CPU time is valid for every runtime
     return {"device": device, "threads": threads, "batch": int(batch),
             "input_size": input_shape(timed_inputs(example_inputs, batch)),
             "clock": "thread cpu time" if threads == 1 else "wall",
-            "torch": torch.__version__, "hardware": hardware_name(device)}
+            "torch": torch.__version__, "hardware": hardware_name(device),
+            "runtime": runtime, "runtime_setting": runtime_setting(runtime, threads, device)}
+
+
+def setting_value(setting: Mapping[str, Any] | None, key: str) -> Any:
+    """``setting[key]``, a field missing from an older table read as its meaning then (a table
+    without ``runtime`` was timed in torch eager)."""
+    setting = setting or {}
+    value = setting.get(key)
+    return SETTING_DEFAULTS.get(key) if value is None else value
 
 
 def setting_differences(stored: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> str:
     """What differs between a table's latency setting and the one asked for ("" if nothing)."""
-    stored = stored or {}
-    return ", ".join(f"{k} {stored.get(k)!r} (asked: {wanted.get(k)!r})" for k in SAME_SETTING
-                     if stored.get(k) != wanted.get(k))
+    return ", ".join(f"{k} {setting_value(stored, k)!r} (asked: {setting_value(wanted, k)!r})"
+                     for k in SAME_SETTING
+                     if setting_value(stored, k) != setting_value(wanted, k))
 
 
 def describe(setting: Mapping[str, Any], with_input: bool = True) -> str:
-    """A setting in words: ``cpu, 1 thread, batch 1, input [1, 3, 64, 64]``."""
+    """A setting in words: ``cpu, 1 thread, batch 1, input [1, 3, 64, 64]`` (``, onnxruntime``
+    added when timed in another runtime than torch eager)."""
     threads = setting.get("threads")
     where = setting.get("device", "?") + (f", {threads} thread{'s' if threads != 1 else ''}"
                                           if threads else "")
     shape = f", input {setting.get('input_size')}" if with_input else ""
-    return f"{where}, batch {setting.get('batch')}{shape}"
+    runtime = setting_value(setting, "runtime")
+    where_run = "" if runtime == "torch" else f", {runtime}"
+    return f"{where}, batch {setting.get('batch')}{shape}{where_run}"
 
 
 @contextlib.contextmanager
@@ -146,13 +176,19 @@ class PairedTimer:
     ``baseline_ms`` is the median of every unpruned round. On a CPU with one thread the clock is
     the thread's CPU time (what a quiet machine's wall clock shows; time the process spends
     waiting while other processes run is not counted), else wall time (synchronised on a GPU).
+
+    ``runtime`` other than ``"torch"``: both models are exported to ONNX and timed as the runtime
+    runs them (:func:`~autoprune.engine.runtimes.compile_model`); the unpruned model is exported
+    and loaded once, on the first comparison, and kept; a candidate's graph is reused while the
+    same model is compared again (``exports`` counts the exports).
     """
 
     def __init__(self, model: nn.Module, example_inputs: Any, *, device: Any = "cpu",
                  threads: int | None = None, batch: int = 1, rounds: int = 5, runs: int = 3,
-                 warmup: int = 3):
+                 warmup: int = 3, runtime: str = "torch"):
         self.setting = latency_setting(example_inputs, device=device, threads=threads,
-                                       batch=batch)
+                                       batch=batch, runtime=runtime)
+        self.runtime = self.setting["runtime"]
         self.device = torch.device(self.setting["device"])
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -162,15 +198,57 @@ class PairedTimer:
         self.base = copy.deepcopy(model).to(self.device).eval()
         self.base_rounds: list[float] = []
         self.last_ratios: list[float] = []
+        self._base_runner: Runner | None = None  # the unpruned model in the runtime, once
+        self._exports = ExportCache()
         flush_denormals()
         warm_allocator()  # a fresh process times like one that has run for a while
 
+    @property
+    def exports(self) -> int:
+        """How many models were exported to ONNX for the runtime (0 in torch eager)."""
+        return self._exports.exports + (self._base_runner is not None)
+
+    def _clock(self) -> Callable[[], float]:
+        return _cpu_clock if self.setting["clock"] != "wall" else _clock
+
     def _time(self, model: nn.Module, n: int) -> float:
-        clock = _cpu_clock if self.setting["clock"] != "wall" else _clock
         # the fastest pass, not the median: on the 2-core VM one pruned mobilenetv3 at 224 px
         # measured -25 to -50 % with medians (a slow period corrupts a whole round), -25 to
         # -33 % with minima, over the same ten comparisons
-        return min(timed_runs(model, self.inputs, n, device=self.device, clock=clock))
+        return min(timed_runs(model, self.inputs, n, device=self.device, clock=self._clock()))
+
+    def _time_runner(self, runner: Runner, n: int) -> float:
+        clock = self._clock()
+        times = []
+        for _ in range(n):
+            start = clock()
+            runner()
+            times.append((clock() - start) * 1000.0)
+        return min(times)
+
+    def _runner(self, model: nn.Module) -> Runner:
+        compile_ = lambda onnx=None: compile_model(model, self.inputs, runtime=self.runtime,
+                                                   device=self.device, threads=self.threads,
+                                                   onnx=onnx)
+        if model is self.base:
+            if self._base_runner is None:
+                self._base_runner = compile_()
+            return self._base_runner
+        data = self._exports.get(model, lambda: onnx_model(model, self.inputs,
+                                                          runtime=self.runtime))
+        return compile_(data)
+
+    def _paired(self, time_base: Callable[[int], float], time_pruned: Callable[[int], float]
+                ) -> tuple[list[float], list[float]]:
+        base, pruned = [], []
+        time_base(self.warmup)
+        time_pruned(self.warmup)
+        for i in range(self.rounds):
+            first, second = (time_base, time_pruned) if i % 2 == 0 else (time_pruned, time_base)
+            a, b = first(self.runs), second(self.runs)
+            base.append(a if i % 2 == 0 else b)
+            pruned.append(b if i % 2 == 0 else a)
+        return base, pruned
 
     def compare(self, candidate: nn.Module) -> float:
         """``candidate``'s latency / the unpruned model's, timed in pairs (see the class)."""
@@ -178,18 +256,20 @@ class PairedTimer:
         model = candidate if on_device else copy.deepcopy(candidate).to(self.device)
         was_training = model.training
         model.eval()
-        base, pruned = [], []
         try:
-            # no_grad, not inference_mode: a layer that caches tensors in its forward (a YOLO
-            # head's anchors) is timed in place and must stay usable for training
-            with _threads(self.threads), torch.no_grad():
-                for m in (self.base, model):
-                    self._time(m, self.warmup)
-                for i in range(self.rounds):
-                    first, second = (self.base, model) if i % 2 == 0 else (model, self.base)
-                    a, b = self._time(first, self.runs), self._time(second, self.runs)
-                    base.append(a if i % 2 == 0 else b)
-                    pruned.append(b if i % 2 == 0 else a)
+            if self.runtime == "torch":
+                # no_grad, not inference_mode: a layer that caches tensors in its forward (a
+                # YOLO head's anchors) is timed in place and must stay usable for training
+                with _threads(self.threads), torch.no_grad():
+                    base, pruned = self._paired(lambda n: self._time(self.base, n),
+                                                lambda n: self._time(model, n))
+            else:
+                with torch.no_grad():
+                    base_runner = self._runner(self.base)
+                    runner = base_runner if model is self.base else self._runner(model)
+                base, pruned = self._paired(lambda n: self._time_runner(base_runner, n),
+                                            lambda n: self._time_runner(runner, n))
+                del runner  # its session's memory, now
         finally:
             model.train(was_training)
         self.base_rounds += base
@@ -235,16 +315,18 @@ def measure_point_latencies(model: nn.Module, example_inputs: Any, graph: Prunin
                             criterion: str, device: Any = "cpu", threads: int | None = None,
                             batch: int = 1, path: Any = None,
                             write: Callable[[SensitivityRecord], Any] | None = None,
-                            progress: bool = True) -> None:
+                            progress: bool = True, runtime: str = "torch") -> None:
     """Time each of ``points`` (group, ratio) on a real, temporary prune of ``model``, paired with
     the unpruned model, into ``record`` (``record.latency`` and ``record.extra["latency"]``);
-    ``write(record)`` after each. A record timed in another setting is refused."""
+    ``write(record)`` after each. A record timed in another setting (or ``runtime``) is refused.
+    In a runtime other than torch each point's pruned model is exported once (a ratio that
+    removes the same channels as one already timed is neither exported nor timed again)."""
     if not points:
         return
     # 9 rounds a point: with 5, single points of mobilenetv3 at 224 px were off by up to 10
     # points, and the allocation picks exactly the over-measured ones
     timer = PairedTimer(model, example_inputs, device=device, threads=threads, batch=batch,
-                        rounds=9)
+                        rounds=9, runtime=runtime)
     stored = record.extra.get("latency")
     if record.latency and setting_differences(stored, timer.setting):
         check_latency_table(record, timer.setting, path or "the sensitivity file")
@@ -279,10 +361,11 @@ def measure_latencies(model: nn.Module, example_inputs: Any,
                       criterion: str = "l1_norm", device: Any = "cpu",
                       threads: int | None = None, batch: int = 1,
                       ignored_layers: Iterable[Any] = (), arch: str | None = None,
-                      progress: bool = True) -> SensitivityRecord:
+                      progress: bool = True, runtime: str = "torch") -> SensitivityRecord:
     """Time every point of ``table`` (``{group: {ratio: loss}}``, e.g. a DEFAULT profile) on this
-    machine: a record holding ``table``'s losses and the latencies, kept in the file at ``path``
-    (resumable: a rerun times only the points still missing)."""
+    machine, in ``runtime`` (``"torch"`` eager, ``"onnxruntime"``, ``"openvino"``): a record
+    holding ``table``'s losses and the latencies, kept in the file at ``path`` (resumable: a
+    rerun times only the points still missing)."""
     graph = PruningGraph(model, example_inputs, ignored_layers)
     graph.check_names(table)
     if path is not None and os.path.exists(path):
@@ -302,7 +385,7 @@ def measure_latencies(model: nn.Module, example_inputs: Any,
     measure_point_latencies(model, example_inputs, graph, record,
                             latency_points(record, list(table), ratios), criterion=criterion,
                             device=device, threads=threads, batch=batch, path=path, write=write,
-                            progress=progress)
+                            progress=progress, runtime=runtime)
     if write is not None:
         write(record)
     return record
@@ -344,13 +427,13 @@ def merge_records(paths: Iterable[Any]) -> SensitivityRecord:
 
 def paired_reduction(baseline: nn.Module, pruned: nn.Module, example_inputs: Any, *,
                      device: Any = "cpu", threads: int | None = None,
-                     batch: int = 1, rounds: int = 15) -> dict[str, Any]:
+                     batch: int = 1, rounds: int = 15, runtime: str = "torch") -> dict[str, Any]:
     """How much faster ``pruned`` is than ``baseline`` (timed in ``rounds`` pairs, see
-    :class:`PairedTimer`): ``{"reduction", "baseline_ms", "pruned_ms", "setting",
-    "reduction_range", "rounds"}``, the range being the least and the most of the neighbouring
-    round pairs' reductions."""
+    :class:`PairedTimer`, in ``runtime``): ``{"reduction", "baseline_ms", "pruned_ms",
+    "setting", "reduction_range", "rounds"}``, the range being the least and the most of the
+    neighbouring round pairs' reductions."""
     timer = PairedTimer(baseline, example_inputs, device=device, threads=threads, batch=batch,
-                        rounds=rounds)
+                        rounds=rounds, runtime=runtime)
     relative = timer.compare(pruned)
     spread = timer.last_ratios or [relative]
     return {"reduction": 1.0 - relative, "baseline_ms": timer.baseline_ms,

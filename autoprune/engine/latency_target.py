@@ -13,6 +13,7 @@ measured latency more cheaply than the greedy path.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 import os
@@ -57,7 +58,7 @@ def measure_reduction(model: nn.Module, example_inputs: Any, ratios: Mapping[str
                       timer: PairedTimer, *, criterion: str = "l1_norm",
                       round_to: int | None = None, ignored_layers: Iterable[Any] = ()) -> float:
     """The measured latency reduction of ``model`` pruned by ``ratios`` (a pruned copy, timed
-    against the unpruned model by ``timer``)."""
+    against the unpruned model by ``timer``, in the timer's runtime)."""
     if not ratios:
         return 0.0
     pruned = prune(copy.deepcopy(model), example_inputs, ratios, criterion=criterion,
@@ -183,11 +184,14 @@ class Landing:
 
 
 def land(landing: Landing, target: float, measure: Callable[[dict], float], *,
-         tolerance: float, max_tries: int, wanted: Mapping[str, Any]) -> Landing:
+         tolerance: float, max_tries: int, wanted: Mapping[str, Any],
+         max_loss: float | None = None,
+         uncapped: Callable[[], float] | None = None) -> Landing:
     """Time ``landing``'s allocations, correcting the goal until the measured reduction (the
     median over three pruned copies) is within half the ``tolerance`` of ``target`` or
     ``max_tries`` timings are spent, then take the closest; ConfigError when even the largest
-    goal is too slow."""
+    goal is too slow (with ``max_loss``, it names the cap and ``uncapped()``: the reduction
+    measured with every group at its largest timed ratio, the cap lifted)."""
     timed, most = landing.timings, landing.allocate(math.inf)[1]
     goal = min(target, most)
     while goal is not None and timed.count < max_tries:
@@ -200,6 +204,14 @@ def land(landing: Landing, target: float, measure: Callable[[dict], float], *,
                 break
             continue  # a close one is timed (a new copy) again before it is taken
         if achieved < target and goal >= most:  # every point of the table taken, still too slow
+            if max_loss is not None:
+                without = f"{uncapped():.3f}" if uncapped is not None else "more"
+                raise ConfigError(
+                    f"pruned_latency={target} is not reachable with this table under "
+                    f"max_loss={max_loss:g} (eval_metric_loss in a run), which caps each "
+                    f"group's loss: the most it allows is {achieved:.3f} under that cap "
+                    f"({without} without it; measured on {describe(wanted)}); raise the cap, "
+                    f"leave it out, or lower the target")
             raise ConfigError(
                 f"pruned_latency={target} is not reachable with this table: the most it "
                 f"allows is {achieved:.3f} (measured on {describe(wanted)}, each group "
@@ -221,7 +233,8 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
                       ignored_layers: Iterable[Any] = (), criterion: str | None = None,
                       max_loss: float | None = None, tolerance: float = 0.03,
                       max_tries: int = 12, rounds: int = 25, overlap: bool = True,
-                      candidates: Iterable[str] = CANDIDATES) -> LatencyRatios:
+                      candidates: Iterable[str] = CANDIDATES,
+                      runtime: str = "torch") -> LatencyRatios:
     """Ratios that remove ``pruned_latency`` (a fraction, e.g. 0.4) of ``model``'s measured
     latency on ``device`` (``threads``, ``batch`` copies of the first example) with the least
     summed sensitivity loss.
@@ -238,7 +251,9 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     of the target (else, after ``max_tries`` timings, the closest); of those within
     ``tolerance``, the one with the least summed table loss is returned. A ConfigError says why
     when none is (the most the table allows, or timings too unsteady). ``criterion`` defaults
-    to the table's.
+    to the table's. ``runtime``: where the latency is timed (``"torch"`` eager,
+    ``"onnxruntime"``, ``"openvino"``; each pruned copy exported as ``autoprune export`` would);
+    the table must have been timed in the same one.
     """
     target = check_latency_target(pruned_latency)
     check_round_to(round_to)
@@ -247,7 +262,8 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
         raise ConfigError(f"candidates={candidates!r}: pick from {CANDIDATES}")
     record, where = _record(sens_or_record)
     criterion = check_criterion(criterion or record.criterion)
-    wanted = latency_setting(example_inputs, device=device, threads=threads, batch=batch)
+    wanted = latency_setting(example_inputs, device=device, threads=threads, batch=batch,
+                             runtime=runtime)
     check_latency_table(record, wanted, where)
     graph = PruningGraph(model, example_inputs, ignored_layers)
     check_fingerprint(record, where, graph.fingerprint)
@@ -257,7 +273,7 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     # 2-core VM one pruned mobilenetv3 at 224 px measured a spread (sd) of 2.9 points over
     # 9 rounds, 1.1 over 25)
     timer = PairedTimer(model, example_inputs, device=device, threads=threads, batch=batch,
-                        rounds=rounds)
+                        rounds=rounds, runtime=runtime)
     measure = lambda ratios: measure_reduction(model, example_inputs, ratios, timer,
                                                criterion=criterion, round_to=round_to,
                                                ignored_layers=ignored_layers)
@@ -270,8 +286,13 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
         families["greedy"] = lambda goal: allocation(path, goal)
     if "threshold" in candidates:
         families["threshold"] = lambda goal: threshold_allocation(table, goal)
+    uncapped = None
+    if max_loss is not None:  # what the table allows without the cap, timed only if asked
+        uncapped = functools.lru_cache(maxsize=1)(
+            lambda: measure(threshold_allocation(curves(record), math.inf)[0]))
     landed = [land(Landing(name, allocate, Timings(shape_of)), target, measure,
-                   tolerance=tolerance, max_tries=max_tries, wanted=wanted)
+                   tolerance=tolerance, max_tries=max_tries, wanted=wanted, max_loss=max_loss,
+                   uncapped=uncapped)
               for name, allocate in families.items()]
     close = [one for one in landed if abs(one.achieved - target) <= tolerance]
     if not close:

@@ -95,11 +95,13 @@ def size_mb(model: nn.Module) -> float:
 
 
 def latency_ms(model: nn.Module, example_inputs: Any, *, device: str | torch.device = "cpu",
-               warmup: int = 5, repeats: int = 30) -> float:
+               warmup: int = 5, repeats: int = 30, runtime: str = "torch") -> float:
     """Median wall time in ms of one forward pass (eval mode, no grad), after ``warmup`` runs.
 
     On CUDA each run is synchronised; on CPU denormals are flushed (see :func:`flush_denormals`).
-    The model is moved to ``device`` and back.
+    The model is moved to ``device`` and back. ``runtime`` other than ``"torch"``
+    (``"onnxruntime"``, ``"openvino"``): the model exported to ONNX and run by that runtime
+    with torch's current number of threads (:mod:`autoprune.engine.runtimes`).
     """
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -111,6 +113,19 @@ def latency_ms(model: nn.Module, example_inputs: Any, *, device: str | torch.dev
     flush_denormals()
     warm_allocator()
     try:
+        if runtime != "torch":
+            from .runtimes import compile_model
+            runner = compile_model(model, inputs, runtime=runtime, device=device,
+                                   threads=torch.get_num_threads() if device.type == "cpu"
+                                   else None)
+            for _ in range(warmup):
+                runner()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                runner()
+                times.append((time.perf_counter() - start) * 1000.0)
+            return statistics.median(times)
         with torch.inference_mode():
             timed_runs(model, inputs, warmup, device=device)
             times = timed_runs(model, inputs, repeats, device=device)
