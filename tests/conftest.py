@@ -364,3 +364,15 @@ def scenes_validated_on_train(root, train: int, task: str = "detect"):
     cfg["val"] = "images/train"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
+
+
+def refuse_network_probes(monkeypatch) -> None:
+    """Make any reachability probe of a real host fail the test (pretrained weights are read
+    from caches the tests seed), with an empty answer cache."""
+    from autoprune.tasks import weights
+
+    def refuse(url, timeout=weights.PROBE_TIMEOUT):
+        raise AssertionError(f"a test asked whether {url} is reachable")
+
+    monkeypatch.setattr(weights, "reachable", refuse)
+    monkeypatch.setattr(weights, "_probes", {})

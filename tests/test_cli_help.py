@@ -42,7 +42,8 @@ def test_train_help_lists_each_task_keys_and_an_example(capsys):
     assert e.value.code == 0
     for name, task in TASKS.items():
         assert f"task: {name}   e.g. task: {name}, {task.config_example}" in out
-    assert "epochs=10" in out and "eval_metric_loss=None" in out and "lr=0.05" in out
+    assert "epochs=10" in out and "eval_metric_loss=None" in out and "lr=None (float)" in out
+    assert "flow defaults: epochs=100" in out  # detection's own default
     assert "imgsz" not in out  # deprecated spellings are not advertised
 
 
@@ -82,7 +83,7 @@ def test_old_flag_spellings_parse_like_the_api_names_and_are_hidden(command, old
 
 # what each command calls: its options are named as those arguments (plus CLI-only switches)
 CLI_ONLY = {"help", "version", "static", "overwrite", "task", "arch", "latency", "out",
-            "skip_existing", "all", "strict", "quiet", "allow_pickle", "output"}
+            "skip_existing", "all", "strict", "quiet", "allow_pickle", "output", "no_check"}
 
 
 def _api_names(command: str) -> set[str]:
@@ -93,7 +94,8 @@ def _api_names(command: str) -> set[str]:
     from autoprune.tasks.classification import api as cls
     calls = {"demo": [demo.run_demo, cls.train],
              "sensitivity": [cls.analyze_sensitivity],
-             "prune": [checkpoints.prune_checkpoint], "export": [checkpoints.export_checkpoint],
+             "prune": [checkpoints.prune_checkpoint],
+             "export": [checkpoints.export_checkpoint, checkpoints.check_onnx],
              "report": [checkpoints.compare_checkpoints], "profiles": [build.build_profile]}
     names = {n for fn in calls[command] for n in inspect.signature(fn).parameters}
     return names | (set(options.SENSITIVITY_OPTIONS) if command == "sensitivity" else set())

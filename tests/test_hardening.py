@@ -3,7 +3,6 @@ setting, exports are atomic, symlink loops and YAML tricks are refused, and ever
 line naming the problem and the fix (docs/bad_inputs.md). Tiny models, CPU, no network."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -149,7 +148,6 @@ def test_timm_loading_model_kwargs_are_refused_for_tu_encoders(tmp_path):
 def test_a_checkpoint_whose_metadata_names_a_file_for_timm_is_damaged(tmp_path):
     from autoprune import segmentation as seg
 
-    model = seg.load_model  # noqa: F841 - the task API is importable
     path = ap.save_pruned(make_model("toy"), tmp_path / "s.pt", task="segmentation",
                           arch="smp/unet/tu-resnet18",
                           build={"num_classes": 3, "model_kwargs": {"checkpoint_path": "x.pt"}})

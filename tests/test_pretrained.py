@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autoprune.errors import ConfigError
+from autoprune.errors import CheckpointError, ConfigError
 from autoprune.tasks import weights
 from autoprune.tasks.weights import Provenance
+from conftest import refuse_network_probes
 
 REAL_REACHABLE = weights.reachable
 HEAD = ("fc.weight", "fc.bias")
@@ -25,11 +26,7 @@ HEAD = ("fc.weight", "fc.bias")
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch):
     """Any probe of a real host is a test failure; the answer cache starts empty."""
-    def refuse(url, timeout=weights.PROBE_TIMEOUT):
-        raise AssertionError(f"a test asked whether {url} is reachable")
-
-    monkeypatch.setattr(weights, "reachable", refuse)
-    monkeypatch.setattr(weights, "_probes", {})
+    refuse_network_probes(monkeypatch)
 
 
 def offline_hub(monkeypatch, home: Path) -> None:
@@ -282,7 +279,7 @@ def test_a_pickle_of_unknown_classes_in_the_weights_dir_is_refused(yolo_dirs):
 
     yolo_dirs.mkdir()
     torch.save({"model": torch.nn.Sequential(_Foreign())}, yolo_dirs / "yolov8s.pt")
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(CheckpointError) as e:
         load_pretrained("yolov8s.pt")
     assert "not an Ultralytics checkpoint made of known model classes" in one_line(e)
 

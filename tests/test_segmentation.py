@@ -357,10 +357,18 @@ def test_model_with_other_classes_refused(tmp_path):
                   **{**SMALL, "input_size": 32})
 
 
-def test_encoder_weight_names_are_refused_not_downloaded(tmp_path):
+def test_encoder_weight_names_offline_without_a_cache_are_one_line(tmp_path, monkeypatch):
+    """smp's weights names are read from the Hugging Face cache (tests/test_pretrained.py seeds
+    one); offline with an empty cache: one line naming the file and the cache folder."""
     from autoprune.tasks.segmentation.models import build_segmenter
-    with pytest.raises(autoprune.ConfigError, match="never downloads"):
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(autoprune.ConfigError) as info:
         build_segmenter("unet/resnet18", 3, encoder_weights="imagenet")
+    assert str(tmp_path / "hf") in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(autoprune.ConfigError, match="is not a file"):
+        build_segmenter("unet/resnet18", 3, encoder_weights=tmp_path / "nope.pt")
 
 
 def test_fpn_decoder_groupnorm_groups_are_pruned_evenly(tmp_path):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import inspect
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -10,15 +10,16 @@ from .. import __version__
 from ..engine.distributed import init_from_env, rank_and_world
 from ..engine.sensitivity import DEFAULT_RATIOS
 from ..engine.paddleslim import import_paddleslim
-from ..engine.outputs import check_output
+from ..engine.checkpoint import read_pruned_metadata
+from ..engine.outputs import check_output, file_kind
 from ..engine.latency import merge_records
 from ..engine.store import read_record, save_sensitivities, write_record
 from ..errors import AutopruneError, ConfigError
-from ..flow.checkpoints import (checkpoint_meta, compare_checkpoints, export_checkpoint,
-                                prune_checkpoint)
+from ..flow.checkpoints import (check_onnx, checkpoint_meta, compare_checkpoints,
+                                export_checkpoint, prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
 from ..flow.latency import check_unused_settings
-from ..flow.config import DEPRECATED, RUN_CONFIG, read_run_config
+from ..flow.config import DEPRECATED, RUN_CONFIG, FlowSettings, names, read_run_config
 from ..flow.options import sens_mode
 from ..flow.previous import previous_run
 from ..profiles.build import arch_key_of, build_profile
@@ -38,6 +39,9 @@ def demo(args: argparse.Namespace) -> None:
 
 
 def show(args: argparse.Namespace) -> None:
+    if file_kind(args.file) == "a checkpoint":
+        show_checkpoint(args.file)
+        return
     rec = read_record(args.file)
     print(f"arch: {rec.model.get('arch')}  fingerprint: {rec.model.get('fingerprint')}  "
           f"criterion: {rec.criterion}")
@@ -48,6 +52,28 @@ def show(args: argparse.Namespace) -> None:
     for group, pts in rec.sensitivities.items():
         cells = "".join(f"{pts[r]:>8.4f}" if r in pts else f"{'-':>8}" for r in ratios)
         print(group[:31].ljust(32) + cells)
+
+
+def show_checkpoint(path: str) -> None:
+    """A checkpoint's metadata: task, architecture, build arguments, input size, whether it is
+    pruned (and how many groups), where its starting weights came from, its metrics."""
+    from ..flow.report import start_line
+
+    meta = read_pruned_metadata(path)
+    build = ", ".join(f"{k}={v}" for k, v in (meta.get("build") or {}).items())
+    print(f"task: {meta.get('task')}  arch: {meta.get('arch') or '(custom model)'}  "
+          f"build: {build or '-'}  input_size: {meta.get('input_size')}")
+    plan = meta.get("plan") or {}
+    print(f"pruned: {'yes, ' + str(len(plan)) + ' groups' if meta.get('pruned') else 'no'}  "
+          f"epoch: {meta.get('epoch', '-')}")
+    start = start_line(meta)
+    print(f"starting weights: {start or 'random initialisation (or not recorded)'}")
+    if meta.get("data"):
+        print("data settings: " + ", ".join(f"{k}={v}" for k, v in meta["data"].items()))
+    metrics = meta.get("metrics") or {}
+    if metrics:
+        print("metrics: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()
+                                      if isinstance(v, (int, float))))
 
 
 def merge(args: argparse.Namespace) -> None:
@@ -70,7 +96,8 @@ def train(args: argparse.Namespace) -> None:
     cfg = train_config(args)
     task = get_task(cfg.pop("task"))
     api = task.api()
-    allowed = set(inspect.signature(api.train).parameters) | set(DEPRECATED)
+    allowed = set(task.inputs) | set(task.aliases) | set(names(FlowSettings)) | \
+        set(names(task.settings_class())) | set(DEPRECATED)
     unknown = sorted(set(cfg) - allowed)
     if unknown:
         where = args.config or "the command line"
@@ -82,7 +109,7 @@ def train(args: argparse.Namespace) -> None:
             raise ConfigError(f"{args.config or 'the command'} lacks '{key}:' (e.g. "
                               f"{task.config_example})")
     if not cfg.get("resume") and not args.overwrite:  # never train over a run by accident
-        save_dir = cfg.get("save_dir", inspect.signature(api.train).parameters["save_dir"].default)
+        save_dir = cfg.get("save_dir", FlowSettings.save_dir)
         sens = cfg.get("sensitivities_file")
         found = previous_run(get_adapter(task.name), save_dir, sens_mode(sens), sens,
                              cfg.get("pretrain_weights"))
@@ -172,10 +199,11 @@ def _latency(args: argparse.Namespace) -> dict:
     """The latency options of `autoprune sensitivity` (none without --latency)."""
     if not args.latency:
         check_unused_settings(None, args.latency_device, args.latency_threads, args.latency_batch,
-                              switch="--latency", cli=True)
+                              args.latency_runtime, switch="--latency", cli=True)
         return {}
     return {"latency": True, "latency_device": args.latency_device,
-            "latency_threads": args.latency_threads, "latency_batch": args.latency_batch}
+            "latency_threads": args.latency_threads, "latency_batch": args.latency_batch,
+            "latency_runtime": args.latency_runtime}
 
 
 def prune(args: argparse.Namespace) -> None:
@@ -183,14 +211,16 @@ def prune(args: argparse.Namespace) -> None:
                                   [args.sensitivities])
     check_output(args.output, inputs, "a checkpoint", args.overwrite)
     check_unused_settings(args.pruned_latency, args.latency_device, args.latency_threads,
-                          args.latency_batch, switch="--pruned-latency", cli=True)
+                          args.latency_batch, args.latency_runtime, switch="--pruned-latency",
+                          cli=True)
     out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
                            eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
                            criterion=args.criterion, round_to=args.round_to,
                            overwrite=args.overwrite, pruned_latency=args.pruned_latency,
                            latency_device=args.latency_device,
                            latency_threads=args.latency_threads,
-                           latency_batch=args.latency_batch)
+                           latency_batch=args.latency_batch,
+                           latency_runtime=args.latency_runtime)
     timed = out.latency_ratios
     speed = f", latency -{timed.achieved:.1%} on {args.latency_device} ({timed.baseline_ms:.2f} " \
             f"-> {timed.pruned_ms:.2f} ms)" if timed is not None else ""
@@ -205,6 +235,22 @@ def export(args: argparse.Namespace) -> None:
                             opset_version=args.opset_version, dynamic_batch=not args.static,
                             overwrite=args.overwrite)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    if args.no_check or importlib.util.find_spec("onnxruntime") is None:
+        return
+    checked = check_onnx(args.checkpoint, out, baseline=args.baseline,
+                         input_size=args.input_size)
+    speed = f"{checked['latency_ms']:.2f} ms"
+    if "baseline_ms" in checked:
+        speed = (f"{checked['baseline_ms']:.2f} -> {speed} (-{checked['reduction']:.1%}, against "
+                 f"{args.baseline})")
+    print(f"ONNX Runtime (CPU, {torch_threads()} thread(s), batch 1): {speed}; outputs differ "
+          f"from torch's by at most {checked['max_abs_diff']:.2e}")
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def report(args: argparse.Namespace) -> None:
@@ -220,16 +266,12 @@ def profiles(args: argparse.Namespace) -> None:
         folder = Path(args.out) if args.out else profile_dir()
         listed = profiles_in(folder) if args.out else available_profiles()
         print(f"DEFAULT profiles in {folder}:")
-        print(f"  {'task':15s} {'arch key':32s} {'baseline':>16s}  file")
+        print(f"  {'task':21s} {'arch key':30s} {'baseline':>16s}  {'input':>6s}  "
+              f"{'start':14s} {'data':16s} file")
         tasks = list(TASKS) + sorted(set(listed) - set(TASKS))  # registered tasks first
         for task in tasks:
             for key, name in sorted(listed.get(task, {}).items()):
-                try:
-                    metric = read_record(folder / name).metric
-                    base = f"{metric.get('name')} {float(metric.get('baseline')):.3f}"
-                except (AutopruneError, OSError, TypeError, ValueError):
-                    base = "(unreadable)"
-                print(f"  {task:15s} {key:32s} {base:>16s}  {name}")
+                print(f"  {task:21s} {key:30s} {_profile_line(folder / name)}")
         if not any(listed.values()):
             print("  (none)")
         return
@@ -247,9 +289,22 @@ def profiles(args: argparse.Namespace) -> None:
     path = build_profile(args.arch, out, task=task, epochs=args.epochs,
                          train_images=args.train_images, val_images=args.val_images,
                          input_size=args.input_size, batch_size=args.batch_size,
-                         ratios=_ratios(args.ratios),
-                         device=args.device, seed=args.seed)
+                         ratios=_ratios(args.ratios), device=args.device, seed=args.seed,
+                         pretrained=args.pretrained, data=args.data)
     print(f"wrote {path}")
+
+
+def _profile_line(path: Path) -> str:
+    """A profile's baseline, input size, start (from scratch or which weights) and data set."""
+    try:
+        record = read_record(path)
+        base = f"{record.metric.get('name')} {float(record.metric.get('baseline')):.3f}"
+    except (AutopruneError, OSError, TypeError, ValueError):
+        return f"{'(unreadable)':>16s}  {path.name}"
+    how = record.extra.get("how") or {}
+    data = str(how.get("dataset") or "?").split(" (")[0]
+    return (f"{base:>16s}  {str(how.get('input_size', '?')) + ' px':>6s}  "
+            f"{str(how.get('start') or 'from scratch'):14s} {data:16s} {path.name}")
 
 
 def doctor(args: argparse.Namespace) -> None:

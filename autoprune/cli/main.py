@@ -188,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="ONNX opset (default 17)")
     ex.add_argument("--static", action="store_true", help="fix the batch size to 1 (default: "
                     "any batch size, axis 0 named 'batch')")
+    ex.add_argument("--baseline", metavar="CHECKPOINT", help="the checkpoint it was pruned "
+                    "from: both timed in pairs in ONNX Runtime (before -> after)")
+    ex.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check (its "
+                    "outputs against torch's, and its latency)")
     _overwrite_option(ex)
     ex.set_defaults(func="export")
 
@@ -218,14 +222,21 @@ def build_parser() -> argparse.ArgumentParser:
                                  (("--batch-size", "--batch"), "batch_size", "batch size")):
         _option(pf, *flags, type=int, help=f"{what} (default per task: {_per_task(setting)})")
     pf.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
+    pf.add_argument("--pretrained", nargs="?", const=True, metavar="WEIGHTS",
+                    help="start from pretrained weights (ImageNet's for classification and "
+                    "smp encoders, Ultralytics' COCO <arch>.pt for YOLO; or a weights name)")
+    pf.add_argument("--data", help="your data set instead of Fashion-MNIST: an ImageNet-style "
+                    "folder (train/, val/), a PaddleX list root, a VOC / COCO / Cityscapes "
+                    "root or a YOLO data.yaml")
     pf.add_argument("--seed", type=int, default=0)
     pf.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda")
     pf.add_argument("--skip-existing", action="store_true",
                     help="do nothing if --out already lists this architecture")
     pf.set_defaults(func="profiles")
 
-    s = sub.add_parser("show", help="print a sensitivity file as a table")
-    s.add_argument("file", help="a sensitivity file (JSON)")
+    s = sub.add_parser("show", help="print a sensitivity file as a table, or a checkpoint's "
+                       "metadata (architecture, pruning, starting weights, metrics)")
+    s.add_argument("file", help="a sensitivity file (JSON) or an autoprune checkpoint")
     s.set_defaults(func="show")
 
     m = sub.add_parser("merge", help="merge sensitivity files (union; later files win)")
@@ -269,11 +280,44 @@ def _latency_options(parser: argparse.ArgumentParser) -> None:
                         "torch's)")
     parser.add_argument("--latency-batch", type=int, default=1, help="batch size timed "
                         "(default 1)")
+    parser.add_argument("--latency-runtime", default="torch", help="where latency is timed: "
+                        "torch (eager, default), onnxruntime (the exported model, as deployed), "
+                        "openvino")
 
 
 def _overwrite_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="let the output replace an "
                         "input or an existing file of another kind (refused without it)")
+
+
+TRAIN_OWN = {"-h": 0, "--help": 0, "--task": 1, "--resume": None, "--overwrite": 0}  # value count
+
+
+def _train_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``train``'s own arguments (config, --task, --resume [dir], --overwrite, --help) and the
+    ``--<setting> [value]`` tokens, apart."""
+    own, settings = [argv[0]], []
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        name = token.split("=", 1)[0]
+        if not token.startswith("--") and not token.startswith("-h"):
+            own.append(token)  # the config file
+        elif name in TRAIN_OWN:
+            own.append(token)
+            takes = TRAIN_OWN[name]
+            if "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("-") and \
+                    (takes == 1 or (takes is None and not argv[i + 1].endswith((".yaml",
+                                                                                  ".yml")))):
+                own.append(argv[i + 1])
+                i += 1
+        else:
+            settings.append(token)
+            if "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                settings.append(argv[i + 1])
+                i += 1
+        i += 1
+    return own, settings
 
 
 def setting_flags(tokens: Sequence[str]) -> dict[str, Any]:
@@ -326,14 +370,16 @@ def _interrupted_message(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoprune`` console script."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if args.command == "train":  # --<setting> <value> flags, checked against the task's settings
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings: list[str] = []
+    if argv[:1] == ["train"]:  # --<setting> <value> flags, checked against the task's settings
+        argv, settings = _train_flags(argv)
+    args = parser.parse_args(argv)
+    if args.command == "train":
         try:
-            args.settings = setting_flags(extra)
+            args.settings = setting_flags(settings)
         except ValueError as e:
             parser.error(str(e))
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # the subcommands load torch and the model libraries (seconds): imported once a command runs,
     # so that --help and --version answer at once
     from . import commands

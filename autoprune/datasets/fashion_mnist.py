@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from typing import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -64,11 +65,13 @@ class FashionMNIST(Dataset):
 
     split: "train" (60k) or "test" (10k). ``limit`` keeps the first N images of each class in turn
     (a balanced subset). ``size`` resizes (bilinear); ``channels=3`` repeats the gray channel so
-    ImageNet-style models (3-channel stems) take it unchanged.
+    ImageNet-style models (3-channel stems) take it unchanged. ``mean`` / ``std`` (per channel)
+    normalise as a pretrained model expects; by default Fashion-MNIST's own statistics.
     """
 
     def __init__(self, split: str = "train", *, root: str | os.PathLike | None = None,
-                 size: int = 28, channels: int = 1, limit: int | None = None):
+                 size: int = 28, channels: int = 1, limit: int | None = None,
+                 mean: Sequence[float] | None = None, std: Sequence[float] | None = None):
         if split not in _FILES:
             raise ConfigError(f"split {split!r} is not one of 'train', 'test'")
         if channels not in (1, 3):
@@ -85,8 +88,13 @@ class FashionMNIST(Dataset):
         x = torch.from_numpy(images.copy()).float().div_(255.0).unsqueeze(1)
         if size != 28:
             x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-        x = (x - MEAN) / STD
-        self.images = x.expand(-1, channels, -1, -1).contiguous() if channels == 3 else x
+        x = x.expand(-1, channels, -1, -1) if channels == 3 else x
+        if mean is None and std is None:  # Fashion-MNIST's own statistics
+            x = (x - MEAN) / STD
+        else:  # a pretrained model's (one value per channel, or one for all)
+            shape = (1, -1, 1, 1)
+            x = (x - torch.tensor(mean or [MEAN]).view(shape)) / torch.tensor(std or [STD]).view(shape)
+        self.images = x.contiguous()
         self.targets = torch.from_numpy(labels)
         self.classes = list(CLASSES)
 

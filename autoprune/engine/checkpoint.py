@@ -306,8 +306,8 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
             raise ConfigError(f"the model does not run on an input of shape "
                               f"{[list(t.shape) for t in tensors_in(args)]} ({first}): export "
                               f"it at another input size") from None
-        inputs = _names("input", len(args))
-        output_names = _names("output", len(shapes))
+        inputs = io_names("input", len(args))
+        output_names = io_names("output", len(shapes))
         axes = {name: {0: "batch"} for name in inputs + output_names} if dynamic_batch else None
 
         def write(tmp: str) -> None:
@@ -329,17 +329,25 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
 
 
 def _declare_output_shapes(path: Path, shapes: list[tuple[int, ...]], dynamic_batch: bool) -> None:
-    """Write the outputs' true shapes into the ONNX graph: the exporter's shape inference can name
-    a static axis after the batch (a segmentation mask's height came out as ``batch``). Every axis
-    but the batch is fixed by the example's input size. Needs the ``onnx`` package (the export
-    extra); without it the file is left as exported."""
+    """:func:`declare_output_shapes` on the ONNX file at ``path`` (left as exported without the
+    ``onnx`` package, or over 2 GB: then it holds external data)."""
     try:
         import onnx
     except ImportError:
         return
-    if path.stat().st_size > 1_900_000_000:  # a protobuf over 2 GB holds external data
+    if path.stat().st_size > 1_900_000_000:
         return
     graph_model = onnx.load(str(path))
+    declare_output_shapes(graph_model, shapes, dynamic_batch)
+    onnx.save(graph_model, str(path))
+
+
+def declare_output_shapes(graph_model: Any, shapes: list[tuple[int, ...]],
+                          dynamic_batch: bool) -> Any:
+    """Write the outputs' true shapes into an ONNX ``ModelProto`` (in place; returned): the
+    exporter's shape inference can name a static axis after the batch (a segmentation mask's
+    height came out as ``batch``). Every axis but the batch is fixed by the example's input
+    size."""
     for output, shape in zip(graph_model.graph.output, shapes):
         dims = output.type.tensor_type.shape.dim
         if len(dims) != len(shape):
@@ -349,8 +357,10 @@ def _declare_output_shapes(path: Path, shapes: list[tuple[int, ...]], dynamic_ba
                 dim.dim_param = "batch"
             else:
                 dim.dim_value = size
-    onnx.save(graph_model, str(path))
+    return graph_model
 
 
-def _names(stem: str, count: int) -> list[str]:
+def io_names(stem: str, count: int) -> list[str]:
+    """The names of an exported model's inputs or outputs: ``input`` / ``output`` for one,
+    ``input0``, ``input1``... for several."""
     return [stem] if count == 1 else [f"{stem}{i}" for i in range(count)]

@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import ConfigError
+from .checkpoint import declare_output_shapes, io_names
 from .data import tensors_in
 
 RUNTIMES = ("torch", "onnxruntime", "openvino")
@@ -123,10 +124,6 @@ def runtime_setting(name: str, threads: int | None, device: Any = "cpu") -> dict
 
 # ---- export ------------------------------------------------------------------------------------
 
-def _names(stem: str, count: int) -> list[str]:  # as checkpoint.export_onnx names them
-    return [stem] if count == 1 else [f"{stem}{i}" for i in range(count)]
-
-
 def _positional(example_inputs: Any, runtime: str) -> tuple:
     args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) \
         else (example_inputs,)
@@ -169,7 +166,7 @@ def onnx_model(model: nn.Module, example_inputs: Any, *, opset: int = OPSET,
     try:
         with torch.no_grad():
             shapes = [tuple(t.shape) for t in tensors_in(model(*args))]
-            inputs, outputs = _names("input", len(args)), _names("output", len(shapes))
+            inputs, outputs = io_names("input", len(args)), io_names("output", len(shapes))
             axes = {n: {0: "batch"} for n in inputs + outputs} if dynamic_batch else None
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # tracer warnings: the graph is the timed one
@@ -186,24 +183,15 @@ def onnx_model(model: nn.Module, example_inputs: Any, *, opset: int = OPSET,
 
 def _declare_output_shapes(data: bytes, shapes: list[tuple[int, ...]],
                            dynamic_batch: bool) -> bytes:
-    """export_onnx's ``_declare_output_shapes`` on bytes (without the onnx package: as is)."""
+    """export_onnx's output shapes declared on bytes (without the onnx package: as is)."""
     try:
         import onnx
     except ImportError:
         return data
     if len(data) > 1_900_000_000:
         return data
-    graph_model = onnx.load_from_string(data)
-    for output, shape in zip(graph_model.graph.output, shapes):
-        dims = output.type.tensor_type.shape.dim
-        if len(dims) != len(shape):
-            continue
-        for i, (dim, size) in enumerate(zip(dims, shape)):
-            if i == 0 and dynamic_batch:
-                dim.dim_param = "batch"
-            else:
-                dim.dim_value = size
-    return graph_model.SerializeToString()
+    return declare_output_shapes(onnx.load_from_string(data), shapes,
+                                 dynamic_batch).SerializeToString()
 
 
 # ---- running ----------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                 prefix_cache: bool = True, evaluation: str = "auto",
                 batch_variants: int = 8, progress: bool = True, latency: bool = False,
                 latency_device: str = "cpu", latency_threads: int | None = None,
-                latency_batch: int = 1) -> Sensitivities:
+                latency_batch: int = 1, latency_runtime: str = "torch") -> Sensitivities:
     """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
 
     For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
@@ -259,7 +259,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
 
     ``latency=True`` also times each point's really pruned model (a temporary prune, whatever
     ``evaluation`` is) on ``latency_device`` with ``latency_threads`` (CPU; None: torch's
-    current number) on ``latency_batch`` copies of the first example, paired with the unpruned
+    current number) on ``latency_batch`` copies of the first example, in ``latency_runtime``
+    (torch eager, or ONNX Runtime / OpenVINO on the exported model), paired with the unpruned
     model (see :mod:`autoprune.engine.latency`): ``record.latency[group][ratio]`` is pruned /
     unpruned latency, ``extra["latency"]`` the setting and ``baseline_ms``. Resumable like the
     losses; a file timed in another setting is refused. Under torchrun rank 0 times, alone.
@@ -267,7 +268,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     ratios = check_ratios(ratios)
     check_criterion(criterion)
     if latency:
-        check_latency_options(latency_device, latency_threads, latency_batch)
+        check_latency_options(latency_device, latency_threads, latency_batch, latency_runtime)
     check_analysis_options(evaluation=evaluation, batch_variants=batch_variants,
                            early_stop=early_stop)
     rank, world = rank_and_world()
@@ -285,7 +286,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                               metric_name=metric_name, weights=weights, extra=how)
         if latency and record.latency:  # refused before any point is measured
             wanted = latency_setting(example_inputs, device=latency_device,
-                                     threads=latency_threads, batch=latency_batch)
+                                     threads=latency_threads, batch=latency_batch,
+                                     runtime=latency_runtime)
             if setting_differences(record.extra.get("latency"), wanted):
                 check_latency_table(record, wanted, path)
         pending = _missing(record, names, ratios, early_stop)
@@ -360,6 +362,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                                 latency_points(record, names, ratios), criterion=criterion,
                                 device=latency_device, threads=latency_threads,
                                 batch=latency_batch, path=path, progress=progress,
+                                runtime=latency_runtime,
                                 write=None if path is None else lambda r: write_record(r, path))
     if latency and world > 1:
         barrier()

@@ -12,7 +12,8 @@ import torch.nn as nn
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
 from ..engine.store import SensitivityRecord
 from .contract import TaskAdapter
-from .latency import LatencyTarget, latency_ratios, latency_target, timed_default
+from .latency import LatencyTarget, latency_ratios, latency_target, timed_table
+from .layout import SIDE_FILE
 from .options import check_targets
 
 
@@ -27,10 +28,12 @@ class Targets:
 
     @classmethod
     def of(cls, eval_metric_loss: Any, pruned_flops: Any, pruned_latency: Any, *,
-           device: Any = "cpu", threads: Any = None, batch: Any = 1) -> "Targets":
+           device: Any = "cpu", threads: Any = None, batch: Any = 1,
+           runtime: Any = "torch") -> "Targets":
         """The checked targets (one-line ConfigErrors; 0.05 loss when none is given)."""
         loss = check_targets(eval_metric_loss, pruned_flops, pruned_latency)
-        return cls(loss, pruned_flops, latency_target(pruned_latency, device, threads, batch))
+        return cls(loss, pruned_flops,
+                   latency_target(pruned_latency, device, threads, batch, runtime))
 
     def describe(self) -> str:
         """The target in words, for logs."""
@@ -43,13 +46,16 @@ class Targets:
 
 def table_for(adapter: TaskAdapter, model: nn.Module, record: SensitivityRecord, path: Path, *,
               targets: Targets, default_profile: bool, save_dir: Path, arch: str | None,
-              criterion: str, progress: bool = True) -> SensitivityRecord:
-    """The table the ratios are chosen from: ``record`` as it is, or for a latency target on a
-    DEFAULT profile its points timed on this machine (``save_dir/sensitivities_latency.json``)."""
-    if targets.latency is None or not default_profile:
+              criterion: Any, progress: bool = True) -> SensitivityRecord:
+    """The table the ratios are chosen from: ``record`` as it is, or for a latency target its
+    points timed on this machine in the target's setting, on the model as the task deploys it
+    (a DEFAULT profile's into ``save_dir/sensitivities_latency.json``, a measured file's into
+    itself)."""
+    if targets.latency is None:
         return record
-    return timed_default(adapter, model, path, targets.latency, save_dir, arch=arch,
-                         criterion=criterion, progress=progress)
+    where = Path(save_dir) / SIDE_FILE if default_profile else path
+    return timed_table(adapter, model, record, where, targets.latency, arch=arch,
+                       criterion=criterion, progress=progress, side_file=default_profile)
 
 
 def choose_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRecord,

@@ -22,7 +22,7 @@ from .config import (RUN_CONFIG, FlowSettings, free_settings, names, read_run_co
                      resumed_settings, split_settings)
 from ..errors import ConfigError
 from .contract import TrainResult
-from .registry import Task
+from .registry import REQUIRED, Task
 
 
 def _defaults(task: Task) -> dict[str, Any]:
@@ -34,7 +34,10 @@ def _defaults(task: Task) -> dict[str, Any]:
                          f.default_factory())  # type: ignore[misc]
                 for cls in (FlowSettings, settings) for f in dataclasses.fields(cls)}
     defaults.update(getattr(settings, "flow_defaults", {}))
-    return {**task.inputs, **defaults, **dict.fromkeys(task.aliases)}
+    # a required input but the model may come from a resumed run's args.yaml: checked later
+    inputs = {k: v if k == "model" or v is not REQUIRED else None
+              for k, v in task.inputs.items()}
+    return {**inputs, **defaults, **dict.fromkeys(task.aliases)}
 
 
 def _params(task: Task) -> list[inspect.Parameter]:
@@ -100,6 +103,10 @@ def run_task(task: Task, given: dict[str, Any]) -> TrainResult:
         given = resumed_settings(task.name, given, stored, free_settings(FlowSettings, settings),
                                  save_dir / RUN_CONFIG)
     inputs = {k: given.pop(k) for k in list(given) if k in task.inputs}
+    missing = [k for k, d in task.inputs.items() if d is REQUIRED and inputs.get(k) is None]
+    if missing:
+        raise ConfigError(f"{task.name}.train() needs {missing[0]}= (e.g. "
+                          f"{task.config_example})")
     flow_defaults = getattr(settings, "flow_defaults", {})
     given = {**flow_defaults, **given}
     flow, own = split_settings(given, settings, task.name)
@@ -182,7 +189,8 @@ def analyze_task(task: Task, model: Any, data: Any, save_file: Any,
         given = {**{k: v for k, v in fixed.items() if k in names_of and v is not None},
                  **{k: v for k, v in given.items() if v is not None or k not in fixed}}
     own = settings_class(**given)
-    steering = FlowSettings(**{k: v for k, v in flow.items() if k in ("progress", "seed")})
+    steering = FlowSettings(**{k: v for k, v in flow.items() if k in ("progress", "seed")},
+                            save_dir=str(Path(save_file).parent))  # where a data cache goes
     init_from_env()
     torch.manual_seed(steering.seed)
     adapter = adapter_class.from_settings(own, {"eval_data": data}, steering)

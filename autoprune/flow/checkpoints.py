@@ -115,7 +115,8 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
                      pruned_flops: float | None = None, criterion: str = "l1_norm",
                      round_to: int | None = None, overwrite: bool = False,
                      pruned_latency: float | None = None, latency_device: str = "cpu",
-                     latency_threads: int | None = None, latency_batch: int = 1):
+                     latency_threads: int | None = None, latency_batch: int = 1,
+                     latency_runtime: str = "torch"):
     """Prune a saved model with a sensitivity file (or "DEFAULT") and save it, without retraining.
     The target is ``eval_metric_loss`` (0.05 when no target is given), ``pruned_flops`` or
     ``pruned_latency`` (a file timed with latency in that setting; DEFAULT: the profile's points
@@ -125,9 +126,12 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
     if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
                           f"input is never overwritten)")
-    check_unused_settings(pruned_latency, latency_device, latency_threads, latency_batch)
+    check_unused_settings(pruned_latency, latency_device, latency_threads, latency_batch,
+                          latency_runtime)
+    if round_to is None and pruned_latency is not None and latency_runtime != "torch":
+        round_to = 8  # as the flow does: a deploy runtime's fast kernels want multiples of 8
     targets = Targets.of(eval_metric_loss, pruned_flops, pruned_latency, device=latency_device,
-                         threads=latency_threads, batch=latency_batch)
+                         threads=latency_threads, batch=latency_batch, runtime=latency_runtime)
     adapter, meta = adapter_for_checkpoint(checkpoint)
     model = load_model(checkpoint, adapter)
     mode = sens_mode(sensitivities_file)
@@ -147,6 +151,35 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
     save_pruned(model, output, **{**meta, "pruned": True, "plan": {**previous, **result.plan}})
     result.latency_ratios = chosen if targets.latency is not None else None
     return result
+
+def check_onnx(checkpoint: str | os.PathLike, onnx: Path, *,
+               baseline: str | os.PathLike | None = None,
+               input_size: int | None = None) -> dict[str, Any]:
+    """What ``autoprune export`` prints about the ONNX model it wrote: the largest difference of
+    ONNX Runtime's outputs from torch's (``max_abs_diff``) and its latency on the CPU (torch's
+    threads): ``latency_ms``, or with ``baseline`` (the checkpoint it was pruned from) both
+    timed in pairs in ONNX Runtime (``baseline_ms``, ``reduction``)."""
+    from ..engine.latency import paired_reduction
+    from ..engine.measure import latency_ms
+    from ..engine.runtimes import compile_model, output_difference
+
+    size = {"input_size": input_size} if input_size else {}
+    adapter, _ = adapter_for_checkpoint(checkpoint, progress=False, **size)
+    model = adapter.deploy_module(load_model(checkpoint, adapter))
+    x = adapter.example_inputs(model)
+    runner = compile_model(model, x, runtime="onnxruntime", threads=torch.get_num_threads(),
+                           onnx=Path(onnx).read_bytes())
+    out = {"max_abs_diff": output_difference(model, x, runner=runner)}
+    if baseline is None:
+        out["latency_ms"] = latency_ms(model, x, runtime="onnxruntime")
+        return out
+    base = adapter.deploy_module(load_model(baseline, adapter_for_checkpoint(
+        baseline, progress=False, **size)[0]))
+    timed = paired_reduction(base, model, x, runtime="onnxruntime")
+    out.update(latency_ms=timed["pruned_ms"], baseline_ms=timed["baseline_ms"],
+               reduction=timed["reduction"])
+    return out
+
 
 def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, *,
                       input_size: int | None = None, opset_version: int = 17,

@@ -57,6 +57,9 @@ class FlowSettings:
     latency_threads: int | None = setting(None, "CPU threads while timing (default: torch's)",
                                           kind="int")
     latency_batch: int = setting(1, "batch size timed", kind="int")
+    latency_runtime: str = setting("torch", "where latency is timed and targeted: torch (eager), "
+                                   "onnxruntime (as `autoprune export` deploys it), openvino",
+                                   kind="str")
     pretrain_epochs: int | None = setting(None, "epochs of the base model (default: epochs)",
                                           kind="int")
     criterion: Any = setting("l1_norm", "which channels go: l1_norm, l2_norm, fpgm, bn_scale, "

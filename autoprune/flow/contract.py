@@ -83,8 +83,18 @@ class TaskAdapter(ABC):
     @classmethod
     def checkpoint_settings(cls, meta: Mapping[str, Any]) -> dict[str, Any]:
         """The adapter settings a checkpoint's metadata fixes (the default: its ``build``
-        arguments)."""
-        return dict(meta.get("build") or {})
+        arguments and its ``data`` settings, see :meth:`data_settings`)."""
+        return {**dict(meta.get("build") or {}), **dict(meta.get("data") or {})}
+
+    def describe_data(self) -> str | None:
+        """The data in words for the run's log and report (``coco, 2 splits, 80 classes, 5,000
+        val images``); None when there is nothing to say (the default)."""
+        return None
+
+    def data_settings(self) -> dict[str, Any]:
+        """The settings the model's inputs were prepared with that a checkpoint must keep to be
+        evaluated the same way later (a pretrained model's normalisation); none by default."""
+        return {}
 
     @classmethod
     def is_own_checkpoint(cls, path: Any) -> bool:
@@ -104,6 +114,12 @@ class TaskAdapter(ABC):
         model name or an ``nn.Module`` (the default passes both through; detection turns a
         YOLO object or an Ultralytics .pt into a name plus weights)."""
         return model, pretrain_weights
+
+    def start_weights(self) -> dict[str, Any] | None:
+        """Where the pretrained weights :meth:`prepare_model` loaded came from (a
+        :class:`~autoprune.engine.provenance.Provenance` as a dict), recorded in checkpoints and
+        the report; None when it loaded none (the default)."""
+        return None
 
     # --- the model -------------------------------------------------------------------------
     @abstractmethod

@@ -12,8 +12,9 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
-from ..engine.store import now, write_text_atomic
+from ..engine.store import now, read_record, write_text_atomic
 from ..errors import ConfigError, SensitivityFileError
 
 DEFAULT = "DEFAULT"
@@ -96,11 +97,24 @@ def versions() -> dict[str, str]:
 
 
 def register_profile(task: str, arch_key: str, file_name: str, out_dir: Path) -> Path:
-    """Add ``arch_key -> file_name`` to ``out_dir/index.json`` (written atomically)."""
+    """Add ``arch_key -> file_name`` to ``out_dir/index.json`` (written atomically), with the
+    profile's provenance under ``about`` (:func:`provenance_of`)."""
     index_path = out_dir / "index.json"
     index = _read_index(index_path, "restore a copy, or delete it and build the profiles "
                         "again") if index_path.is_file() else {}
     index.setdefault("format", "autoprune-profile-index")
     index.setdefault("profiles", {}).setdefault(task, {})[arch_key] = file_name
+    if (out_dir / file_name).is_file():
+        index.setdefault("about", {})[file_name] = provenance_of(out_dir / file_name)
     index["updated"] = now()
     return write_text_atomic(index_path, json.dumps(index, indent=1, sort_keys=True))
+
+
+def provenance_of(profile: Path) -> dict[str, Any]:
+    """How a profile was made, in short: its data set, input size, metric (and the base model's
+    value) and start (from scratch, or which pretrained weights)."""
+    record = read_record(profile)
+    how = record.extra.get("how") or {}
+    return {"data": how.get("dataset"), "input_size": how.get("input_size"),
+            "metric": record.metric.get("name"), "baseline": record.metric.get("baseline"),
+            "start": how.get("start") or "from scratch", "date": record.extra.get("date")}

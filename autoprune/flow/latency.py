@@ -18,7 +18,7 @@ from ..engine.latency_target import LatencyRatios, check_latency_target, ratios_
 from ..engine.store import SensitivityRecord, read_json, read_record, write_text_atomic
 from ..errors import ConfigError
 from .contract import TaskAdapter
-from .layout import RATIOS_FILE, SIDE_FILE
+from .layout import RATIOS_FILE
 
 
 
@@ -30,50 +30,59 @@ class LatencyTarget:
     device: str = "cpu"
     threads: int | None = None
     batch: int = 1
+    runtime: str = "torch"
 
     def timing(self) -> dict[str, Any]:
         """The keyword arguments of the engine's timing functions."""
-        return {"device": self.device, "threads": self.threads, "batch": self.batch}
+        return {"device": self.device, "threads": self.threads, "batch": self.batch,
+                "runtime": self.runtime}
 
     def options(self) -> dict[str, Any]:
         """The sensitivity options that time each point in this setting."""
         return {"latency": True, "latency_device": self.device,
-                "latency_threads": self.threads, "latency_batch": self.batch}
+                "latency_threads": self.threads, "latency_batch": self.batch,
+                "latency_runtime": self.runtime}
 
 
 def latency_target(pruned_latency: Any, device: Any = "cpu", threads: Any = None,
-                   batch: Any = 1) -> LatencyTarget | None:
+                   batch: Any = 1, runtime: Any = "torch") -> LatencyTarget | None:
     """The checked latency target (None without ``pruned_latency``)."""
     if pruned_latency is None:
         return None
     value = check_latency_target(pruned_latency)
-    return LatencyTarget(value, check_latency_options(device, threads, batch), threads, batch)
+    return LatencyTarget(value, check_latency_options(device, threads, batch, runtime), threads,
+                         batch, runtime)
 
 
-def timed_default(adapter: TaskAdapter, model: nn.Module, profile: Path, target: LatencyTarget,
-                  save_dir: Path, *, arch: str | None, criterion: str,
-                  progress: bool = True) -> SensitivityRecord:
-    """The DEFAULT ``profile``'s losses with its points timed on this machine, kept in
-    ``save_dir/sensitivities_latency.json`` (reused on rerun; timed anew in another setting)."""
-    side = Path(save_dir) / SIDE_FILE
-    example = adapter.example_inputs(model)
-    losses = read_record(profile)
-    if side.is_file() and rank_and_world()[0] == 0:
-        stored = read_record(side)
+def timed_table(adapter: TaskAdapter, model: nn.Module, table: SensitivityRecord, path: Path,
+                target: LatencyTarget, *, arch: str | None, criterion: Any,
+                progress: bool = True, side_file: bool = False) -> SensitivityRecord:
+    """``table``'s losses with each point's latency timed on this machine in ``target``'s
+    setting, on the model as the task deploys it (:meth:`TaskAdapter.deploy_module`), kept in
+    the file at ``path`` (resumable: a rerun times only the points still missing). A
+    ``side_file`` (a DEFAULT profile's timings) timed for another model or setting is timed
+    anew; the sensitivity file itself refuses another setting. Rank 0 times; every rank gets
+    the record."""
+    path = Path(path)
+    deployed = adapter.deploy_module(model)
+    example = adapter.example_inputs(deployed)
+    if side_file and path.is_file() and rank_and_world()[0] == 0:
+        stored = read_record(path)
         wanted = latency_setting(example, **target.timing())
-        if stored.model.get("fingerprint") != losses.model.get("fingerprint") or \
+        if stored.model.get("fingerprint") != table.model.get("fingerprint") or \
                 (stored.latency and setting_differences(stored.extra.get("latency"), wanted)):
-            print(f"[autoprune] {side} was timed for another model or setting: timing anew",
+            print(f"[autoprune] {path} was timed for another model or setting: timing anew",
                   flush=True)
-            side.unlink()
+            path.unlink()
 
     def measure() -> SensitivityRecord:
-        return measure_latencies(model, example, losses.sensitivities, path=side,
-                                 criterion=criterion, ignored_layers=adapter.ignored_layers(model),
-                                 arch=arch, progress=progress, **target.timing())
+        return measure_latencies(deployed, example, table.sensitivities, path=path,
+                                 criterion=criterion, arch=arch, progress=progress,
+                                 ignored_layers=adapter.ignored_layers(deployed),
+                                 **target.timing())
 
     record = _on_rank0(measure)
-    record.metric = dict(losses.metric)
+    record.metric = dict(table.metric)
     return record
 
 
@@ -99,8 +108,10 @@ def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRe
                                   f"copy") from None
 
     def choose() -> LatencyRatios:
-        chosen = ratios_by_latency(model, adapter.example_inputs(model), record, target.value,
-                                   round_to=round_to, ignored_layers=adapter.ignored_layers(model),
+        deployed = adapter.deploy_module(model)  # timed as the task deploys it
+        chosen = ratios_by_latency(deployed, adapter.example_inputs(deployed), record,
+                                   target.value, round_to=round_to,
+                                   ignored_layers=adapter.ignored_layers(deployed),
                                    criterion=criterion, max_loss=max_loss, **target.timing())
         if path is not None:
             write_text_atomic(path, json.dumps({**asked, **figures_of(chosen),
@@ -157,15 +168,17 @@ def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
     return out
 
 
-def check_unused_settings(pruned_latency: Any, device: Any, threads: Any, batch: Any, *,
-                          switch: str = "pruned_latency", cli: bool = False) -> None:
+def check_unused_settings(pruned_latency: Any, device: Any, threads: Any, batch: Any,
+                          runtime: Any = "torch", *, switch: str = "pruned_latency",
+                          cli: bool = False) -> None:
     """Refuse latency settings given without a latency target (they would be ignored);
     ``switch`` names what turns timing on (``--latency`` for `autoprune sensitivity`), ``cli``
     names the settings as command-line flags."""
     if pruned_latency is not None:
         return
     for name, value, default in (("latency_device", device, "cpu"),
-                                 ("latency_threads", threads, None), ("latency_batch", batch, 1)):
+                                 ("latency_threads", threads, None), ("latency_batch", batch, 1),
+                                 ("latency_runtime", runtime, "torch")):
         if value != default:
             shown = "--" + name.replace("_", "-") if cli else name
             turn_on = switch if cli else f"{switch} (e.g. 0.4)"

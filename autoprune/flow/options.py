@@ -3,14 +3,13 @@ targets, save folder, inputs that the run would overwrite, sensitivity options."
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..engine.distributed import process_rank
 from ..errors import ConfigError
-from .defaults import DEFAULT
+from .config import check_numbers, sensitivity_mode as sens_mode  # noqa: F401 (re-exported)
 from .layout import STAGE_FILES, STEP_PREFIX, training_stages
 from ..engine.latency import check_latency_options
 from ..engine.latency_target import check_latency_target
@@ -78,23 +77,6 @@ def names_a_missing_file(model: Any) -> bool:
     return False
 
 
-def check_numbers(*, whole: bool = False, low: float | None = 0, above: bool = False,
-                  **settings: Any) -> None:
-    """Refuse a setting that is not a number (a YAML ``batch_size: big``), not a whole one when
-    ``whole``, or below ``low`` (or at it, when ``above``), naming its key; None passes."""
-    kind = numbers.Integral if whole else numbers.Real
-    for key, value in settings.items():
-        if value is None:
-            continue
-        ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
-        if ok and low is not None:
-            ok = value > low if above else value >= low
-        if not ok:
-            bound = "" if low is None else f", {'above' if above else 'at least'} {low}"
-            raise ConfigError(f"{key}={value!r} must be {'a whole' if whole else 'a'} "
-                              f"number{bound}: fix it in the call or the config")
-
-
 def check_targets(eval_metric_loss: float | None, pruned_flops: float | None,
                   pruned_latency: float | None = None) -> float | None:
     """Refuse a target out of range, or two given; returns the eval_metric_loss to prune by
@@ -126,17 +108,9 @@ def check_targets(eval_metric_loss: float | None, pruned_flops: float | None,
     return eval_metric_loss
 
 
-def sens_mode(sensitivities_file: Any) -> str:
-    if sensitivities_file is None:
-        return "none"
-    if isinstance(sensitivities_file, str) and sensitivities_file.upper() == DEFAULT:
-        return "default"
-    return "existing" if Path(sensitivities_file).exists() else "new"
-
-
 SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
                        "eval_images", "latency", "latency_device", "latency_threads",
-                       "latency_batch")
+                       "latency_batch", "latency_runtime")
 
 
 def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -152,7 +126,8 @@ def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, An
     check_analysis_options(**options)
     if options.get("latency"):
         check_latency_options(options.get("latency_device", "cpu"),
-                              options.get("latency_threads"), options.get("latency_batch", 1))
+                              options.get("latency_threads"), options.get("latency_batch", 1),
+                              options.get("latency_runtime", "torch"))
     n = options.get("eval_images")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ConfigError(f"eval_images={n!r} must be a positive number of images such as 500")

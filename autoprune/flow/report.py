@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch.nn as nn
 from ..engine.store import write_text_atomic
 from ..engine.latency import describe, paired_reduction
 from ..engine.measure import count_flops, count_params, size_mb, to_device
+from ..errors import ConfigError
 from .contract import TaskAdapter
 
 def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
@@ -33,23 +35,41 @@ def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
                "metrics": metrics}
         for (side, m), metrics in zip(models.items(), (base_metrics, pruned_metrics))}
     paired = {"cpu": paired_reduction(models["baseline"], models["pruned"], on_cpu,
-                                      device="cpu", batch=batch), "gpu": None}
+                                      device="cpu", batch=batch), "gpu": None,
+              "onnxruntime": deploy_runtime_latency(adapter, models, on_cpu, batch)}
     if torch.cuda.is_available():
         paired["gpu"] = paired_reduction(baseline, pruned, inputs, device="cuda", batch=batch)
-    for kind in ("cpu", "gpu"):
+    for kind in ("cpu", "gpu", "onnxruntime"):
         timed = paired[kind]
-        out["baseline"][f"latency_{kind}_ms"] = timed and timed["baseline_ms"]
-        out["pruned"][f"latency_{kind}_ms"] = timed and timed["pruned_ms"]
-        if timed:
+        ok = bool(timed) and "error" not in timed
+        out["baseline"][f"latency_{kind}_ms"] = timed["baseline_ms"] if ok else None
+        out["pruned"][f"latency_{kind}_ms"] = timed["pruned_ms"] if ok else None
+        if ok:
             timed.update(timed.pop("setting"))
     out["latency_paired"] = paired
     return out
+
+
+def deploy_runtime_latency(adapter: TaskAdapter, models: Mapping[str, nn.Module], inputs: Any,
+                           batch: int) -> dict[str, Any] | None:
+    """The two models timed in pairs in ONNX Runtime on the CPU (with torch's threads), as the
+    task deploys them, when onnxruntime is installed (None otherwise); a model it cannot run
+    gives ``{"error": <the one line>}`` instead of stopping the report."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return None
+    try:
+        return paired_reduction(adapter.deploy_module(models["baseline"]),
+                                adapter.deploy_module(models["pruned"]), inputs, device="cpu",
+                                batch=batch, runtime="onnxruntime")
+    except ConfigError as e:
+        return {"error": str(e)}
 
 
 _ROWS = (("params", "Params", lambda v: f"{v / 1e6:.3f} M"),
          ("flops", "FLOPs (MACs)", lambda v: f"{v / 1e6:.1f} M"),
          ("size_mb", "Size", lambda v: f"{v:.2f} MB"),
          ("latency_cpu_ms", "CPU latency", lambda v: f"{v:.2f} ms"),
+         ("latency_onnxruntime_ms", "CPU latency, ONNX Runtime", lambda v: f"{v:.2f} ms"),
          ("latency_gpu_ms", "GPU latency", lambda v: f"{v:.2f} ms"))
 
 
@@ -67,6 +87,9 @@ def _rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
             lo, hi = sorted(-100 * r for r in timed["reduction_range"])
             change += f" ({lo:+.1f} to {hi:+.1f})"  # the spread over the paired rounds
         rows.append((label, fmt(b), fmt(p), change))
+    failed = paired.get("onnxruntime")
+    if isinstance(failed, Mapping) and failed.get("error"):  # the model ORT could not run
+        rows.append(("CPU latency, ONNX Runtime", "n/a", "n/a", str(failed["error"])[:60]))
     for name, b in base.get("metrics", {}).items():
         p = pruned.get("metrics", {}).get(name)
         if p is not None:
@@ -133,7 +156,24 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     recipe = recipe_line(report)
     if recipe:
         lines += ["", f"Retraining: {recipe}."]
+    start = start_line(report)
+    if start:
+        lines += ["", f"Starting weights: {start}."]
+    data = report.get("data")
+    if data:
+        lines += ["", f"Data: {data}."]
     return "\n".join(lines) + "\n"
+
+
+def start_line(report: Mapping[str, Any]) -> str:
+    """Where the base model's starting weights came from, in words (empty when it started from
+    random weights or the report does not say)."""
+    start = report.get("start_weights")
+    if not isinstance(start, Mapping):
+        return ""
+    where = f" ({start['url']})" if start.get("url") else ""
+    digest = f", sha256 {str(start['sha256'])[:12]}" if start.get("sha256") else ""
+    return f"{start.get('source')} {start.get('id')}{where}: {start.get('file')}{digest}"
 
 
 def to_console(report: Mapping[str, Any]) -> str:
@@ -150,6 +190,9 @@ def to_console(report: Mapping[str, Any]) -> str:
     recipe = recipe_line(report)
     if recipe:
         lines.append(f"retraining: {recipe}")
+    start = start_line(report)
+    if start:
+        lines.append(f"starting weights: {start}")
     return "\n".join(lines)
 
 

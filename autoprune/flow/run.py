@@ -18,6 +18,7 @@ import torch.nn as nn
 from ..engine.channels import check_criterion
 from ..engine.checkpoint import BASE_SHAPES
 from ..engine.distributed import broadcast, init_from_env, rank_and_world
+from ..engine.provenance import file_provenance
 from ..engine.prune import PruneResult, check_round_to, prune
 from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios, weights_sha256
 from ..engine.store import SensitivityRecord, read_record
@@ -36,6 +37,9 @@ from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file, get_sensitivities
 from .steps import Schedule, check_schedule, combined, step_targets
 from .training import Distill, prepare_teacher
+
+
+RUNTIME_ROUND_TO = 8  # round_to when latency is targeted in a deploy runtime and none is given
 
 
 @dataclass
@@ -92,13 +96,15 @@ def start(adapter: TaskAdapter, model: Any, flow: FlowSettings,
     run.save_dir = check_save_dir(flow.save_dir)
     check_outputs(*run_outputs(run.save_dir, run.mode, flow.pretrain_weights, flow.prune_steps,
                                adapter.stage_files))
-    if rank_and_world()[0] == 0:  # the settings as given (a resumed run compares with them)
-        save_run_config(run.save_dir, run_record(adapter.task, dict(inputs or {"model": model}),
-                                                 flow, settings))
+    given = run_record(adapter.task, dict(inputs or {"model": model}), flow, settings)
     model, pretrain_weights = adapter.prepare_model(model, flow.pretrain_weights, run.save_dir)
     if pretrain_weights is not flow.pretrain_weights:  # e.g. the weights of a YOLO object
-        flow = run.flow = dataclasses.replace(flow, pretrain_weights=pretrain_weights)
+        run.flow = dataclasses.replace(run.flow, pretrain_weights=pretrain_weights)
+    flow = run.flow  # as checked (round_to for a deploy runtime) and prepared
     _announce_previous(run)
+    data = adapter.describe_data()
+    if data:
+        _log(f"[autoprune] data: {data}")
     run.arch = adapter.arch_key(model)  # a name or a model object (None: unknown architecture)
     run.model, rebuild_arch = _built(adapter, model, run.arch)
     adapter.check_model(run.model)
@@ -112,10 +118,14 @@ def start(adapter: TaskAdapter, model: Any, flow: FlowSettings,
         load_weights(run.model, flow.pretrain_weights)
     run.model.to(adapter.device)
     run.meta = {"task": adapter.task, "arch": rebuild_arch,
-                "build": adapter.build_kwargs(run.model), "input_size": adapter.input_size}
+                "build": adapter.build_kwargs(run.model), "input_size": adapter.input_size,
+                "start_weights": start_weights(adapter, flow.pretrain_weights),
+                "data": adapter.data_settings()}
     if run.targets is not None:
         check_sensitivities_file(adapter, run.model, flow.sensitivities_file, run.arch,
                                  flow.criterion)
+    if rank_and_world()[0] == 0:  # the settings as given (a resumed run compares with them),
+        save_run_config(run.save_dir, given)  # once every check has passed
     return run
 
 
@@ -127,7 +137,7 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
                   prune_steps=flow.prune_steps)
     check_flags(progress=flow.progress, resume=flow.resume)
     check_unused_settings(flow.pruned_latency, flow.latency_device, flow.latency_threads,
-                          flow.latency_batch)
+                          flow.latency_batch, flow.latency_runtime)
     distill = adapter.distill_recipe(flow.distill)
     run = Run(adapter, flow, Path(flow.save_dir), mode, distill=distill)
     if mode == "none":
@@ -145,7 +155,11 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
                           f"epochs")
     run.targets = Targets.of(flow.eval_metric_loss, flow.pruned_flops, flow.pruned_latency,
                              device=flow.latency_device, threads=flow.latency_threads,
-                             batch=flow.latency_batch)
+                             batch=flow.latency_batch, runtime=flow.latency_runtime)
+    if flow.round_to is None and flow.latency_runtime != "torch":
+        # ONNX Runtime's fast (blocked) convolutions want channel counts in multiples of 8:
+        # unaligned, a -30 % FLOPs mobilenetv3 ran 1.7x slower there (benchmarks/README)
+        run.flow = dataclasses.replace(flow, round_to=RUNTIME_ROUND_TO)
     if not callable(flow.criterion):
         check_criterion(flow.criterion)
     check_sensitivity_options(flow.sensitivity_options)
@@ -188,14 +202,12 @@ def base_model(run: Run) -> None:
 def sensitivity_table(run: Run) -> None:
     """The sensitivity table: the DEFAULT profile, or a file measured or completed (each point
     also timed with a latency target)."""
-    flow, target = run.flow, run.targets.latency
+    flow = run.flow
     _log(f"[autoprune] sensitivities ({run.mode}: {flow.sensitivities_file})")
-    options = flow.sensitivity_options
-    if target is not None and run.mode != "default":
-        options = {**dict(options or {}), **target.options()}
-    run.record, run.sens_path = get_sensitivities(
+    run.record, run.sens_path = get_sensitivities(  # a latency target's timings: allocate()
         run.adapter, run.model, flow.sensitivities_file, arch=run.arch,
-        criterion=flow.criterion, ratios=flow.ratios, progress=flow.progress, options=options)
+        criterion=flow.criterion, ratios=flow.ratios, progress=flow.progress,
+        options=flow.sensitivity_options)
 
 
 def allocate(run: Run) -> None:
@@ -247,7 +259,7 @@ def prune_and_retrain(run: Run) -> None:
 def finish(run: Run) -> TrainResult:
     """The before/after report (rank 0 measures alone), the plot and the list of outputs."""
     report = _on_rank0(lambda: write_report(run))
-    flow, save_dir = run.flow, run.save_dir
+    save_dir = run.save_dir
     _print_outputs(save_dir, [
         ("pruned model", save_dir / PRUNED / "best.pt"),
         *run.adapter.deployables(save_dir / PRUNED), ("base model", run.baseline_path),
@@ -267,15 +279,19 @@ def write_report(run: Run) -> dict[str, Any]:
     adapter, flow, targets = run.adapter, run.flow, run.targets
     sides = compare_sides(adapter, run.baseline_model, run.model, run.base_metrics,
                           adapter.evaluate(run.model))
-    report = {"task": adapter.task, "arch": run.arch, "sensitivities_file": str(run.sens_path),
+    report = {"task": adapter.task, "arch": run.arch, "data": adapter.describe_data(),
+              "start_weights": run.meta["start_weights"],
+              "sensitivities_file": str(run.sens_path),
               "eval_metric_loss": None if targets.flops is not None else targets.loss,
               "pruned_flops_target": targets.flops, "pruned_latency_target": flow.pruned_latency,
               "criterion": _name_of(flow.criterion), "round_to": flow.round_to,
               "ratios": dict(run.chosen), "flops_reduction": run.result.flops_reduction,
               "recipe": {"distill": run.distill or False, "prune_steps": flow.prune_steps},
               **target_fields(eval_metric_loss=targets.loss, pruned_flops=targets.flops,
-                              target=targets.latency, baseline=run.baseline_model,
-                              pruned=run.model, example_inputs=adapter.example_inputs(run.model),
+                              target=targets.latency,
+                              baseline=adapter.deploy_module(run.baseline_model),
+                              pruned=adapter.deploy_module(run.model),
+                              example_inputs=adapter.example_inputs(run.model),
                               chosen=run.chosen, cpu=sides["latency_paired"]["cpu"]),
               **sides}
     write_reports(report, run.save_dir)
@@ -287,6 +303,18 @@ def write_report(run: Run) -> dict[str, Any]:
 
 
 # --- helpers --------------------------------------------------------------------------------
+def start_weights(adapter: TaskAdapter, pretrain_weights: Any) -> dict[str, Any] | None:
+    """Where the model's starting weights came from: the pretrained weights the adapter loaded,
+    else the ``pretrain_weights`` file (with its sha256), else None (random initialisation)."""
+    loaded = adapter.start_weights()
+    if loaded is not None:
+        return loaded
+    if pretrain_weights is not None and Path(pretrain_weights).is_file():
+        return file_provenance(pretrain_weights).to_dict()
+    return None
+
+
+
 def step_epochs(epochs: int, steps: int, k: int) -> int:
     """Retraining epochs after step ``k`` of ``steps``: ``epochs // steps``, the last step the
     remainder."""

@@ -10,10 +10,11 @@ import torch.nn as nn
 from ..engine.channels import criterion_name
 from ..engine.groups import PruningGraph
 from ..engine.sensitivity import DEFAULT_RATIOS, sensitivity
-from ..engine.store import SensitivityRecord, SensitivityTable, check_fingerprint, read_record
+from ..engine.store import SensitivityRecord, check_fingerprint, read_record
 from ..errors import ConfigError, SensitivityFileError
 from .contract import TaskAdapter
 from .defaults import find_profile
+from .latency import LatencyTarget, timed_table
 from .options import check_sensitivity_options, sens_mode
 
 
@@ -57,17 +58,24 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
         return read_record(path), path
     options = check_sensitivity_options(options)
     subset = options.pop("eval_images", None)
+    timing = {k: options.pop(k) for k in list(options) if k.startswith("latency")}
     measure_on = adapter.with_eval_limit(subset) if subset else adapter
-    sens = sensitivity(model, adapter.example_inputs(model),
-                       lambda m: measure_on.evaluate(m)[adapter.metric], ratios=ratios,
-                       sensitivities_file=path, criterion=criterion,
-                       ignored_layers=adapter.ignored_layers(model),
-                       higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
-                       arch=arch, extra={"task": adapter.task,
-                                         "eval_images": _eval_size(measure_on)},
-                       progress=progress, **options)
+    sensitivity(model, adapter.example_inputs(model),
+                lambda m: measure_on.evaluate(m)[adapter.metric], ratios=ratios,
+                sensitivities_file=path, criterion=criterion,
+                ignored_layers=adapter.ignored_layers(model),
+                higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
+                arch=arch, extra={"task": adapter.task, "eval_images": _eval_size(measure_on)},
+                progress=progress, **options)
     # the record as written (every rank reads it after the analysis' last barrier)
-    return sens.record if isinstance(sens, SensitivityTable) else read_record(path), path
+    record = read_record(path)
+    if timing.get("latency"):  # each point timed too, on the model as the task deploys it
+        target = LatencyTarget(0.0, timing.get("latency_device", "cpu"),
+                               timing.get("latency_threads"), timing.get("latency_batch", 1),
+                               timing.get("latency_runtime", "torch"))
+        record = timed_table(adapter, model, record, path, target, arch=arch,
+                             criterion=criterion, progress=progress)
+    return record, path
 
 def _eval_size(adapter: TaskAdapter) -> int | None:
     """How many evaluation samples the sensitivities are measured on (recorded in the file)."""

@@ -49,12 +49,19 @@ def finish_profile(task: str, key: str, measured: Path, out_dir: str | Path,
     return out_dir / name
 
 
-def _command(key: str, task: str, s: dict[str, Any], ratios: tuple[float, ...]) -> str:
+def _command(key: str, task: str, s: dict[str, Any], ratios: tuple[float, ...],
+             options: dict[str, Any] | None = None) -> str:
     cmd = (f"autoprune profiles build --arch {key} --task {task} --epochs {s['epochs']} "
            f"--train-images {s['train_images']} --val-images {s['val_images']} "
            f"--input-size {s['input_size']} --batch-size {s['batch_size']} --seed {s['seed']}")
     if ratios != tuple(DEFAULT_RATIOS):
         cmd += " --ratios " + ",".join(f"{r:g}" for r in ratios)
+    options = options or {}
+    if options.get("pretrained"):
+        cmd += " --pretrained" + ("" if options["pretrained"] is True
+                                  else f" {options['pretrained']}")
+    if options.get("data"):
+        cmd += f" --data {options['data']}"
     return cmd
 
 
@@ -63,11 +70,14 @@ def build_profile(arch: str, out_dir: str | Path, *, task: str | None = None,
                   val_images: int | None = None, input_size: int | None = None,
                   batch_size: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
                   work_dir: str | Path | None = None, device: str = "auto", seed: int = 0,
-                  progress: bool = True, **task_options: Any) -> Path:
-    """Train ``arch`` on the public data of its task (``task`` forces it), measure its
-    sensitivities and write them as its profile in ``out_dir``. Unset settings take the task's
-    defaults (``Task.profile_settings``); ``task_options`` go to the task's profile builder
-    (detection: ``data=`` a data.yaml, ``train_args=``)."""
+                  progress: bool = True, pretrained: Any = None, data: str | Path | None = None,
+                  **task_options: Any) -> Path:
+    """Train ``arch`` on the public data of its task (``task`` forces it) — or on ``data``, your
+    data set in a layout the task reads — from scratch or from ``pretrained`` weights (True:
+    the library's default ones), measure its sensitivities and write them as its profile in
+    ``out_dir``. Unset settings take the task's defaults (``Task.profile_settings``);
+    ``task_options`` go to the task's profile builder (detection: ``train_args=``)."""
+    task_options.update(pretrained=pretrained, data=data)
     spec = get_task(task or task_of(arch))
     key, ratios = spec.arch_key(arch), tuple(ratios)
     given = dict(epochs=epochs, train_images=train_images, val_images=val_images,
@@ -76,8 +86,12 @@ def build_profile(arch: str, out_dir: str | Path, *, task: str | None = None,
          "seed": seed}
     check_numbers(whole=True, low=1, **{k: s[k] for k in SETTINGS})
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        options = {k: v for k, v in task_options.items() if v is not None}
         measured, how = spec.profile_builder()(key, Path(tmp), s, ratios, device=device,
-                                               progress=progress, **task_options)
+                                               progress=progress, **options)
+        start = options.get("pretrained")
         how = {"dataset": how.pop("dataset"), **{k: s[k] for k in SETTINGS}, "seed": seed,
-               **how, "command": _command(key, spec.name, s, ratios)}
+               "start": ("pretrained " + ("(default weights)" if start is True else str(start)))
+               if start else "from scratch", **how,
+               "command": _command(key, spec.name, s, ratios, options)}
         return finish_profile(spec.name, key, measured, out_dir, how)

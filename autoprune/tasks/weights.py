@@ -21,7 +21,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlparse
@@ -29,9 +28,10 @@ from urllib.parse import urlparse
 import torch
 import torch.nn as nn
 
+from ..engine.provenance import SOURCES, Provenance, file_provenance, sha256_of
+from ..engine.store import write_text_atomic
 from ..errors import ConfigError
 
-SOURCES = ("timm", "torchvision", "smp", "ultralytics", "file")
 PROBE_TIMEOUT = 2.0  # seconds for the one TCP connect that decides whether to try a download
 PROBE_TTL = 60.0  # seconds a probe's answer is reused
 LOCAL = "pretrain_weights=<local file>"  # the way out that needs no network, in every message
@@ -40,54 +40,7 @@ HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # what timm looks for i
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
-@dataclass
-class Provenance:
-    """Where starting weights came from; ``asdict(p)`` is what checkpoints and report.json hold.
-
-    ``source``: one of :data:`SOURCES`; ``id``: hub id (``timm/resnet18.a1_in1k``), torchvision
-    enum name (``ResNet18_Weights.IMAGENET1K_V1``), Ultralytics asset (``yolov8n.pt``) or the
-    path given; ``tag``: the weights' tag or name; ``url``: where it is fetched from, when known;
-    ``file``: the local file read; ``sha256``: of that file."""
-
-    source: str
-    id: str
-    tag: str | None = None
-    url: str | None = None
-    file: str | None = None
-    sha256: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Provenance":
-        """The provenance recorded in a checkpoint or report (unknown keys are ignored)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    def describe(self) -> str:
-        """One line for ``autoprune show`` / report.md."""
-        where = f" ({self.url})" if self.url else ""
-        digest = f", sha256 {self.sha256[:12]}" if self.sha256 else ""
-        return f"{self.source} {self.id}{where}: {self.file}{digest}"
-
-
-# -- files ---------------------------------------------------------------------------------------
-def sha256_of(path: str | os.PathLike) -> str:
-    """The sha256 of a file (read in 1 MiB chunks; symlinks followed)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def file_provenance(path: str | os.PathLike, source: str = "file", id: str | None = None,
-                    tag: str | None = None, url: str | None = None) -> Provenance:
-    """The provenance of a local weights file (a user's ``pretrain_weights``, by default)."""
-    path = Path(path)
-    return Provenance(source=source, id=id or str(path), tag=tag, url=url,
-                      file=os.path.abspath(path), sha256=sha256_of(path))
+# Provenance, sha256_of and file_provenance: autoprune.engine.provenance (re-exported here)
 
 
 # -- offline and reachability --------------------------------------------------------------------
@@ -339,7 +292,7 @@ def seed_hf_cache(model: nn.Module | Mapping[str, torch.Tensor], repo_id: str,
     _link_blob(data_blob, snapshot / filename)
     _link_blob(cfg_blob, snapshot / "config.json")
     (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(revision)
+    write_text_atomic(repo / "refs" / "main", revision)  # last: the snapshot is complete
     return snapshot / filename
 
 

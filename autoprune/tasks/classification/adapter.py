@@ -2,15 +2,16 @@
 top-1/top-5 metrics. The only module of the classification task that imports timm or torchvision."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 import torch.nn as nn
 import timm
 import torchvision
-from torchvision import datasets, transforms
+from torchvision import datasets
 from torch.utils.data import Dataset
 
 from ...flow.options import check_numbers
@@ -22,6 +23,9 @@ from ...flow.training import FitConfig, evaluate_topk, pick_device
 from . import models as torchvision_models
 from .. import timm_rules
 from ..supervised import SupervisedFit
+from . import formats
+from .pretrained import (create_pretrained, data_transforms, is_hub_spec,
+                         pretrained_data_config)
 
 FASHION_MNIST = "fashion-mnist"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -136,17 +140,27 @@ class SafeImageFolder(datasets.ImageFolder):
         return samples
 
 
-def _image_folder(path: Path, size: int, train: bool) -> Dataset:
-    if train:
-        tf = transforms.Compose([
-            transforms.RandomResizedCrop(size, scale=(0.35, 1.0)), transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-    else:
-        tf = transforms.Compose([
-            transforms.Resize(int(round(size / 0.875))), transforms.CenterCrop(size),
-            transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+DEFAULT_DATA = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD, "interpolation": "bilinear",
+                "crop_pct": 0.875}  # a model trained from scratch: ImageNet's normalisation
+
+
+def _folder_data(path: Path, size: int, train: bool, data_config: dict[str, Any],
+                 data_format: str | None) -> Dataset:
+    """The images under ``path`` in its layout (told from it, or ``data_format``): an ImageFolder,
+    PaddleX / ImageNet file lists or a CSV, with timm's transforms for ``data_config``."""
+    transform = data_transforms(data_config, train, size)
+    found = data_format or _layout(path)
+    if found not in formats.FORMATS:
+        raise ConfigError(f"data_format={data_format!r} is not a classification format: use one "
+                          f"of {', '.join(formats.FORMATS)}, or leave it out")
+    if found != "imagefolder":
+        return formats.read_classification_data(path, transform=transform, data_format=found,
+                                                 split="train" if train else "val")
+    if not path.is_dir():
+        raise ConfigError(f"data path {path} is not a folder: an ImageFolder is a folder of "
+                          f"class folders; pass data_format= for a file list")
     try:
-        return SafeImageFolder(str(path), transform=tf, loader=load_image)  # names a bad file
+        return SafeImageFolder(str(path), transform=transform, loader=load_image)
     except FileNotFoundError as e:
         raise ConfigError(f"{path} holds no images in class sub-folders ({e}): expected "
                           f"<root>/<class>/<image>.jpg") from None
@@ -181,28 +195,83 @@ def _targets(ds: Dataset) -> list[int] | None:
 
 
 def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | None = None,
-                    root: str | None = None) -> Dataset:
-    """``"fashion-mnist"``, an ImageFolder directory, or a torch Dataset of (image, label)."""
+                    root: str | None = None, data_config: dict[str, Any] | None = None,
+                    data_format: str | None = None) -> Dataset:
+    """``"fashion-mnist"``, a folder or file in one of the layouts of :mod:`.formats`
+    (ImageFolder, PaddleX lists, CSV), or a torch Dataset of (image, label); ``data_config``:
+    the normalisation, interpolation and crop of the model (a pretrained one's)."""
+    data_config = data_config or DEFAULT_DATA
     if isinstance(spec, Dataset):
         targets = _targets(spec) if limit is not None and limit < len(spec) else None
         if targets is None:
             return first_items(spec, limit)
         return subset(spec, balanced_indices(targets, limit))
     if isinstance(spec, str) and spec.lower() == FASHION_MNIST:
+        own = data_config is not DEFAULT_DATA  # a pretrained model's normalisation
         return FashionMNIST("train" if train else "test", root=root, size=input_size, channels=3,
-                            limit=limit)
+                            limit=limit, mean=data_config["mean"] if own else None,
+                            std=data_config["std"] if own else None)
     if isinstance(spec, (str, os.PathLike)):
         path = Path(spec)
-        if not path.is_dir():
-            raise ConfigError(f"data path {path} does not exist or is not a folder: pass an "
-                              f"ImageFolder root (<root>/<class>/<image>), a Dataset or "
+        if not path.exists():
+            raise ConfigError(f"data path {path} does not exist: pass an ImageFolder root "
+                              f"(<root>/<class>/<image>), a PaddleX list or CSV, a Dataset or "
                               f"'{FASHION_MNIST}'")
-        ds = _image_folder(path, input_size, train)
-        if limit is not None:  # an ImageFolder lists class by class: take from every class
+        ds = _folder_data(path, input_size, train, data_config, data_format)
+        if limit is not None:  # a folder lists class by class: take from every class
             ds = subset(ds, balanced_indices(ds.targets, limit))
         return ds
     raise ConfigError(f"data must be a folder path, a torch Dataset or '{FASHION_MNIST}', "
                       f"not {type(spec).__name__}")
+
+
+SCRATCH_LR, FINE_TUNE_LR = 0.05, 0.01  # lr's default from scratch / from pretrained weights
+
+
+def check_pretrained(pretrained: Any) -> Any:
+    """``pretrained`` as given (False/None: off; True or a weights name); anything else is a
+    one-line ConfigError."""
+    if pretrained is None or pretrained is False:
+        return None
+    if pretrained is True or (isinstance(pretrained, str) and is_hub_spec(pretrained)):
+        return pretrained
+    raise ConfigError(f"pretrained={pretrained!r:.60} is not a weights name: use True or "
+                      f"'IMAGENET' (the default ImageNet weights), 'timm/<model>.<tag>', "
+                      f"'hf-hub:<org>/<name>' or a torchvision weights name; for a local file "
+                      f"pass pretrain_weights=<file>")
+
+
+def _val_split(data: Any, data_format: str | None) -> Any:
+    """The val split beside a PaddleX / CSV ``data`` (a root: itself, read as its val split; a
+    train list: the val list beside it), or None."""
+    if not isinstance(data, (str, os.PathLike)) or not Path(data).exists():
+        return None
+    path = Path(data)
+    folder = path if path.is_dir() else path.parent
+    found = data_format or _layout(path)
+    val = {"paddlex": folder / "val_list.txt", "csv": folder / "val.csv"}.get(found)
+    if val is None or not val.is_file() or (path.is_file() and path == val):
+        return None
+    return path if path.is_dir() else val
+
+
+def _layout(path: Path) -> str:
+    """The layout of ``path`` (:func:`.formats.detect_format`); a folder it cannot tell is read as
+    an ImageFolder, whose error then says what is missing."""
+    try:
+        return formats.detect_format(path)
+    except ConfigError:
+        if path.is_dir():
+            return "imagefolder"
+        raise
+
+
+def _kind(data: Any) -> str:
+    if isinstance(data, Dataset):
+        return "a Dataset"
+    if isinstance(data, str) and data.lower() == FASHION_MNIST:
+        return FASHION_MNIST
+    return _layout(Path(data)) if Path(data).exists() else "?"
 
 
 def dataset_classes(ds: Dataset) -> list[str] | None:
@@ -221,12 +290,17 @@ class ClassificationAdapter(SupervisedFit):
 
     def __init__(self, train_data: Any = None, eval_data: Any = None, *,
                  num_classes: int | None = None, input_size: int | None = None,
-                 batch_size: int = 64, lr: float = 0.05, optimizer: str = "sgd",
+                 batch_size: int = 64, lr: float | None = None, optimizer: str = "sgd",
                  weight_decay: float = 5e-4, warmup_epochs: float = 0.5,
                  label_smoothing: float = 0.0, device: str = "auto", num_workers: int = 0,
                  train_limit: int | None = None, eval_limit: int | None = None,
                  data_root: str | None = None, seed: int = 0, progress: bool = True,
-                 sync_bn: bool = False):
+                 sync_bn: bool = False, pretrained: Any = False, data_format: str | None = None,
+                 mean: Any = None, std: Any = None, interpolation: str | None = None,
+                 model_name: Any = None):
+        self.pretrained = check_pretrained(pretrained)
+        lr = (FINE_TUNE_LR if self.pretrained else SCRATCH_LR) if lr is None else lr
+        data_config = self._data_config(model_name, mean, std, interpolation)
         check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size)
         check_numbers(whole=True, num_workers=num_workers)
         check_numbers(whole=True, low=2, num_classes=num_classes)
@@ -235,7 +309,8 @@ class ClassificationAdapter(SupervisedFit):
                       label_smoothing=label_smoothing)
         is_fashion = lambda d: isinstance(d, str) and d.lower() == FASHION_MNIST
         fashion = is_fashion(train_data)
-        self.input_size = input_size or (32 if fashion or is_fashion(eval_data) else 224)
+        native = tuple(data_config.get("input_size") or (3, 224, 224))[-1]
+        self.input_size = input_size or (32 if fashion or is_fashion(eval_data) else native)
         if self.input_size < 8:
             raise ConfigError(f"input_size={self.input_size} is too small: use 32 or more")
         self.device = pick_device(device)
@@ -245,17 +320,97 @@ class ClassificationAdapter(SupervisedFit):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.train_set = self.eval_set = None
         check_limits(train_limit=train_limit, eval_limit=eval_limit)
+        data = dict(input_size=self.input_size, root=data_root, data_config=data_config,
+                    data_format=data_format)
         if train_data is not None:
-            self.train_set = resolve_dataset(train_data, train=True, input_size=self.input_size,
-                                             limit=train_limit, root=data_root)
+            self.train_set = resolve_dataset(train_data, train=True, limit=train_limit, **data)
             make_loader(self.train_set, batch_size, shuffle=False)  # checks emptiness
-        if eval_data is None and fashion:
-            eval_data = FASHION_MNIST
+        if eval_data is None:  # Fashion-MNIST's test split, or the val list beside a train list
+            eval_data = FASHION_MNIST if fashion else _val_split(train_data, data_format)
         if eval_data is not None:
-            self.eval_set = resolve_dataset(eval_data, train=False, input_size=self.input_size,
-                                            limit=eval_limit, root=data_root)
+            self.eval_set = resolve_dataset(eval_data, train=False, limit=eval_limit, **data)
         self.num_classes = self._check_classes(num_classes)
+        self.data_config, self._start_weights = data_config, None
+        own = self.pretrained or mean is not None or std is not None or interpolation
+        self._normalisation = {k: list(v) if isinstance(v, tuple) else v
+                               for k, v in data_config.items()
+                               if k in ("mean", "std", "interpolation")} if own else {}
+        self._data = (train_data, eval_data)
         self._eval_batches = None
+
+    @classmethod
+    def from_settings(cls, settings: Any, inputs: Mapping[str, Any],
+                      flow: Any) -> "ClassificationAdapter":
+        """The adapter of a ``train`` call; ``pretrain_weights="IMAGENET"`` (PaddleX's word, or
+        any hub name) counts as ``pretrained``, and the model's name picks the pretrained data
+        config."""
+        values = dataclasses.asdict(settings)
+        if not values.get("pretrained") and is_hub_spec(flow.pretrain_weights):
+            values["pretrained"] = flow.pretrain_weights
+        return cls(**{k: v for k, v in inputs.items() if k != "model"}, **values,
+                   model_name=inputs.get("model"), seed=flow.seed, progress=flow.progress)
+
+    def _data_config(self, model_name: Any, mean: Any, std: Any,
+                     interpolation: str | None) -> dict[str, Any]:
+        """Normalisation, interpolation, crop and input size: the pretrained config of
+        ``model_name`` when starting from pretrained weights (else ImageNet's normalisation),
+        with the user's ``mean`` / ``std`` / ``interpolation`` on top."""
+        config = dict(DEFAULT_DATA)
+        if self.pretrained and isinstance(model_name, str):
+            config.update(pretrained_data_config(resolve_arch(model_name), self.pretrained))
+        for key, value in (("mean", mean), ("std", std)):
+            if value is not None:
+                if not isinstance(value, (list, tuple)) or len(value) not in (1, 3) or not all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+                    raise ConfigError(f"{key}={value!r:.40} must be one number per channel, "
+                                      f"e.g. [0.485, 0.456, 0.406]")
+                config[key] = tuple(float(v) for v in value)
+        if interpolation is not None:
+            if interpolation not in ("bilinear", "bicubic", "nearest", "lanczos"):
+                raise ConfigError(f"interpolation={interpolation!r} must be bilinear, bicubic, "
+                                  f"nearest or lanczos")
+            config["interpolation"] = interpolation
+        return config
+
+    def prepare_model(self, model: Any, pretrain_weights: Any,
+                      save_dir: Path) -> tuple[Any, Any]:
+        """With ``pretrained`` (or a hub name as ``pretrain_weights``): the model built with
+        those weights and a fresh head for the data's classes (fine-tuned from there); else the
+        model as given."""
+        if not self.pretrained:
+            return model, pretrain_weights
+        if is_hub_spec(pretrain_weights):  # PaddleX's pretrain_weights="IMAGENET"
+            pretrain_weights = None
+        if pretrain_weights is not None:
+            raise ConfigError(f"pretrained={self.pretrained!r} and pretrain_weights="
+                              f"{pretrain_weights} both name starting weights: pass one")
+        if not isinstance(model, str):
+            raise ConfigError(f"pretrained={self.pretrained!r} needs a model name (e.g. "
+                              f"'resnet18'), not a model object: load the weights into your "
+                              f"object yourself, or pass its name")
+        if self.num_classes is None:
+            raise ConfigError("pretrained weights get a new head for your classes: pass "
+                              "num_classes= or data that declares its classes")
+        module, provenance, _ = create_pretrained(resolve_arch(model), self.num_classes,
+                                                  self.pretrained)
+        self._start_weights = provenance.to_dict()
+        return module, None
+
+    def start_weights(self) -> dict[str, Any] | None:
+        return self._start_weights
+
+    def data_settings(self) -> dict[str, Any]:
+        """A pretrained model's (or the user's) normalisation and interpolation, kept with its
+        checkpoints so that they are evaluated on the same inputs."""
+        return dict(self._normalisation)
+
+    def describe_data(self) -> str | None:
+        """``imagefolder, 10 classes, 12,000 train + 1,000 val images``."""
+        kinds = {_kind(d) for d in self._data if d is not None}
+        sizes = [f"{len(ds):,} {name}" for ds, name in ((self.train_set, "train"),
+                                                       (self.eval_set, "val")) if ds is not None]
+        return f"{'/'.join(sorted(kinds))}, {self.num_classes} classes, " \
+               f"{' + '.join(sizes)} images"
 
     def _check_classes(self, num_classes: int | None) -> int | None:
         found = [c for c in (dataset_classes(self.train_set) if self.train_set else None,

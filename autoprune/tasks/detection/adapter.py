@@ -4,12 +4,13 @@ reached through :mod:`.models` (whose modules import it offline: see :mod:`.offl
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 import torch.nn as nn
@@ -22,7 +23,7 @@ from ...engine.distributed import barrier, rank_and_world
 from ...errors import CheckpointError, ConfigError
 from ...flow.training import Distill, pick_device
 from ...flow.contract import TaskAdapter
-from . import models as yolo
+from . import formats, models as yolo
 from .data import check_label_file, read_data_yaml
 from .names import FAMILIES, canonical_arch, resolve_arch
 from .stages import (RUN, FinishedRun, ResumeStep, load_checkpoint, resume_step,
@@ -88,7 +89,8 @@ class DetectionAdapter(TaskAdapter):
                  eval_limit: int | None = None, device: str = "auto", num_workers: int | None = 0,
                  train_args: dict[str, Any] | None = None, seed: int = 0,
                  progress: bool = True, sync_bn: bool = False, nc: int | None = None,
-                 workers: int | None = None):
+                 workers: int | None = None, data_format: str | None = None,
+                 cache_root: str | os.PathLike | None = None):
         nc = num_classes if num_classes is not None else nc  # nc, workers: the former names
         workers = num_workers if workers is None else workers
         workers = 0 if workers is None else workers
@@ -107,6 +109,10 @@ class DetectionAdapter(TaskAdapter):
         self.sync_bn = bool(sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
         self.train_args = check_train_args(train_args)  # an allow-list: no key names a file
         self.eval_limit = eval_limit
+        self.sources: dict[str, Any] = {}  # COCO / VOC data converted to YOLO (formats.py)
+        self._start_weights: dict[str, Any] | None = None  # where pretrained weights came from
+        data = self._as_yolo("data", data, data_format, cache_root)
+        eval_data = self._as_yolo("eval_data", eval_data, data_format, cache_root)
         self.data = read_data_yaml(data, check_labels=self.check_labels) \
             if data is not None else None
         self.eval_data = self.data if eval_data is None or (
@@ -127,6 +133,54 @@ class DetectionAdapter(TaskAdapter):
         self._tmpdir: tempfile.TemporaryDirectory | None = None  # validator outputs, val subset
         self._val_yaml: Path | None = None
         self._loader = None
+
+    def _as_yolo(self, key: str, path: Any, data_format: str | None,
+                 cache_root: str | os.PathLike | None) -> Any:
+        """The YOLO data.yaml of ``path``: itself, or a COCO / VOC set converted once into a
+        cache under ``cache_root`` (the run's save_dir; a temp folder without one), never next
+        to the user's data."""
+        if path is None:
+            return None
+        if data_format not in (None, "yolo") and self.yolo_task not in formats.TASKS:
+            raise ConfigError(f"data_format={data_format!r}: {self.task} reads YOLO data.yaml "
+                              f"files only; convert the data to YOLO labels")
+        if self.yolo_task not in formats.TASKS or not Path(path).exists() or (
+                data_format in (None, "yolo") and formats.detect_format(path) == "yolo"):
+            return path  # read_data_yaml names a missing file
+        root = Path(cache_root) if cache_root is not None else \
+            Path(tempfile.gettempdir()) / f"autoprune-data-{os.getuid()}"
+        source = formats.prepare_yolo_data(
+            path, data_format=data_format, task=self.yolo_task,
+            cache_dir=formats.cache_dir_for(root, path, self.yolo_task))
+        self.sources[key] = source
+        return source.yaml
+
+    @classmethod
+    def from_settings(cls, settings: Any, inputs: Mapping[str, Any],
+                      flow: Any) -> "DetectionAdapter":
+        """The adapter of a ``train`` call (COCO / VOC data converted under the run's
+        save_dir)."""
+        return cls(**{k: v for k, v in inputs.items() if k != "model"},
+                   **dataclasses.asdict(settings), cache_root=flow.save_dir, seed=flow.seed,
+                   progress=flow.progress)
+
+    def loaded_weights(self, provenance: dict[str, Any] | None) -> None:
+        """Record where the weights :meth:`prepare_model` started from came from."""
+        self._start_weights = provenance
+
+    def start_weights(self) -> dict[str, Any] | None:
+        return self._start_weights
+
+    def describe_data(self) -> str | None:
+        """``coco, 2 splits, 80 classes, 5,000 val images`` (a YOLO data.yaml: its split
+        sizes)."""
+        if "data" in self.sources or "eval_data" in self.sources:
+            return "; ".join(source.describe() for source in self.sources.values())
+        sizes = [f"{len(self.data[s]):,} {s}" for s in ("train", "val")
+                 if self.data and self.data.get(s)]
+        if self.eval_data is not None and self.eval_data is not self.data:
+            sizes.append(f"{len(self.eval_data['val']):,} val (eval_data)")
+        return f"yolo, {self.num_classes} classes, {' + '.join(sizes)} images"
 
     @property
     def nc(self) -> int | None:

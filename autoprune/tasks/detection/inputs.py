@@ -11,9 +11,11 @@ import torch.nn as nn
 
 from ...engine.checkpoint import BASE_SHAPES, save_pruned
 from ...engine.distributed import barrier, rank_and_world
+from ...engine.provenance import file_provenance
 from ...errors import ConfigError, NotAutopruneCheckpointError
 from ...flow.checkpoints import checkpoint_meta
 from . import models as yolo
+from .pretrained import adapt_to_classes, load_pretrained
 
 
 def is_checkpoint_file(x: Any) -> bool:
@@ -31,27 +33,49 @@ def autoprune_meta(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def as_module(model: Any) -> tuple[nn.Module | None, bool]:
-    """(module, trained) for a YOLO object, an Ultralytics .pt file or a module; (None, _) for a
-    name or an autoprune checkpoint."""
+    """(module, trained) for a YOLO object, Ultralytics weights (a local .pt, or an asset name
+    such as ``yolov8n.pt`` found in Ultralytics' weights dir or fetched there) or a module;
+    (None, _) for a name or an autoprune checkpoint."""
+    module, start = as_module_from(model)
+    return module, _trained(model, start)
+
+
+def _trained(model: Any, start: dict[str, Any] | None) -> bool:
+    """Whether what the user passed holds trained weights (a file, or a YOLO object loaded
+    from one)."""
+    return start is not None or (isinstance(model, yolo.YOLOModel) and bool(model.ckpt))
+
+
+def as_module_from(model: Any) -> tuple[nn.Module | None, dict[str, Any] | None]:
+    """(module, where its weights came from) for what :func:`as_module` takes."""
     if isinstance(model, yolo.YOLOModel):  # a YOLO object (itself an nn.Module): its model
         if not isinstance(model.model, nn.Module):
             raise ConfigError(f"the YOLO object holds no model ({model.model!r})")
-        return yolo.patch_model(model.model.float()), bool(model.ckpt)
+        path = getattr(model, "ckpt_path", None)
+        start = file_provenance(path, "ultralytics").to_dict() \
+            if model.ckpt and path and Path(path).is_file() else None
+        return yolo.patch_model(model.model.float()), start
     if isinstance(model, nn.Module):
-        return model, False
+        return model, None
     if isinstance(model, (str, os.PathLike)) and str(model).lower().endswith(".pt"):
-        if not Path(model).is_file():
-            raise ConfigError(f"no checkpoint at {model}: nothing is downloaded; pass a local .pt "
-                              f"or build from YAML, e.g. 'yolov8n.yaml'")
-        if autoprune_meta(model) is None:  # an Ultralytics checkpoint (a pickle: your own file)
-            return yolo.load_ultralytics(model), True
-    return None, False
+        if Path(model).is_file() and autoprune_meta(model) is not None:
+            return None, None  # an autoprune checkpoint: read by the flow
+        module, provenance = load_pretrained(model)  # the allow-list loader; a missing file
+        return yolo.patch_model(module), provenance.to_dict()  # or asset: one line
+    return None, None
 
 
 def prepare(adapter: Any, model: Any, pretrain_weights: Any, save_dir: Path) -> tuple[Any, Any]:
     """Turn ``model`` into what the flow takes: an architecture name (with its weights as
-    ``pretrain_weights`` when trained) or a module of unknown architecture."""
-    module, trained = as_module(model)
+    ``pretrain_weights`` when trained on the data's classes), or a module: of unknown
+    architecture, or trained on other classes (``yolov8n.pt`` from COCO), its head then adapted
+    to the data's classes as Ultralytics' trainer adapts it, to be fine-tuned first."""
+    module, start = as_module_from(model)
+    trained = module is not None and _trained(model, start)
+    adapter.loaded_weights(start)
+    if trained and adapter.num_classes is not None and \
+            yolo.model_nc(module) != adapter.num_classes:
+        return adapted(adapter, module, model, pretrain_weights), None
     if module is None and is_checkpoint_file(model):  # an autoprune checkpoint: arch + weights
         if pretrain_weights is not None:
             raise ConfigError(f"model is already a checkpoint ({model}): leave pretrain_weights "
@@ -84,3 +108,18 @@ def prepare(adapter: Any, model: Any, pretrain_weights: Any, save_dir: Path) -> 
                     pruned=hasattr(module, BASE_SHAPES))
     barrier()  # under torchrun: rank 0 has written it
     return arch, start
+
+
+def adapted(adapter: Any, module: nn.Module, given: Any, pretrain_weights: Any) -> nn.Module:
+    """A pretrained ``module`` of other classes with its head made for the data's: tensors of
+    matching name and shape transferred, the class outputs fresh; it is fine-tuned first."""
+    if pretrain_weights is not None:
+        raise ConfigError(f"model {given} brings its own weights: leave pretrain_weights unset")
+    before = yolo.model_nc(module)
+    model, transferred, total = adapt_to_classes(module, adapter.num_classes, adapter.names,
+                                                 keep_head_width=False)
+    if rank_and_world()[0] == 0:
+        print(f"[autoprune] {getattr(given, 'ckpt_path', None) or given}: {before} classes, the "
+              f"data has {adapter.num_classes}: {transferred}/{total} tensors transferred, the "
+              f"class outputs are new; the model is fine-tuned before it is pruned", flush=True)
+    return yolo.patch_model(model).eval()

@@ -45,6 +45,11 @@ def _place_fonts(folder: Path) -> None:
             os.replace(tmp, folder / name)
 
 
+# the user's own YOLO_OFFLINE (None: not set), before autoprune sets it for Ultralytics' import:
+# weights the user names are fetched unless this says offline
+USER_YOLO_OFFLINE = os.environ.get("YOLO_OFFLINE")
+
+
 def setup_offline() -> Path:
     """Set the offline environment for Ultralytics (idempotent); returns its settings folder."""
     os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -71,4 +76,4 @@ with contextlib.suppress(Exception):  # analytics: never on for autoprune runs
     events.enabled = False
 
 
-__all__ = ["FONTS", "setup_offline"]
+__all__ = ["FONTS", "USER_YOLO_OFFLINE", "setup_offline"]

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from ...errors import ConfigError
+from ...errors import CheckpointError, ConfigError
 from .. import weights
 from ..weights import Provenance
 from . import offline  # first: the offline environment before Ultralytics
@@ -117,7 +117,7 @@ def load_pretrained(name: str | os.PathLike) -> tuple[nn.Module, Provenance]:
     try:
         model, _ = read_ultralytics(path)
     except Exception as e:  # noqa: BLE001 - refused or unreadable: one line
-        raise ConfigError(f"{path} is not an Ultralytics checkpoint made of known model classes "
+        raise CheckpointError(f"{path} is not an Ultralytics checkpoint made of known model classes "
                           f"({weights.first_line(e)}): delete it and fetch {prov.id} again, or "
                           f"pass {LOCAL}") from None
     return model, prov

@@ -10,22 +10,25 @@ from .api import analyze_sensitivity, train
 
 def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
                     device: str = "auto", progress: bool = True, data: str | Path | None = None,
-                    train_args: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+                    train_args: dict[str, Any] | None = None,
+                    pretrained: Any = None) -> tuple[Path, dict[str, Any]]:
     """Train a YOLO model (``yolov8n``... from its YAML) with Ultralytics on Fashion-MNIST scenes
     (``train_images`` / ``val_images`` canvases of ``input_size`` px with 1-4 garments, written
     by ``write_yolo_dataset`` with the seed) and measure its mAP50-95 sensitivities on the val
-    scenes into ``work_dir/sens.json``. ``data``: an existing data.yaml to use instead (then
-    recorded as the dataset). ``train_args`` go to Ultralytics' trainer over the small-set
-    defaults (AdamW, lr0 0.003, one warm-up epoch, a step per batch)."""
+    scenes into ``work_dir/sens.json``. ``data``: an existing data set to use instead (a
+    data.yaml, a COCO or VOC root; then recorded as the dataset). ``train_args`` go to
+    Ultralytics' trainer over the small-set defaults (AdamW, lr0 0.003, one warm-up epoch, a
+    step per batch). ``pretrained``: start from Ultralytics' COCO weights (``<key>.pt``)."""
     return measure_with(train, analyze_sensitivity, key, work_dir, s, ratios, device=device,
-                        progress=progress, data=data, train_args=train_args)
+                        progress=progress, data=data, train_args=train_args,
+                        pretrained=pretrained)
 
 
 def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], key: str,
                  work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
                  scenes_task: str = "detect", device: str = "auto", progress: bool = True,
-                 data: str | Path | None = None, train_args: dict[str, Any] | None = None
-                 ) -> tuple[Path, dict[str, Any]]:
+                 data: str | Path | None = None, train_args: dict[str, Any] | None = None,
+                 pretrained: Any = None) -> tuple[Path, dict[str, Any]]:
     """:func:`measure_profile` for a YOLO task whose API has ``train_fn`` / ``analyze_fn``
     (detection, or instance segmentation with ``scenes_task="segment"``: polygon labels)."""
     # Ultralytics' defaults suit large sets; a small set wants a step per batch and AdamW
@@ -42,7 +45,8 @@ def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], k
                          "split, val from the test split)")
     else:
         data_yaml, dataset = Path(data), f"user data {Path(data).name}"
-    base = train_fn(f"{key}.yaml", data_yaml, epochs=s["epochs"], input_size=s["input_size"],
+    model = f"{key}.pt" if pretrained else f"{key}.yaml"  # Ultralytics' weights, or its YAML
+    base = train_fn(model, data_yaml, epochs=s["epochs"], input_size=s["input_size"],
                     batch_size=s["batch_size"], save_dir=work_dir / "base", device=device,
                     seed=s["seed"], train_args=train_args, progress=progress)
     measured = work_dir / "sens.json"

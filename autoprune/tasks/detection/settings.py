@@ -18,6 +18,11 @@ class YoloSettings(TaskSettings):
                                      kind="int")
     batch_size: int | None = setting(None, "images per batch over all processes (16; -1: "
                                      "Ultralytics' AutoBatch)", kind="int")
+    data_format: str | None = setting(None, "yolo (a data.yaml), coco (a root with "
+                                      "annotations/instances_<split>.json, or the JSON) or voc "
+                                      "(Annotations/ + JPEGImages/ + ImageSets/Main); None: told "
+                                      "from the path; COCO / VOC are converted once into "
+                                      "save_dir/data_cache", kind="str")
     train_args: dict | None = setting(None, "Ultralytics trainer hyper-parameters (lr0, "
                                       "optimizer, mosaic, nbs, patience...; an allow-list)",
                                       kind="dict", train_only=True)

@@ -3,7 +3,8 @@ or the Fashion-MNIST scenes, Dice + cross-entropy training, mIoU and per-class I
 imported only by ``segmentation_models``.
 
 Architecture keys are ``smp/<arch>/<encoder>`` (``smp/unet/resnet18``, ``smp/deeplabv3plus/
-mobilenet_v2``). Models are built with ``encoder_weights=None``: nothing is downloaded.
+mobilenet_v2``). Encoders start from random weights unless ``encoder_weights`` names a file or
+smp's weights name (``"imagenet"``): nothing is downloaded unless named.
 
 What pruning must leave alone (``ignored_layers``):
 
@@ -38,8 +39,8 @@ from .metrics import evaluate_iou
 from ...flow.training import FitConfig, pick_device
 from .. import timm_rules
 from ..supervised import SupervisedFit
-from .data import (SCENES, class_key, infer_classes, is_scenes,
-                                resolve_segmentation_data, scene_class_names)
+from .data import SCENES, class_key, infer_classes, is_scenes, scene_class_names
+from .formats import data_kind as _data_kind, resolve_segmentation_data, val_split_of
 from .models import (STRIDE, TIMM_LOADING, arch_of_model, build_segmenter, head_conv,
                      output_classes, resolve_arch, skip_unused_modules)
 
@@ -89,7 +90,8 @@ class SegmentationAdapter(SupervisedFit):
                  warmup_epochs: float = 0.5, dice_weight: float = 1.0, device: str = "auto",
                  num_workers: int = 0, train_limit: int | None = None,
                  eval_limit: int | None = None, data_root: str | None = None, seed: int = 0,
-                 progress: bool = True, sync_bn: bool = False, encoder: str | None = None):
+                 progress: bool = True, sync_bn: bool = False, encoder: str | None = None,
+                 data_format: str | None = None):
         check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size,
                       in_channels=in_channels)
         self.encoder = encoder  # the encoder a model name without one gets (resnet18 by default)
@@ -122,7 +124,9 @@ class SegmentationAdapter(SupervisedFit):
                               f"{len(scene_class_names())} classes (background + 10 garments): "
                               f"omit num_classes")
         data = dict(input_size=self.input_size, num_classes=num_classes, in_channels=in_channels,
-                    ignore_index=ignore_index, seed=seed, root=data_root)
+                    ignore_index=ignore_index, seed=seed, root=data_root,
+                    data_format=data_format, class_names=class_names)
+        self.data_format, self._start_weights = data_format, None
         self.train_set = self.eval_set = None
         check_limits(train_limit=train_limit, eval_limit=eval_limit)
         if train_data is not None:
@@ -131,6 +135,9 @@ class SegmentationAdapter(SupervisedFit):
             make_loader(self.train_set, batch_size, shuffle=False)  # checks emptiness
         if eval_data is None and is_scenes(train_data):
             eval_data = SCENES
+        elif eval_data is None:  # a VOC / Cityscapes / PaddleX root: its val split
+            eval_data = val_split_of(train_data, data_format)
+        self._data = (train_data, eval_data)
         if eval_data is not None:
             self.eval_set = resolve_segmentation_data(eval_data, train=False, limit=eval_limit,
                                                       **data)
@@ -173,9 +180,24 @@ class SegmentationAdapter(SupervisedFit):
         num_classes = num_classes or self.num_classes
         if num_classes is None:
             raise ConfigError("num_classes is unknown: pass num_classes= (background included)")
-        return build_segmenter(arch, num_classes, in_channels or self.in_channels,
-                               self.model_kwargs if model_kwargs is None else model_kwargs,
-                               encoder_weights=self.encoder_weights)
+        model, provenance = build_segmenter(
+            arch, num_classes, in_channels or self.in_channels,
+            self.model_kwargs if model_kwargs is None else model_kwargs,
+            encoder_weights=self.encoder_weights)
+        if provenance is not None:
+            self._start_weights = provenance.to_dict()
+        return model
+
+    def start_weights(self) -> dict[str, Any] | None:
+        """Where the encoder's pretrained weights came from (``encoder_weights``), if any."""
+        return self._start_weights
+
+    def describe_data(self) -> str | None:
+        """``voc, 21 classes, 1,464 train + 1,449 val images``."""
+        kinds = sorted({_data_kind(d, self.data_format) for d in self._data if d is not None})
+        sizes = [f"{len(ds):,} {name}" for ds, name in ((self.train_set, "train"),
+                                                       (self.eval_set, "val")) if ds is not None]
+        return f"{'/'.join(kinds)}, {self.num_classes} classes, {' + '.join(sizes)} images"
 
     @classmethod
     def check_build_kwargs(cls, build: dict[str, Any]) -> str | None:

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 
 from ...datasets import CLASSES
 from ...datasets.scenes import make_scenes
-from ...engine.data import first_items, image_file, load_image
+from ...engine.data import image_file, load_image
 from ...errors import ConfigError
 
 SCENES = "fashion-scenes"
@@ -202,32 +202,6 @@ class CheckedSegmentation(Dataset):
                               f"num_classes, or mark the pixels with ignore_index="
                               f"{self.ignore_index}")
         return image.float(), mask
-
-
-def resolve_segmentation_data(spec: Any, *, train: bool, input_size: int,
-                              num_classes: int | None, ignore_index: int = 255,
-                              in_channels: int = 3, limit: int | None = None, seed: int = 0,
-                              root: str | os.PathLike | None = None) -> Dataset:
-    """``"fashion-scenes"``, an ``images/`` + ``masks/`` folder, or a torch Dataset."""
-    if isinstance(spec, Dataset):
-        checked = CheckedSegmentation(first_items(spec, limit), num_classes, ignore_index)
-        if len(checked):
-            checked[0]  # a systematic mistake shows before any training
-        return checked
-    if is_scenes(spec):
-        if in_channels != 3:
-            raise ConfigError(f"{SCENES} are RGB: use in_channels=3 (got {in_channels})")
-        return SceneSegmentation(limit or DEFAULT_SCENES[train], input_size, train=train,
-                                 seed=seed, root=root)
-    if isinstance(spec, (str, os.PathLike)):
-        path = Path(spec)
-        if not path.is_dir():
-            raise ConfigError(f"data path {path} does not exist or is not a folder: pass a folder "
-                              f"with images/ and masks/, a Dataset or '{SCENES}'")
-        return ImageMaskFolder(path, input_size, train=train, num_classes=num_classes,
-                               ignore_index=ignore_index, in_channels=in_channels, limit=limit)
-    raise ConfigError(f"segmentation data must be a folder path, a torch Dataset or '{SCENES}', "
-                      f"not {type(spec).__name__}")
 
 
 def infer_classes(datasets: Sequence[Dataset | None]) -> int | None:

@@ -23,17 +23,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.data import Dataset
 from PIL import Image
 
 from ...datasets.formats import read_labels_txt
 from ...engine.data import image_file, load_image
 from ...errors import ConfigError
-from .data import ImageMaskFolder, _flip, _normalize, _read_mask
+from ...engine.data import first_items
+from .data import (DEFAULT_SCENES, SCENES, CheckedSegmentation, ImageMaskFolder,
+                   SceneSegmentation, _flip, _normalize, _read_mask, is_scenes)
 
 FORMATS = ("masks", "voc", "cityscapes", "paddlex")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG")
@@ -270,4 +273,68 @@ def _paddlex_pairs(file: Path) -> list[tuple[Path, Path]]:
 
 
 __all__ = ["CITYSCAPES_CLASSES", "CITYSCAPES_TRAIN_IDS", "FORMATS", "MaskPairs", "VOC_CLASSES",
-           "detect_format", "read_segmentation_data"]
+           "detect_format", "read_segmentation_data", "data_kind", "resolve_segmentation_data", "val_split_of"]
+
+
+# -- what the task reads as data, by what is passed --------------------------------------------
+def resolve_segmentation_data(spec: Any, *, train: bool, input_size: int,
+                              num_classes: int | None, ignore_index: int = 255,
+                              in_channels: int = 3, limit: int | None = None, seed: int = 0,
+                              root: str | os.PathLike | None = None,
+                              data_format: str | None = None,
+                              class_names: Sequence[str] | None = None) -> Dataset:
+    """``"fashion-scenes"``, a folder in one of the layouts of :mod:`.formats` (``images/`` +
+    ``masks/``, Pascal VOC, Cityscapes, PaddleX lists; ``data_format`` names it, else it is told
+    from the path), or a torch Dataset."""
+    if isinstance(spec, Dataset):
+        checked = CheckedSegmentation(first_items(spec, limit), num_classes, ignore_index)
+        if len(checked):
+            checked[0]  # a systematic mistake shows before any training
+        return checked
+    if is_scenes(spec):
+        if in_channels != 3:
+            raise ConfigError(f"{SCENES} are RGB: use in_channels=3 (got {in_channels})")
+        return SceneSegmentation(limit or DEFAULT_SCENES[train], input_size, train=train,
+                                 seed=seed, root=root)
+    if isinstance(spec, (str, os.PathLike)):
+        path = Path(spec)
+        if not path.exists():
+            raise ConfigError(f"data path {path} does not exist: pass a folder with images/ and "
+                              f"masks/, a VOC, Cityscapes or PaddleX layout, a Dataset or "
+                              f"'{SCENES}'")
+        if data_format is None and path.is_dir() and _unknown_layout(path):
+            data_format = "masks"  # an images/ + masks/ folder missing a part: named there
+        return read_segmentation_data(path, split="train" if train else "val", train=train,
+                                      input_size=input_size, data_format=data_format,
+                                      num_classes=num_classes, ignore_index=ignore_index,
+                                      in_channels=in_channels, limit=limit,
+                                      class_names=class_names)
+    raise ConfigError(f"segmentation data must be a folder path, a torch Dataset or '{SCENES}', "
+                      f"not {type(spec).__name__}")
+
+
+def val_split_of(spec: Any, data_format: str | None = None) -> Any:
+    """The data a run evaluates on when only ``spec`` is given: a VOC, Cityscapes or PaddleX
+    root again (read as its val split), else None."""
+    if not isinstance(spec, (str, os.PathLike)) or not Path(spec).is_dir():
+        return None
+    return spec if (data_format or detect_format(spec)) in ("voc", "cityscapes", "paddlex") \
+        else None
+
+
+def data_kind(spec: Any, data_format: str | None = None) -> str:
+    """The layout of ``spec`` in one word (``masks``, ``voc``, ``fashion-scenes``, a Dataset)."""
+    if isinstance(spec, Dataset):
+        return "a Dataset"
+    if is_scenes(spec):
+        return SCENES
+    return data_format or (detect_format(spec) if Path(spec).exists() else "?")
+
+
+def _unknown_layout(path: Path) -> bool:
+    """Whether :func:`detect_format` cannot tell the layout of the folder ``path``."""
+    try:
+        detect_format(path)
+    except ConfigError:
+        return True
+    return False

@@ -1,5 +1,5 @@
 """segmentation-models-pytorch models for the segmentation adapter: architecture keys
-(``smp/<arch>/<encoder>``), building with ``encoder_weights=None``, checked ``model_kwargs``, the
+(``smp/<arch>/<encoder>``), building with random or named encoder weights, checked ``model_kwargs``, the
 head conv, and unused encoder stages made to pass their input through.
 
 smp encoders built shallower than they are (PSPNet's ``encoder_depth=3`` on mobilenet_v2 /
@@ -22,7 +22,9 @@ import timm
 
 from .. import timm_rules
 from ...engine.attributes import output_channels, register_metadata_sync
+from ...engine.provenance import Provenance, file_provenance
 from ...errors import ConfigError
+from .pretrained import build_with_encoder_weights
 
 STRIDE = 32  # smp encoders downsample 32x: input sides must be multiples of this
 ARCH_ALIASES = {"unet++": "unetplusplus", "deeplabv3+": "deeplabv3plus", "deeplab": "deeplabv3"}
@@ -170,19 +172,30 @@ def _check_model_kwargs(name: str, encoder: str, model_kwargs: dict[str, Any] | 
 
 def build_segmenter(arch: str, num_classes: int, in_channels: int = 3,
                     model_kwargs: dict[str, Any] | None = None,
-                    encoder_weights: str | os.PathLike | None = None) -> nn.Module:
-    """An smp model with random weights, or with ``encoder_weights`` (a local file of encoder
-    weights; nothing is downloaded)."""
+                    encoder_weights: str | os.PathLike | None = None
+                    ) -> tuple[nn.Module, Provenance | None]:
+    """An smp model with random weights, or with ``encoder_weights``: a local file of encoder
+    weights, or a weights name smp knows for the encoder (``"imagenet"``...: read by smp's own
+    loader from the Hugging Face cache, fetched there when the network allows); and where the
+    encoder's weights came from (None: random)."""
     _, name, encoder = resolve_arch(arch).split("/", 2)
     kwargs = _check_model_kwargs(name, encoder, model_kwargs)
     local = encoder_weights is not None and Path(encoder_weights).is_file()
-    if encoder_weights is not None and not local:
-        raise ConfigError(f"encoder_weights={str(encoder_weights)!r} is not a file: autoprune "
-                          f"never downloads weights; pass a local file of encoder weights")
+    named = encoder_weights is not None and not local
+    if named and (not isinstance(encoder_weights, str) or "/" in str(encoder_weights)
+                  or str(encoder_weights).endswith((".pt", ".pth", ".safetensors"))):
+        raise ConfigError(f"encoder_weights={str(encoder_weights)!r} is not a file: pass a "
+                          f"local file of encoder weights, or a weights name such as "
+                          f"'imagenet'")
+    provenance = None
     try:
-        model = smp.create_model(name, encoder_name=encoder, in_channels=in_channels,
-                                 encoder_weights=None if local else encoder_weights,
-                                 classes=num_classes, **kwargs)
+        if named:
+            model, provenance = build_with_encoder_weights(
+                name, encoder, encoder_weights, in_channels=in_channels, classes=num_classes,
+                **kwargs)
+        else:
+            model = smp.create_model(name, encoder_name=encoder, in_channels=in_channels,
+                                     encoder_weights=None, classes=num_classes, **kwargs)
     except (TypeError, ValueError, KeyError, AssertionError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ConfigError(f"smp cannot build {arch} with {kwargs or 'these settings'} "
@@ -195,9 +208,10 @@ def build_segmenter(arch: str, num_classes: int, in_channels: int = 3,
             first = str(e).strip().splitlines()[0][:160]
             raise ConfigError(f"encoder_weights {encoder_weights} do not fit the {encoder} "
                               f"encoder ({first})") from None
+        provenance = file_provenance(encoder_weights)
     timm_rules.make_traceable(model)  # a tu- encoder's timm layers (state dict unchanged)
     skip_unused_modules(model, in_channels=in_channels)
-    return model
+    return model, provenance
 
 
 def head_conv(model: nn.Module) -> nn.Module | None:

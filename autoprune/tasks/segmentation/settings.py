@@ -18,7 +18,12 @@ class SegmentationSettings(TaskSettings):
     lr: float = setting(1e-3, "peak learning rate", kind="float", train_only=True)
     in_channels: int = setting(3, "image channels", kind="int")
     model_kwargs: dict | None = setting(None, "more arguments of the smp model", kind="dict")
-    encoder_weights: str | None = setting(None, "a local file of encoder weights", kind="path", train_only=True)
+    encoder_weights: str | None = setting(None, "the encoder's starting weights: smp's name "
+                                          "('imagenet', fetched by smp into the Hugging Face "
+                                          "cache) or a local file", kind="str|path",
+                                          train_only=True)
+    data_format: str | None = setting(None, "masks (images/ + masks/), voc, cityscapes or "
+                                      "paddlex; None: told from the path", kind="str")
     class_names: list | None = setting(None, "the class names, in id order", kind="list[str]")
     ignore_index: int = setting(255, "the mask value that is not scored", kind="int")
     optimizer: str = setting("adamw", "sgd or adamw", kind="str", train_only=True)

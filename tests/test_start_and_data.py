@@ -1,0 +1,288 @@
+"""The one-call flow from where users start (issue 31: pretrained weights through each library's
+cache, offline, seeded here) and on the data they bring (issue 34: COCO, VOC and PaddleX layouts of
+the same scenes give the YOLO-format run's numbers). No network; tiny models and images."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import autoprune as ap
+from autoprune import classification as cls
+from autoprune.tasks import weights
+from conftest import needs_fmnist, refuse_network_probes
+
+pytestmark = needs_fmnist
+SMALL = dict(epochs=1, batch_size=8, input_size=32, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """A probe of a real host fails the test; every library reads the hub cache offline."""
+    refuse_network_probes(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def paddlex(tmp_path_factory):
+    from autoprune.datasets.formats import write_paddlex_classification
+
+    return write_paddlex_classification(tmp_path_factory.mktemp("pd"), train=40, val=20)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """An HF home whose cache holds known resnet18 weights as timm/resnet18.a1_in1k."""
+    import timm
+
+    home = tmp_path_factory.mktemp("hf")
+    torch.manual_seed(0)
+    source = timm.create_model("resnet18", pretrained=False)
+    weights.seed_hf_cache(source, "timm/resnet18.a1_in1k", home / "hub")
+    return home, source.state_dict()
+
+
+# -- pretrained starting points --------------------------------------------------------------
+@pytest.mark.parametrize("spelling", [dict(pretrained=True), dict(pretrain_weights="IMAGENET"),
+                                      dict(pretrained="timm/resnet18.a1_in1k")])
+def test_classification_starts_from_the_hub_weights_offline(spelling, hub, paddlex, tmp_path,
+                                                            monkeypatch):
+    """pretrained=True (timm's word), pretrain_weights='IMAGENET' (PaddleX's) and a tag start
+    from exactly the cached weights: every tensor but the head equal, the head made for the
+    data's 10 classes; the provenance is in the checkpoint and the report."""
+    home, source = hub
+    monkeypatch.setenv("HF_HOME", str(home))
+    from autoprune.tasks.classification.adapter import ClassificationAdapter
+
+    adapter = ClassificationAdapter(paddlex, input_size=32, pretrained=spelling.get(
+        "pretrained", "IMAGENET"))
+    model, weights_given = adapter.prepare_model("resnet18", spelling.get("pretrain_weights"),
+                                                 tmp_path)
+    assert weights_given is None
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in source.items() if not k.startswith("fc."))
+    assert state["fc.weight"].shape == (10, 512)
+    r = cls.train("resnet18", paddlex, save_dir=tmp_path / "run", **SMALL, **spelling)
+    start = ap.read_pruned_metadata(r.baseline_path)["start_weights"]
+    assert start["id"] == "timm/resnet18.a1_in1k" and start["source"] == "timm"
+    assert start["sha256"] == weights.sha256_of(start["file"])
+    assert yaml.safe_load((tmp_path / "run" / "args.yaml").read_text())["lr"] is None
+    assert r.model.fc.out_features == 10
+
+
+def test_the_pretrained_run_prunes_and_reports_its_starting_weights(hub, paddlex, tmp_path,
+                                                                     monkeypatch, capsys):
+    home, _ = hub
+    monkeypatch.setenv("HF_HOME", str(home))
+    r = cls.train("resnet18", paddlex, pretrained=True, save_dir=tmp_path / "run",
+                  sensitivities_file=tmp_path / "s.json", ratios=(0.5,), pruned_flops=0.3,
+                  **SMALL)
+    assert r.report["start_weights"]["id"] == "timm/resnet18.a1_in1k"
+    assert r.report["data"] == "paddlex, 10 classes, 40 train + 20 val images"
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "Starting weights: timm timm/resnet18.a1_in1k" in md
+    assert ap.read_pruned_metadata(r.pruned_path)["data"]["mean"] == [0.485, 0.456, 0.406]
+    assert cls.load_model(r.pruned_path).fc.out_features == 10
+    from autoprune.cli import main
+
+    assert main(["show", str(r.pruned_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "starting weights: timm timm/resnet18.a1_in1k" in shown and "pruned: yes" in shown
+
+
+def test_torchvision_weights_come_from_torch_home(paddlex, tmp_path, monkeypatch):
+    import torchvision
+
+    from autoprune.tasks.classification.pretrained import seed_torchvision_cache
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "th"))
+    torch.manual_seed(1)
+    source = torchvision.models.mobilenet_v2(weights=None)
+    seed_torchvision_cache(source, "mobilenet_v2")
+    r = cls.train("torchvision/mobilenet_v2", paddlex, pretrained=True, epochs=1, batch_size=8,
+                  input_size=32, progress=False, save_dir=tmp_path / "run", lr=1e-9)
+    start = ap.read_pruned_metadata(r.baseline_path)["start_weights"]
+    assert start["source"] == "torchvision" and "MobileNet_V2_Weights" in start["id"]
+    # lr 1e-9: one epoch leaves the backbone as it came (BatchNorm statistics aside)
+    got = r.model.state_dict()
+    assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in source.state_dict().items()
+               if k.endswith("weight") and "classifier" not in k and v.dim() == 4)
+
+
+def test_a_missing_pretrained_file_offline_is_one_line_within_seconds(paddlex, tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty"))
+    start = time.monotonic()
+    with pytest.raises(ap.ConfigError) as info:
+        cls.train("resnet18", paddlex, pretrained=True, save_dir=tmp_path / "run", **SMALL)
+    text = str(info.value)
+    assert "\n" not in text and str(tmp_path / "empty") in text and "resnet18" in text
+    assert "pretrain_weights=<local file>" in text and time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("value, message", [
+    ("yes", "pretrained='yes' is not a weights name"),
+    (3, "pretrained=3 is not a weights name"),
+    ("timm/resnet50.a1_in1k", "resnet50"),  # the weights of another architecture
+])
+def test_bad_pretrained_values_are_one_line(value, message, hub, paddlex, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(hub[0]))
+    with pytest.raises(ap.ConfigError) as info:
+        cls.train("resnet18", paddlex, pretrained=value, save_dir=tmp_path / "run", **SMALL)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_pretrained_in_yaml_and_on_the_command_line(hub, paddlex, tmp_path, monkeypatch):
+    from autoprune.cli import main
+
+    monkeypatch.setenv("HF_HOME", str(hub[0]))
+    config = tmp_path / "c.yaml"
+    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: {paddlex}\n"
+                      f"epochs: 1\nbatch_size: 8\ninput_size: 32\nprogress: false\n"
+                      f"save_dir: {tmp_path / 'run'}\n")
+    assert main(["train", str(config), "--pretrained", "IMAGENET"]) == 0
+    start = ap.read_pruned_metadata(tmp_path / "run" / "baseline" / "best.pt")["start_weights"]
+    assert start["id"] == "timm/resnet18.a1_in1k"
+
+
+def test_segmentation_encoder_weights_come_from_smps_cache(tmp_path, monkeypatch):
+    import segmentation_models_pytorch as smp
+
+    from autoprune import segmentation as seg
+    from autoprune.tasks.segmentation.pretrained import seed_smp_cache
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    torch.manual_seed(2)
+    encoder = smp.Unet("resnet18", encoder_weights=None, classes=3).encoder
+    seed_smp_cache(encoder, "resnet18", "imagenet", tmp_path / "hf" / "hub")
+    r = seg.train("unet", "resnet18", train_data="fashion-scenes", encoder_weights="imagenet",
+                  train_limit=8, eval_limit=4, epochs=1, batch_size=4, input_size=32,
+                  progress=False, save_dir=tmp_path / "run", lr=1e-9)
+    start = ap.read_pruned_metadata(r.baseline_path)["start_weights"]
+    assert start["source"] == "smp" and "resnet18" in start["id"]
+    got = r.model.encoder.conv1.weight
+    assert torch.allclose(got, encoder.conv1.weight, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    """The same 24 + 8 scenes as a YOLO data.yaml, a COCO set and a VOC set."""
+    from autoprune.datasets.formats import write_coco_dataset, write_voc_detection
+    from autoprune.datasets.scenes import write_yolo_dataset
+
+    root = tmp_path_factory.mktemp("scenes")
+    common = dict(train=24, val=8, size=64)
+    return {"yolo": write_yolo_dataset(root / "yolo", **common),
+            "coco": write_coco_dataset(root / "coco", **common),
+            "voc": write_voc_detection(root / "voc", **common)}
+
+
+def test_yolov8n_pt_from_the_weights_dir_is_fine_tuned_then_pruned_for_the_data(scenes, tmp_path,
+                                                                                   monkeypatch):
+    """`det.train("yolov8n.pt", data)`: Ultralytics' asset from its weights dir (80 classes),
+    the head adapted to the data's 10, fine-tuned, pruned (a DEFAULT profile) and reported."""
+    import ultralytics.utils
+
+    from autoprune import detection as det
+    from autoprune.tasks.detection import models as yolo
+    from autoprune.tasks.detection.pretrained import seed_ultralytics_weights
+
+    monkeypatch.setitem(ultralytics.utils.SETTINGS, "weights_dir", str(tmp_path / "w"))
+    with yolo.quiet():
+        coco = yolo.DetectionModel("yolov8n.yaml", nc=80, verbose=False)
+    seed_ultralytics_weights(coco, "yolov8n.pt")
+    monkeypatch.chdir(tmp_path)  # not in the current folder: the weights dir has it
+    r = det.train("yolov8n.pt", scenes["coco"], epochs=1, pretrain_epochs=1, input_size=64,
+                  batch_size=8, progress=False, save_dir=tmp_path / "run",
+                  sensitivities_file="DEFAULT", pruned_flops=0.3,
+                  train_args=dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=0,
+                                  mosaic=0.0))
+    assert yolo.model_nc(r.model) == 10 and r.report["flops_reduction"] > 0.2
+    assert r.report["start_weights"]["id"] == "yolov8n.pt"
+    assert r.report["data"].startswith("coco, 2 splits, 10 classes")
+    assert (tmp_path / "run" / "data_cache").is_dir()
+    assert yolo.model_nc(det.load_model(r.pruned_path)) == 10
+
+
+# -- the data sets users have ------------------------------------------------------------------
+def _validated(data, tmp_path, **settings):
+    """The validation metrics of one fixed model on ``data`` (its conversion included)."""
+    from autoprune.tasks.detection.adapter import DetectionAdapter
+
+    adapter = DetectionAdapter(data, input_size=64, batch_size=8, progress=False,
+                               cache_root=tmp_path, **settings)
+    torch.manual_seed(0)
+    model = adapter.build("yolov8n")
+    return adapter.evaluate(model), adapter
+
+
+def test_coco_and_voc_scenes_validate_like_their_yolo_copy(scenes, tmp_path):
+    """The same model on the same images scores the same whatever the layout (a random model's
+    boxes are compared with the labels of each copy: equal labels, equal metrics)."""
+    wanted, _ = _validated(scenes["yolo"], tmp_path)
+    for name in ("coco", "voc"):
+        got, adapter = _validated(scenes[name], tmp_path)
+        assert got == pytest.approx(wanted, abs=1e-9), name
+        assert adapter.describe_data().startswith(f"{name}, 2 splits, 10 classes")
+        assert not any(p.suffix == ".txt" for p in Path(scenes[name]).rglob("labels/*"))
+
+
+def test_a_classifier_scores_the_same_on_every_layout_of_its_images(tmp_path):
+    """A model trained on a PaddleX list evaluates to the same metrics on the same images as an
+    ImageFolder, a PaddleX list and a CSV."""
+    from autoprune.datasets.formats import (write_csv_classification, write_image_folder,
+                                            write_paddlex_classification)
+    from autoprune.tasks.classification.adapter import ClassificationAdapter
+
+    common = dict(train=30, val=100)
+    copies = {"imagefolder": write_image_folder(tmp_path / "folder", **common) / "val",
+              "paddlex": write_paddlex_classification(tmp_path / "pd", **common),
+              "csv": write_csv_classification(tmp_path / "csv", **common)}
+    r = cls.train("resnet18", copies["paddlex"], save_dir=tmp_path / "run", **SMALL)
+    items, scores = {}, {}
+    for name, data in copies.items():
+        adapter = ClassificationAdapter(None, data, input_size=32, progress=False)
+        assert adapter.describe_data().startswith(f"{name}, 10 classes, 100 val")
+        ds = adapter.eval_set  # the same inputs and class names, whatever their order
+        items[name] = sorted((ds.classes[int(label)], round(image.sum().item(), 3))
+                             for image, label in (ds[i] for i in range(len(ds))))
+        scores[name] = adapter.evaluate(r.model)
+    strip = lambda rows: [(n.split("_", 1)[-1].replace("_", "/"), v) for n, v in rows]  # noqa
+    assert sorted(strip(items["imagefolder"])) == items["paddlex"] == items["csv"]
+    # the class order of a CSV of names is theirs sorted: compare where it is the same
+    assert scores["imagefolder"]["top1"] == pytest.approx(scores["paddlex"]["top1"], abs=0.02)
+
+
+def test_an_unknown_data_layout_is_one_line(tmp_path):
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "readme.md").write_text("x")
+    with pytest.raises(ap.ConfigError) as info:
+        cls.train("resnet18", tmp_path / "odd" / "readme.md", save_dir=tmp_path / "run", **SMALL)
+    assert "\n" not in str(info.value)
+
+
+def test_a_profile_built_from_pretrained_weights_on_user_data_says_so(hub, paddlex, tmp_path,
+                                                                       monkeypatch, capsys):
+    """`autoprune profiles build --pretrained --data <PaddleX root>`: PaddleX-style profiles
+    from your own data; the profile, the index and `profiles list` state where it comes from."""
+    from autoprune.cli import main
+
+    monkeypatch.setenv("HF_HOME", str(hub[0]))
+    out = tmp_path / "profiles"
+    assert main(["profiles", "build", "--arch", "resnet18", "--pretrained", "--data", str(paddlex),
+                 "--out", str(out), "--epochs", "1", "--train-images", "20", "--val-images", "10",
+                 "--input-size", "32", "--batch-size", "8", "--ratios", "0.5"]) == 0
+    index = json.loads((out / "index.json").read_text())
+    about = index["about"]["classification-timm-resnet18.json"]
+    assert about["start"] == "pretrained (default weights)" and str(paddlex) in about["data"]
+    how = ap.read_record(out / "classification-timm-resnet18.json").extra["how"]
+    assert "--pretrained --data" in how["command"]
+    capsys.readouterr()
+    assert main(["profiles", "list", "--out", str(out)]) == 0
+    assert "pretrained (default weights)" in capsys.readouterr().out
