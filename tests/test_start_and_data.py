@@ -286,3 +286,19 @@ def test_a_profile_built_from_pretrained_weights_on_user_data_says_so(hub, paddl
     capsys.readouterr()
     assert main(["profiles", "list", "--out", str(out)]) == 0
     assert "pretrained (default weights)" in capsys.readouterr().out
+
+
+def test_the_one_call_flow_on_coco_and_voc_copies_equals_the_yolo_run(scenes, tmp_path):
+    """Issue 34's done-means: the same scenes as YOLO, COCO and VOC train the same model (same
+    seed, same images in the same order, the same labels): equal metrics and weights."""
+    from autoprune import detection as det
+
+    common = dict(epochs=1, input_size=64, batch_size=8, progress=False, eval_limit=8,
+                  train_args=dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=0,
+                                  mosaic=0.0))
+    runs = {name: det.train("yolov8n.yaml", scenes[name], save_dir=tmp_path / name, **common)
+            for name in ("yolo", "coco", "voc")}
+    for name in ("coco", "voc"):
+        assert runs[name].metrics == pytest.approx(runs["yolo"].metrics, abs=1e-9), name
+        mine, theirs = runs[name].model.state_dict(), runs["yolo"].model.state_dict()
+        assert all(torch.allclose(mine[k].float(), theirs[k].float(), atol=1e-5) for k in mine)
