@@ -50,7 +50,7 @@ def config_keys() -> str:
     for task in TASKS.values():
         settings = task.settings_class()
         own = [f for f in dataclasses.fields(settings)]
-        changed = getattr(settings, "flow_defaults", {})
+        changed = settings.flow_defaults
         inputs = ", ".join(n if d is inspect.Parameter.empty else f"{n}={d!r}"
                            for n, d in task.inputs.items())
         lines += [f"\n  task: {task.name}   e.g. task: {task.name}, {task.config_example}",

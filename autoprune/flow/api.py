@@ -33,7 +33,7 @@ def _defaults(task: Task) -> dict[str, Any]:
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else
                          f.default_factory())  # type: ignore[misc]
                 for cls in (FlowSettings, settings) for f in dataclasses.fields(cls)}
-    defaults.update(getattr(settings, "flow_defaults", {}))
+    defaults.update(settings.flow_defaults)
     # a required input but the model may come from a resumed run's args.yaml: checked later
     inputs = {k: v if k == "model" or v is not REQUIRED else None
               for k, v in task.inputs.items()}
@@ -53,7 +53,7 @@ def _params(task: Task) -> list[inspect.Parameter]:
 def settings_help(task: Task) -> str:
     """Each setting of ``task``: name, type, default and what it does (a docstring section)."""
     settings = task.settings_class()
-    flow_defaults = getattr(settings, "flow_defaults", {})
+    flow_defaults = settings.flow_defaults
     lines = []
     for cls in (settings, FlowSettings):
         for f in dataclasses.fields(cls):
@@ -107,7 +107,7 @@ def run_task(task: Task, given: dict[str, Any]) -> TrainResult:
     if missing:
         raise ConfigError(f"{task.name}.train() needs {missing[0]}= (e.g. "
                           f"{task.config_example})")
-    flow_defaults = getattr(settings, "flow_defaults", {})
+    flow_defaults = settings.flow_defaults
     given = {**flow_defaults, **given}
     flow, own = split_settings(given, settings, task.name)
     init_from_env()  # under torchrun (a script, or the CLI): DDP training, the analysis shared
@@ -140,7 +140,7 @@ def make_analyze(task: Task, data_name: str, doc: str) -> Callable[..., Any]:
     ``doc`` followed by the settings it takes."""
     settings = task.settings_class()
     defaults = _defaults(task)
-    defaults.update(getattr(settings, "analysis_defaults", {}))
+    defaults.update(settings.analysis_defaults)
     params = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
               for name in ("model_or_checkpoint", data_name, "save_file")]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults[name])
@@ -174,7 +174,7 @@ def analyze_task(task: Task, model: Any, data: Any, save_file: Any,
     settings_class = task.settings_class()
     given = renamed(given, [*ANALYSIS, *names(settings_class, analysis=True)], task.name)
     flow = {k: given.pop(k) for k in ANALYSIS if k in given}
-    given = {**getattr(settings_class, "analysis_defaults", {}), **given}
+    given = {**settings_class.analysis_defaults, **given}
     unknown = sorted(set(given) - set(names(settings_class, analysis=True)))
     if unknown:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)} for {task.name}."

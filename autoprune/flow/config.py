@@ -16,7 +16,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from ..errors import ConfigError
 
@@ -91,7 +91,11 @@ class FlowSettings:
 @dataclass
 class TaskSettings:
     """What every task's adapter takes; a task subclasses it with its own fields and
-    defaults."""
+    defaults, and may change the flow's defaults (``flow_defaults``, e.g. detection's 100
+    epochs) and those of ``analyze_sensitivity`` (``analysis_defaults``)."""
+
+    flow_defaults: ClassVar[dict[str, Any]] = {}
+    analysis_defaults: ClassVar[dict[str, Any]] = {}
 
     device: str = setting("auto", "auto (a GPU when there is one), cpu, cuda, cuda:1",
                           kind="str", free=True)
