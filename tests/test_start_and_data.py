@@ -180,7 +180,8 @@ def scenes(tmp_path_factory):
     common = dict(train=24, val=8, size=64)
     return {"yolo": write_yolo_dataset(root / "yolo", **common),
             "coco": write_coco_dataset(root / "coco", **common),
-            "voc": write_voc_detection(root / "voc", **common)}
+            "voc": write_voc_detection(root / "voc", **common),
+            "paddlex": write_voc_detection(root / "paddlex", lists="paddlex", **common)}
 
 
 def test_yolov8n_pt_from_the_weights_dir_is_fine_tuned_then_pruned_for_the_data(scenes, tmp_path,
@@ -289,7 +290,8 @@ def test_a_profile_built_from_pretrained_weights_on_user_data_says_so(hub, paddl
 
 
 def test_the_one_call_flow_on_coco_and_voc_copies_equals_the_yolo_run(scenes, tmp_path):
-    """Issue 34's done-means: the same scenes as YOLO, COCO and VOC train the same model (same
+    """Issue 34's done-means: the same scenes as YOLO, COCO, VOC and PaddleX's VOC lists train
+    the same model (same
     seed, same images in the same order, the same labels): equal metrics and weights."""
     from autoprune import detection as det
 
@@ -297,8 +299,8 @@ def test_the_one_call_flow_on_coco_and_voc_copies_equals_the_yolo_run(scenes, tm
                   train_args=dict(nbs=8, optimizer="AdamW", lr0=0.01, warmup_epochs=0,
                                   mosaic=0.0))
     runs = {name: det.train("yolov8n.yaml", scenes[name], save_dir=tmp_path / name, **common)
-            for name in ("yolo", "coco", "voc")}
-    for name in ("coco", "voc"):
+            for name in ("yolo", "coco", "voc", "paddlex")}
+    for name in ("coco", "voc", "paddlex"):  # paddlex: VOC XML listed in PaddleX's file lists
         assert runs[name].metrics == pytest.approx(runs["yolo"].metrics, abs=1e-9), name
         mine, theirs = runs[name].model.state_dict(), runs["yolo"].model.state_dict()
         assert all(torch.allclose(mine[k].float(), theirs[k].float(), atol=1e-5) for k in mine)
