@@ -291,8 +291,8 @@ def test_a_profile_built_from_pretrained_weights_on_user_data_says_so(hub, paddl
 
 def test_the_one_call_flow_on_coco_and_voc_copies_equals_the_yolo_run(scenes, tmp_path):
     """Issue 34's done-means: the same scenes as YOLO, COCO, VOC and PaddleX's VOC lists train
-    the same model (same
-    seed, same images in the same order, the same labels): equal metrics and weights."""
+    the same model (same seed, same images in the same order, the same labels): equal metrics
+    and weights."""
     from autoprune import detection as det
 
     common = dict(epochs=1, input_size=64, batch_size=8, progress=False, eval_limit=8,
