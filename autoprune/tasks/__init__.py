@@ -58,3 +58,14 @@ register_task(Task(
     example="yolov8n-seg", settings="autoprune.tasks.detection.settings:YoloSettings",
     inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
     aliases={"train_data": "data"}))
+register_task(Task(
+    "pose", package="autoprune.tasks.pose", adapter="autoprune.tasks.pose.adapter:PoseAdapter",
+    resolve_arch="autoprune.tasks.pose.names:resolve_arch",
+    profile="autoprune.tasks.pose.profile:measure_profile",
+    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
+                          batch_size=16),
+    arch_help="a YOLO pose name (yolo11n-pose, yolov8s-pose, yolo26n-pose)",
+    config_example="model: yolo11n-pose.yaml, data: data.yaml", data_key="data",
+    example="yolov8n-pose", settings="autoprune.tasks.detection.settings:YoloSettings",
+    inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
+    aliases={"train_data": "data"}))

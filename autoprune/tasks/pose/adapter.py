@@ -1,0 +1,199 @@
+"""Pose adapter: the detection adapter (Ultralytics trains and validates, the pruned module is kept
+through training) with YOLO pose models built for the data's keypoint shape, Ultralytics' pose
+trainer and validator, the keypoint head's outputs kept intact, and keypoint mAP50-95 (OKS) as
+the metric."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch.nn as nn
+import yaml
+
+from ...errors import ConfigError
+from ..detection import models as yolo
+from ..detection.adapter import DetectionAdapter
+from ..detection.inputs import autoprune_meta, is_checkpoint_file
+from . import models as pose
+from .data import check_keypoints, check_pose_label_file, kpt_shape_of
+from .names import FAMILIES, SUFFIX, canonical_pose_arch, resolve_arch
+
+POSE_KEYS = ("kpt_shape", "flip_idx", "kpt_oks_sigmas", "kpt_names")  # data.yaml keys of pose
+
+
+def arch_of_model(model: Any) -> str | None:
+    """The key (``yolov8n-pose``...) of a YOLO object or PoseModel, from the YAML it was built
+    from (its file name, or the family plus its ``scale``); None when it is not one of ours."""
+    if isinstance(model, yolo.YOLOModel):
+        model = model.model
+    cfg = getattr(model, "yaml", None)
+    if not isinstance(cfg, dict):
+        return None
+    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
+    candidates = [stem]
+    if stem.endswith(SUFFIX):  # yolov8-pose.yaml + scale n
+        candidates.append(f"{stem[:-len(SUFFIX)]}{cfg.get('scale') or ''}{SUFFIX}")
+    for candidate in candidates:
+        key = canonical_pose_arch(candidate)
+        if key:
+            return key
+    return None
+
+
+def _shape_problem(shape: Any) -> bool:
+    """True when ``shape`` is not a keypoint shape ``[K >= 1, 2 | 3]``."""
+    return not (isinstance(shape, (list, tuple)) and len(shape) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in shape)
+                and shape[0] >= 1 and shape[1] in (2, 3))
+
+
+class PoseAdapter(DetectionAdapter):
+    """Pose estimation with Ultralytics YOLO pose models on a YOLO pose ``data.yaml``
+    (``kpt_shape``, labels ``class cx cy w h`` + keypoints): builds patched PoseModels for the
+    data's keypoint shape, trains them with Ultralytics' pose trainer (the pruned module itself),
+    validates keypoint and box mAP with its pose validator. Metrics: ``map50_95_pose`` (OKS
+    mAP50-95, the pruning metric), ``map50_pose``, ``map50_95_box``, ``map50_box``.
+    ``kpt_shape``: the keypoint shape when no data says it (a checkpoint's)."""
+
+    task = "pose"
+    metric = "map50_95_pose"
+    yolo_task = "pose"
+    trainer_class = pose.KeepModulePoseTrainer
+    validator_class = pose.PatientPoseValidator
+    model_class = pose.PoseModel
+    check_labels = staticmethod(check_pose_label_file)
+    kind, families = "YOLO pose", FAMILIES
+    canonical_arch = staticmethod(canonical_pose_arch)
+    resolve_arch = staticmethod(resolve_arch)
+    arch_of_model = staticmethod(arch_of_model)
+    build_keys = ("num_classes", "nc", "kpt_shape")
+
+    def __init__(self, data: str | os.PathLike | None = None,
+                 eval_data: str | os.PathLike | None = None, *,
+                 kpt_shape: list[int] | None = None, **kwargs: Any):
+        super().__init__(data, eval_data, **kwargs)
+        found: list[int] | None = None
+        for source in (self.data, self.eval_data if self.eval_data is not self.data else None):
+            if source is None:
+                continue
+            shape = kpt_shape_of(source["cfg"], source["yaml"])
+            if found is not None and shape != found:
+                raise ConfigError(f"{self.data['yaml']} and {source['yaml']} have different "
+                                  f"keypoints (kpt_shape {found} and {shape}): use one kpt_shape")
+            check_keypoints(source, shape)
+            found = shape
+        if kpt_shape is not None:
+            if _shape_problem(kpt_shape):
+                raise ConfigError(f"kpt_shape={kpt_shape!r:.60} must be [keypoints, 2 or 3], "
+                                  f"e.g. [17, 3]")
+            if found is not None and list(kpt_shape) != found:
+                raise ConfigError(f"kpt_shape={list(kpt_shape)} but the data has kpt_shape "
+                                  f"{found}: pass kpt_shape={found} or omit it")
+        self.kpt_shape = found or (list(kpt_shape) if kpt_shape is not None else None)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    @classmethod
+    def checkpoint_settings(cls, meta: Mapping[str, Any]) -> dict[str, Any]:
+        """The class count and keypoint shape a checkpoint was built with."""
+        return {**super().checkpoint_settings(meta),
+                "kpt_shape": (meta.get("build") or {}).get("kpt_shape")}
+
+    @classmethod
+    def check_build_kwargs(cls, build: dict[str, Any]) -> str | None:
+        """Detection's checks, and ``kpt_shape`` a keypoint shape ``[K, 2 | 3]``."""
+        why = super().check_build_kwargs(build)
+        if why is None and build.get("kpt_shape") is not None \
+                and _shape_problem(build["kpt_shape"]):
+            why = (f"metadata field 'build.kpt_shape' is {build['kpt_shape']!r:.40}, not "
+                   f"[keypoints, 2 or 3]")
+        return why
+
+    def prepare_model(self, model: Any, pretrain_weights: Any, save_dir: Path) -> tuple[Any, Any]:
+        """As detection (:meth:`DetectionAdapter.prepare_model`); an autoprune checkpoint of
+        other keypoints than the data's is refused in one line."""
+        if is_checkpoint_file(model) and self.kpt_shape is not None:
+            meta = autoprune_meta(model) or {}
+            shape = (meta.get("build") or {}).get("kpt_shape")
+            if meta.get("task") == self.task and shape is not None \
+                    and list(shape) != self.kpt_shape:
+                raise ConfigError(f"{model} predicts kpt_shape {list(shape)} but the data has "
+                                  f"{self.kpt_shape}: use data with those keypoints or train a "
+                                  f"new model on this data")
+        return super().prepare_model(model, pretrain_weights, save_dir)
+
+    # -- the model -------------------------------------------------------------------------------
+    def build(self, arch: str, num_classes: int | None = None, nc: int | None = None,
+              kpt_shape: list[int] | None = None, **_: Any) -> nn.Module:
+        """An untrained, patched (split-free) pose model of ``arch`` predicting ``kpt_shape``
+        keypoints (the data's unless given; without either, its YAML's: COCO's [17, 3])."""
+        if kpt_shape is not None and _shape_problem(kpt_shape):
+            raise ConfigError(f"kpt_shape={kpt_shape!r:.60} must be [keypoints, 2 or 3], e.g. "
+                              f"[17, 3]")
+        shape = self.kpt_shape if kpt_shape is None else list(kpt_shape)
+        before, self.kpt_shape = self.kpt_shape, shape
+        try:
+            return super().build(arch, num_classes, nc)
+        finally:
+            self.kpt_shape = before
+
+    def new_model(self, yaml_name: str, num_classes: int) -> nn.Module:
+        """Ultralytics' PoseModel of ``yaml_name`` for the keypoint shape being built."""
+        shape = {"data_kpt_shape": list(self.kpt_shape)} if self.kpt_shape else {}
+        return self.model_class(yaml_name, nc=num_classes, verbose=False, **shape)
+
+    def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
+        return {**super().build_kwargs(model),
+                "kpt_shape": pose.kpt_shape_of(model) or self.kpt_shape}
+
+    def check_model(self, model: nn.Module) -> None:
+        """Refuse a model that is not a patched YOLO pose model of the data's classes and
+        keypoints."""
+        if pose.pose_head(model) is None:
+            raise ConfigError(f"{type(model).__name__} has no YOLO Pose head: pass a YOLO pose "
+                              f"model (e.g. 'yolo11n-pose.yaml')")
+        shape = pose.kpt_shape_of(model)
+        if self.kpt_shape is not None and shape != self.kpt_shape:
+            raise ConfigError(f"the model predicts kpt_shape {shape} but the data has "
+                              f"{self.kpt_shape}: pass its YAML name (e.g. 'yolo11n-pose.yaml', "
+                              f"built for the data) or use data with kpt_shape {shape}")
+        super().check_model(model)
+
+    def ignored_layers(self, model: nn.Module) -> list[Any]:
+        return pose.ignored_layers(model)
+
+    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
+                    dynamic_batch: bool = True) -> Path:
+        """``model`` as ONNX at ``path`` with Ultralytics' export head: one output ``(batch, 4 +
+        nc + K * ndim, anchors)`` (boxes xywh, class scores, keypoints x, y in pixels and their
+        visibility scores; NMS is left to the caller); any batch size unless ``dynamic_batch``
+        is False."""
+        return super().export_onnx(model, path, opset_version, dynamic_batch)
+
+    def _resume_stage(self, *args: Any, **kwargs: Any) -> Any:
+        """Detection's resumption of an interrupted stage, its data read as pose data."""
+        with pose.resume_reads_pose_labels():
+            return super()._resume_stage(*args, **kwargs)
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def _val_data_yaml(self) -> Path:
+        """The data.yaml the validator reads; a val subset (``eval_limit``) keeps the user's
+        ``kpt_shape``, ``flip_idx`` and OKS sigmas, which Ultralytics' pose validator reads."""
+        path = super()._val_data_yaml()
+        if Path(path) == Path(self.eval_data["yaml"]):
+            return path
+        cfg = yaml.safe_load(Path(path).read_text())
+        if "kpt_shape" not in cfg:
+            cfg.update({k: self.eval_data["cfg"][k] for k in POSE_KEYS
+                        if k in self.eval_data["cfg"]})
+            Path(path).write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return path
+
+    @staticmethod
+    def metrics_of(stats: dict[str, Any]) -> dict[str, float]:
+        """autoprune's metrics from Ultralytics' pose metrics: keypoint (OKS) and box mAP."""
+        return {"map50_95_pose": float(stats["metrics/mAP50-95(P)"]),
+                "map50_pose": float(stats["metrics/mAP50(P)"]),
+                "map50_95_box": float(stats["metrics/mAP50-95(B)"]),
+                "map50_box": float(stats["metrics/mAP50(B)"])}

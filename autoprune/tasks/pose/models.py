@@ -1,0 +1,89 @@
+"""Ultralytics YOLO pose surgery on top of :mod:`autoprune.tasks.detection.models` (offline set-up,
+split-free twins, the trainer that keeps the pruned module): the keypoint head's layers that
+must keep their channels, and the pose twins of the trainer and validator."""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Iterator
+
+import torch.nn as nn
+
+from ..detection import models as yolo  # first: sets Ultralytics' offline environment
+from ..detection import trainer as _trainer
+from .data import check_pose_label_file
+
+from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator  # noqa: E402
+from ultralytics.nn.modules import Pose  # noqa: E402
+from ultralytics.nn.tasks import PoseModel  # noqa: E402
+
+# YOLO26's Pose26: the 1x1 convs after cv4 that give the keypoints and (in training) their
+# spread, and the normalising flow of its loss
+KEYPOINT_OUTPUTS = ("cv4_kpts", "cv4_sigma", "one2one_cv4_kpts", "one2one_cv4_sigma",
+                    "flow_model")
+
+
+def pose_head(model: nn.Module) -> Pose | None:
+    """The model's YOLO Pose head (Pose or Pose26), None when it has none."""
+    heads = [m for m in model.modules() if isinstance(m, Pose)]
+    return heads[-1] if heads else None
+
+
+def kpt_shape_of(model: nn.Module) -> list[int] | None:
+    """``[keypoints, values per keypoint]`` the model predicts, None without a Pose head."""
+    head = pose_head(model)
+    return [int(v) for v in head.kpt_shape] if head is not None else None
+
+
+def ignored_layers(model: nn.Module) -> list[nn.Module]:
+    """The detection head's fixed layers (:func:`~..detection.models.ignored_layers`: the last
+    conv of each box, class and keypoint branch ``cv4``, DFL, attention) plus, in YOLO26's
+    Pose26, the keypoint and spread convs after ``cv4`` (their ``K x ndim`` / ``K x 2`` outputs
+    are the keypoints) and the normalising flow its loss uses. The spread convs run only in
+    training: the eval-mode graph does not see them, so ``cv4``'s last conv, which feeds them,
+    keeps its channels too (the detection list has it)."""
+    out = yolo.ignored_layers(model)
+    for head in model.modules():
+        if not isinstance(head, Pose):
+            continue
+        for key in KEYPOINT_OUTPUTS:
+            part = getattr(head, key, None)
+            if isinstance(part, nn.Module):
+                out.extend(part.modules())
+    seen: set[int] = set()
+    return [m for m in out if not (id(m) in seen or seen.add(id(m)))]
+
+
+class PatientPoseValidator(PoseValidator):
+    """PoseValidator whose NMS has no time limit (same results, independent of load)."""
+
+    def postprocess(self, preds):
+        with yolo.patient_nms():
+            return super().postprocess(preds)
+
+
+class KeepModulePoseTrainer(yolo.KeepModuleTrainer, PoseTrainer):
+    """PoseTrainer that trains the module it is given (see
+    :class:`~..detection.models.KeepModuleTrainer`), validating with
+    :class:`PatientPoseValidator`."""
+
+    def get_validator(self):
+        validator = PoseTrainer.get_validator(self)
+        validator.__class__ = PatientPoseValidator
+        return validator
+
+
+@contextlib.contextmanager
+def resume_reads_pose_labels() -> Iterator[None]:
+    """Detection's ``resume_training`` reads the run's data.yaml again with detection's label
+    check, which refuses keypoint lines: within this block it checks them as pose labels."""
+    original = _trainer.read_data_yaml
+    _trainer.read_data_yaml = functools.partial(original, check_labels=check_pose_label_file)
+    try:
+        yield
+    finally:
+        _trainer.read_data_yaml = original
+
+
+__all__ = ["KEYPOINT_OUTPUTS", "KeepModulePoseTrainer", "PatientPoseValidator", "PoseModel",
+           "ignored_layers", "kpt_shape_of", "pose_head", "resume_reads_pose_labels"]
