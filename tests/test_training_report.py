@@ -87,7 +87,11 @@ def test_report_times_both_sides_in_pairs_and_shows_the_spread(monkeypatch):
     narrow = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 16, 3))
     adapter = get_adapter("classification", num_classes=10, input_size=32)
     sides = report_mod.compare_sides(adapter, wide, narrow, {"top1": 0.9}, {"top1": 0.8})
-    assert len(calls) == 1  # one paired measurement for both columns
+    # one paired measurement for both columns (and one in ONNX Runtime when it is installed)
+    ort = importlib.util.find_spec("onnxruntime") is not None
+    assert len(calls) == 1 + ort
+    if ort:
+        assert sides["latency_paired"]["onnxruntime"]["runtime"] == "onnxruntime"
     paired = sides["latency_paired"]["cpu"]
     assert sides["baseline"]["latency_cpu_ms"] == pytest.approx(10.0)
     assert sides["pruned"]["latency_cpu_ms"] == pytest.approx(10.0 * (1 - paired["reduction"]))
