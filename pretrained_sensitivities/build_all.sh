@@ -4,7 +4,7 @@
 # unless --force is given. Extra arguments after the options go to every build (e.g. --seed 1).
 #
 #   pretrained_sensitivities/build_all.sh [--out DIR] [--force]
-#       [--only classification|detection|segmentation|instance_segmentation|pose]
+#       [--only classification|detection|segmentation|instance_segmentation|pose|obb]
 #
 # Default output: this folder (pretrained_sensitivities/, what the wheel ships).
 set -euo pipefail
@@ -29,13 +29,14 @@ classification=(resnet18 resnet34 resnet50 mobilenet_v2 mobilenetv3_large_100
 detection=(yolov8n yolov8s yolo11n yolo11s yolo26n)
 instance_segmentation=(yolov8n-seg yolo11n-seg)
 pose=(yolov8n-pose yolo11n-pose)
+obb=(yolov8n-obb yolo11n-obb)
 segmentation=()
 for arch in unet fpn deeplabv3plus; do
   for encoder in resnet18 mobilenet_v2; do segmentation+=("smp/$arch/$encoder"); done
 done
 
 failed=()
-for task in classification detection segmentation instance_segmentation pose; do
+for task in classification detection segmentation instance_segmentation pose obb; do
   [ -n "$only" ] && [ "$only" != "$task" ] && continue
   declare -n archs="$task"
   for arch in "${archs[@]}"; do

@@ -69,3 +69,14 @@ register_task(Task(
     example="yolov8n-pose", settings="autoprune.tasks.detection.settings:YoloSettings",
     inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
     aliases={"train_data": "data"}))
+register_task(Task(
+    "obb", package="autoprune.tasks.obb", adapter="autoprune.tasks.obb.adapter:OBBAdapter",
+    resolve_arch="autoprune.tasks.obb.names:resolve_arch",
+    profile="autoprune.tasks.obb.profile:measure_profile",
+    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
+                          batch_size=16),
+    arch_help="a YOLO OBB name (yolo11n-obb, yolov8s-obb, yolo26n-obb)",
+    config_example="model: yolo11n-obb.yaml, data: data.yaml", data_key="data",
+    example="yolov8n-obb", settings="autoprune.tasks.detection.settings:YoloSettings",
+    inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
+    aliases={"train_data": "data"}))
