@@ -36,13 +36,16 @@ PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50"
             "segmentation": [f"smp/{a}/{e}" for a in ("unet", "fpn", "deeplabv3plus")
                              for e in ("resnet18", "mobilenet_v2")],
             # yolo11n-seg: not built yet (`autoprune profiles build --arch yolo11n-seg`)
-            "instance_segmentation": ["yolov8n-seg", "yolo11n-seg"]}
+            "instance_segmentation": ["yolov8n-seg", "yolo11n-seg"],
+            "pose": ["yolov8n-pose", "yolo11n-pose"], "obb": ["yolov8n-obb", "yolo11n-obb"]}
 
 
 def test_every_promised_architecture_has_a_bundled_profile():
     assert sorted(BUNDLED) == sorted((t, k) for t, keys in PROMISED.items() for k in keys)
 ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10},
-                "segmentation": {"num_classes": 11}, "instance_segmentation": {"nc": 10}}
+                "segmentation": {"num_classes": 11}, "instance_segmentation": {"nc": 10},
+                # the scenes' pose models predict 5 keypoints (x, y, visibility)
+                "pose": {"num_classes": 10, "kpt_shape": [5, 3]}, "obb": {"num_classes": 10}}
 
 
 @pytest.mark.parametrize("task,key", BUNDLED)

@@ -412,6 +412,7 @@ class DetectionAdapter(TaskAdapter):
             None, self.trainer_class, sync_bn=self.sync_bn and rank_and_world()[1] > 1,
             teacher=distill.teacher if distill is not None else None)
         return FinishedRun.of(yolo.resume_training(last, self.progress, trainer,
+                                                   check_labels=self.check_labels,
                                                    device=device).trainer)
 
     def _metrics_if_any(self, metrics: dict[str, Any]) -> dict[str, float]:
@@ -518,9 +519,11 @@ class DetectionAdapter(TaskAdapter):
             listing.write_text("".join(f"{p}\n" for p in self.eval_set))
             key = hashlib.sha256(listing.read_bytes()).hexdigest()[:8]
             self._val_yaml = self._tmp / f"data_{key}.yaml"
+            own = {k: v for k, v in self.eval_data["cfg"].items()  # kpt_shape, flip_idx...
+                   if k not in ("path", "train", "val", "test", "names", "nc", "download")}
             self._val_yaml.write_text(yaml.safe_dump(
                 {"path": str(self._tmp), "train": str(listing), "val": str(listing),
-                 "names": self.names}, sort_keys=False))
+                 "names": self.names, **own}, sort_keys=False))
         return self._val_yaml
 
     @staticmethod

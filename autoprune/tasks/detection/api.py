@@ -151,7 +151,8 @@ def resume_with(adapter_class: type[DetectionAdapter], last: str | os.PathLike,
     init_from_env()  # under torchrun: every rank trains on (DDP), rank 0 writes
     device = {"device": str(torch.cuda.current_device())} \
         if rank_and_world()[1] > 1 and torch.cuda.is_available() else {}  # the rank's own GPU
-    wrapper = yolo.resume_training(last, progress, adapter_class.trainer_class, **device)
+    wrapper = yolo.resume_training(last, progress, adapter_class.trainer_class,
+                                   check_labels=adapter_class.check_labels, **device)
     imgsz = wrapper.trainer.args.imgsz
     model = yolo.patch_model(wrapper.model.float()).eval()
     save_dir = last.parent.parent.parent

@@ -16,7 +16,7 @@ from ...errors import ConfigError
 from ...flow.training import use_sync_batchnorm
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
 from .checkpoints import load_ultralytics, read_ultralytics
-from .data import read_data_yaml
+from .data import check_label_file, read_data_yaml
 from .train_args import check_stored_args
 from .console import quiet
 from .ddp import cpu_ddp, group_size, one_process, plain_batchnorm
@@ -168,16 +168,19 @@ def keep_module_trainer(module: nn.Module | None, base: type[KeepModuleTrainer] 
 
 
 def resume_training(last: str | os.PathLike, progress: bool = True,
-                    trainer: Callable[..., KeepModuleTrainer] | None = None, **overrides):
+                    trainer: Callable[..., KeepModuleTrainer] | None = None, *,
+                    check_labels: Callable[[Path, int], None] = check_label_file, **overrides):
     """Continue an interrupted Ultralytics run from its ``last.pt`` with :class:`KeepModuleTrainer`
     (or ``trainer``: a subclass of it, or :func:`keep_module_trainer`'s factory; the pruned
-    module itself trains on); ``overrides``: the settings Ultralytics lets a resumed run change
-    (``device``...). Returns the ``YOLO`` object, its ``trainer`` done."""
+    module itself trains on); ``check_labels``: the task's label check its data.yaml is read
+    with again; ``overrides``: the settings Ultralytics lets a resumed run change (``device``...).
+    Returns the ``YOLO`` object, its ``trainer`` done."""
     load_ultralytics(last)  # refuses a file of unknown classes before Ultralytics unpickles it
     stored = read_ultralytics(last)[1].get("train_args") or {}
     check_stored_args(stored, last)  # no file named in it is loaded unchecked
     if stored.get("data") is not None:  # read as autoprune does: a missing split is named here,
-        read_data_yaml(stored["data"])  # never fetched by the data.yaml's `download:` script
+        # never fetched by the data.yaml's `download:` script
+        read_data_yaml(stored["data"], check_labels=check_labels)
     threads = torch.get_num_threads()
     try:
         with quiet(not progress):

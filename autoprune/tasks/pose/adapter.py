@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch.nn as nn
-import yaml
 
 from ...errors import ConfigError
 from ..detection import models as yolo
@@ -19,8 +18,6 @@ from ..detection.inputs import autoprune_meta, is_checkpoint_file
 from . import models as pose
 from .data import check_keypoints, check_pose_label_file, kpt_shape_of
 from .names import FAMILIES, SUFFIX, canonical_pose_arch, resolve_arch
-
-POSE_KEYS = ("kpt_shape", "flip_idx", "kpt_oks_sigmas", "kpt_names")  # data.yaml keys of pose
 
 
 def arch_of_model(model: Any) -> str | None:
@@ -171,25 +168,7 @@ class PoseAdapter(DetectionAdapter):
         is False."""
         return super().export_onnx(model, path, opset_version, dynamic_batch)
 
-    def _resume_stage(self, *args: Any, **kwargs: Any) -> Any:
-        """Detection's resumption of an interrupted stage, its data read as pose data."""
-        with pose.resume_reads_pose_labels():
-            return super()._resume_stage(*args, **kwargs)
-
     # -- evaluation ------------------------------------------------------------------------------
-    def _val_data_yaml(self) -> Path:
-        """The data.yaml the validator reads; a val subset (``eval_limit``) keeps the user's
-        ``kpt_shape``, ``flip_idx`` and OKS sigmas, which Ultralytics' pose validator reads."""
-        path = super()._val_data_yaml()
-        if Path(path) == Path(self.eval_data["yaml"]):
-            return path
-        cfg = yaml.safe_load(Path(path).read_text())
-        if "kpt_shape" not in cfg:
-            cfg.update({k: self.eval_data["cfg"][k] for k in POSE_KEYS
-                        if k in self.eval_data["cfg"]})
-            Path(path).write_text(yaml.safe_dump(cfg, sort_keys=False))
-        return path
-
     @staticmethod
     def metrics_of(stats: dict[str, Any]) -> dict[str, float]:
         """autoprune's metrics from Ultralytics' pose metrics: keypoint (OKS) and box mAP."""

@@ -24,7 +24,6 @@ from ...flow.contract import TrainResult
 from ...flow.registry import get_task
 from ..detection.api import export_with, resume_with
 from .adapter import PoseAdapter
-from .models import resume_reads_pose_labels
 
 _TASK = get_task("pose")
 
@@ -67,8 +66,7 @@ def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
 def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
     """Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
     last.pt``, as :func:`autoprune.detection.resume` does for detection."""
-    with resume_reads_pose_labels():
-        return resume_with(PoseAdapter, last, progress)
+    return resume_with(PoseAdapter, last, progress)
 
 
 __all__ = ["TrainResult", "analyze_sensitivity", "export_onnx", "load_model", "resume", "train"]

@@ -3,15 +3,9 @@ split-free twins, the trainer that keeps the pruned module): the keypoint head's
 must keep their channels, and the pose twins of the trainer and validator."""
 from __future__ import annotations
 
-import contextlib
-import functools
-from typing import Iterator
-
 import torch.nn as nn
 
 from ..detection import models as yolo  # first: sets Ultralytics' offline environment
-from ..detection import trainer as _trainer
-from .data import check_pose_label_file
 
 from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator  # noqa: E402
 from ultralytics.nn.modules import Pose  # noqa: E402
@@ -73,17 +67,5 @@ class KeepModulePoseTrainer(yolo.KeepModuleTrainer, PoseTrainer):
         return validator
 
 
-@contextlib.contextmanager
-def resume_reads_pose_labels() -> Iterator[None]:
-    """Detection's ``resume_training`` reads the run's data.yaml again with detection's label
-    check, which refuses keypoint lines: within this block it checks them as pose labels."""
-    original = _trainer.read_data_yaml
-    _trainer.read_data_yaml = functools.partial(original, check_labels=check_pose_label_file)
-    try:
-        yield
-    finally:
-        _trainer.read_data_yaml = original
-
-
 __all__ = ["KEYPOINT_OUTPUTS", "KeepModulePoseTrainer", "PatientPoseValidator", "PoseModel",
-           "ignored_layers", "kpt_shape_of", "pose_head", "resume_reads_pose_labels"]
+           "ignored_layers", "kpt_shape_of", "pose_head"]
