@@ -27,8 +27,8 @@ from typing import Any
 
 from ._version import __version__
 from .errors import (AutopruneError, CheckpointError, ConfigError, MetricError,
-                     NoPrunableGroupsError, NotAutopruneCheckpointError, SensitivityFileError,
-                     TrainingDivergedError, UnreadableCheckpointError, WriteError)
+                     NoPrunableGroupsError, NotAutopruneCheckpointError, ResumeMismatchError,
+                     SensitivityFileError, TrainingDivergedError, UnreadableCheckpointError, WriteError)
 from .tasks import TASKS
 
 
@@ -53,7 +53,7 @@ _EXPORTS = {
 __all__ = [
     "AutopruneError", "CheckpointError", "ConfigError", "DEFAULT_RATIOS", "FlopsRatios",
     "LatencyRatios", "MetricError", "NoPrunableGroupsError", "NotAutopruneCheckpointError",
-    "PrunableGroup", "PruneResult", "SensitivityFileError", "TrainingDivergedError",
+    "PrunableGroup", "PruneResult", "ResumeMismatchError", "SensitivityFileError", "TrainingDivergedError",
     "UnreadableCheckpointError", "WriteError", "count_flops", "count_params", "export_onnx",
     "import_paddleslim", "latency_ms", "load_pruned", "load_sensitivities", "measure",
     "measure_latencies", "merge_sensitivities", "prunable_groups", "prune", "ratios_by_flops",

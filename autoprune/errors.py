@@ -17,6 +17,10 @@ class ConfigError(AutopruneError, ValueError):
     """An argument is out of range or inconsistent (ratio, loss, FLOPs target, group names...)."""
 
 
+class ResumeMismatchError(ConfigError):
+    """``resume=True`` with a setting other than the interrupted run's (its ``args.yaml``)."""
+
+
 class MetricError(AutopruneError, ValueError):
     """The evaluation function returned something unusable (NaN, inf, not a number, zero baseline)."""
 

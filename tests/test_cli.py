@@ -106,6 +106,23 @@ def test_demo_runs_the_main_job_and_a_rerun_continues_without_training(tmp_path,
     assert "FLOPs" in again and autoprune.load_sensitivities(demo / "sensitivities.json") == sens_before
 
 
+def test_demo_into_a_save_dir_of_other_settings_says_to_pick_another(tmp_path, monkeypatch,
+                                                                      capsys):
+    """`./run.sh` run again with other demo flags resumes into the same folder: the user is told
+    to pass another --save-dir, not to call train(resume=False), which the demo has no flag for."""
+    from autoprune.cli import demo
+    from autoprune.errors import ResumeMismatchError
+
+    def mismatch(*args, **kwargs):
+        raise ResumeMismatchError("resume=True with epochs=3 but the run started with epochs=1")
+
+    monkeypatch.setattr(demo.classification, "train", mismatch)
+    assert main(["demo", "--save-dir", str(tmp_path / "demo"), "--epochs", "3"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pass another --save-dir" in err
+    assert str(tmp_path / "demo") in err and "epochs=3" in err
+
+
 def test_config_reads_exponent_numbers_as_numbers(tmp_path, monkeypatch):
     """`lr: 1e-3` is a string to YAML 1.1 (PyYAML), which crashed deep in the optimizer."""
     import functools

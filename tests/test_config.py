@@ -59,7 +59,7 @@ def test_a_resume_refuses_a_changed_recipe_naming_both_values(change, message, t
     """The finding of issue 30: a prune_steps=2 run resumed with prune_steps=1 used to resume as
     if nothing changed."""
     _prune(tmp_path, prune_steps=2)
-    with pytest.raises(ap.ConfigError) as info:
+    with pytest.raises(ap.ResumeMismatchError) as info:  # a ConfigError the CLI can name
         _prune(tmp_path, resume=True, **{"prune_steps": 2, **change})
     text = assert_one_line(info)
     assert message in text and "or start over with resume=False" in text

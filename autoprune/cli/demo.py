@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..tasks.classification import api as classification
+from ..errors import ConfigError, ResumeMismatchError
 from ..flow.contract import TrainResult
 
 
@@ -18,6 +19,17 @@ def run_demo(save_dir: str | Path = "runs/demo", *, arch: str = "resnet18", epoc
     """Run the whole flow into ``save_dir``. It always resumes: run again after an interruption,
     finished epochs and measured sensitivity points are kept (another ``save_dir`` starts over)."""
     save_dir = Path(save_dir)
+    try:
+        return _train(save_dir, arch, epochs, pretrain_epochs, train_limit, eval_limit,
+                      input_size, eval_metric_loss, seed, device)
+    except ResumeMismatchError as e:
+        raise ConfigError(f"{save_dir} holds a demo run of other settings ({e}): pass another "
+                          f"--save-dir to run this one") from None
+
+
+def _train(save_dir: Path, arch: str, epochs: int, pretrain_epochs: int, train_limit: int,
+           eval_limit: int, input_size: int, eval_metric_loss: float, seed: int,
+           device: str) -> TrainResult:
     return classification.train(
         arch, "fashion-mnist", epochs=epochs, pretrain_epochs=pretrain_epochs, batch_size=128,
         lr=0.05, input_size=input_size, train_limit=train_limit, eval_limit=eval_limit,

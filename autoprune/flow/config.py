@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ResumeMismatchError
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # engine.sensitivity's
 
@@ -290,10 +290,10 @@ def resumed_settings(task: str, given: Mapping[str, Any], stored: Mapping[str, A
         if key in free or key in objects or key not in stored:
             continue
         if not _same(value, stored[key]):
-            raise ConfigError(f"resume=True with {key}={plain(value)[0]!r} but the run in "
-                              f"{path.parent} started with {key}={stored[key]!r}: resume with "
-                              f"{key}={stored[key]!r} (or leave it out: it is read from "
-                              f"{path.name}), or start over with resume=False")
+            raise ResumeMismatchError(
+                f"resume=True with {key}={plain(value)[0]!r} but the run in {path.parent} started "
+                f"with {key}={stored[key]!r}: resume with {key}={stored[key]!r} (or leave it out: "
+                f"it is read from {path.name}), or start over with resume=False")
     missing = sorted(k for k in objects if k not in given)
     if missing:
         raise ConfigError(f"the run in {path.parent} was started with Python objects as "
