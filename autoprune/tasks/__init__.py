@@ -9,8 +9,25 @@ from ..flow.registry import REQUIRED, TASKS, Task, get_adapter, get_task, regist
 __all__ = ["TASKS", "Task", "TaskAdapter", "TrainResult", "get_adapter", "get_task",
            "register_task", "task_of"]
 
+
+def _yolo_task(name: str, adapter: str, kind: str, examples: str, example: str) -> Task:
+    """An Ultralytics YOLO task: a ``data.yaml`` (``train_data`` is its other name), YOLO settings,
+    profiles built on the scenes at 128 px; ``examples``: model names for the help, the first the
+    config example's; ``example``: the profile example's."""
+    package = f"autoprune.tasks.{name}"
+    return Task(
+        name, package=package, adapter=f"{package}.adapter:{adapter}",
+        resolve_arch=f"{package}.names:resolve_arch", profile=f"{package}.profile:measure_profile",
+        profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
+                              batch_size=16),
+        arch_help=f"a {kind} name ({examples})", example=example,
+        config_example=f"model: {examples.split(', ')[0]}.yaml, data: data.yaml", data_key="data",
+        settings="autoprune.tasks.detection.settings:YoloSettings",
+        inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
+        aliases={"train_data": "data"})
+
+
 # the tasks that come with autoprune
-_SCENES = "Fashion-MNIST scenes"
 register_task(Task(
     "classification", package="autoprune.tasks.classification",
     adapter="autoprune.tasks.classification.adapter:ClassificationAdapter",
@@ -21,18 +38,8 @@ register_task(Task(
     arch_help="a timm/torchvision name (resnet18, torchvision/mobilenet_v2)",
     config_example="model: resnet18, train_data: fashion-mnist", example="resnet18",
     settings="autoprune.tasks.classification.settings:ClassificationSettings"))
-register_task(Task(
-    "detection", package="autoprune.tasks.detection",
-    adapter="autoprune.tasks.detection.adapter:DetectionAdapter",
-    resolve_arch="autoprune.tasks.detection.names:resolve_arch",
-    profile="autoprune.tasks.detection.profile:measure_profile",
-    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
-                          batch_size=16),
-    arch_help="a YOLO name (yolo26n, yolov8s, yolo11m)",
-    config_example="model: yolov8n.yaml, data: data.yaml", data_key="data", example="yolov8n",
-    settings="autoprune.tasks.detection.settings:YoloSettings",
-    inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
-    aliases={"train_data": "data"}))
+register_task(_yolo_task("detection", "DetectionAdapter", "YOLO", "yolov8n, yolo26n, yolo11m",
+                         "yolov8n"))
 register_task(Task(
     "segmentation", package="autoprune.tasks.segmentation",
     adapter="autoprune.tasks.segmentation.adapter:SegmentationAdapter",
@@ -46,37 +53,9 @@ register_task(Task(
     settings="autoprune.tasks.segmentation.settings:SegmentationSettings",
     inputs={"model": "unet", "train_data": REQUIRED, "eval_data": None},
     positional=("model", "encoder")))
-register_task(Task(
-    "instance_segmentation", package="autoprune.tasks.instance_segmentation",
-    adapter="autoprune.tasks.instance_segmentation.adapter:InstanceSegmentationAdapter",
-    resolve_arch="autoprune.tasks.instance_segmentation.names:resolve_arch",
-    profile="autoprune.tasks.instance_segmentation.profile:measure_profile",
-    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
-                          batch_size=16),
-    arch_help="a YOLO-seg name (yolo11n-seg, yolov8s-seg, yolo26n-seg)",
-    config_example="model: yolo11n-seg.yaml, data: data.yaml", data_key="data",
-    example="yolov8n-seg", settings="autoprune.tasks.detection.settings:YoloSettings",
-    inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
-    aliases={"train_data": "data"}))
-register_task(Task(
-    "pose", package="autoprune.tasks.pose", adapter="autoprune.tasks.pose.adapter:PoseAdapter",
-    resolve_arch="autoprune.tasks.pose.names:resolve_arch",
-    profile="autoprune.tasks.pose.profile:measure_profile",
-    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
-                          batch_size=16),
-    arch_help="a YOLO pose name (yolo11n-pose, yolov8s-pose, yolo26n-pose)",
-    config_example="model: yolo11n-pose.yaml, data: data.yaml", data_key="data",
-    example="yolov8n-pose", settings="autoprune.tasks.detection.settings:YoloSettings",
-    inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
-    aliases={"train_data": "data"}))
-register_task(Task(
-    "obb", package="autoprune.tasks.obb", adapter="autoprune.tasks.obb.adapter:OBBAdapter",
-    resolve_arch="autoprune.tasks.obb.names:resolve_arch",
-    profile="autoprune.tasks.obb.profile:measure_profile",
-    profile_settings=dict(epochs=30, train_images=512, val_images=64, input_size=128,
-                          batch_size=16),
-    arch_help="a YOLO OBB name (yolo11n-obb, yolov8s-obb, yolo26n-obb)",
-    config_example="model: yolo11n-obb.yaml, data: data.yaml", data_key="data",
-    example="yolov8n-obb", settings="autoprune.tasks.detection.settings:YoloSettings",
-    inputs={"model": REQUIRED, "data": None, "eval_data": None}, positional=("model", "data"),
-    aliases={"train_data": "data"}))
+register_task(_yolo_task("instance_segmentation", "InstanceSegmentationAdapter", "YOLO-seg",
+                         "yolo11n-seg, yolov8s-seg, yolo26n-seg", "yolov8n-seg"))
+register_task(_yolo_task("pose", "PoseAdapter", "YOLO pose",
+                         "yolo11n-pose, yolov8s-pose, yolo26n-pose", "yolov8n-pose"))
+register_task(_yolo_task("obb", "OBBAdapter", "YOLO OBB", "yolo11n-obb, yolov8s-obb, yolo26n-obb",
+                         "yolov8n-obb"))

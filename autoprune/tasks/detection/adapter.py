@@ -7,10 +7,9 @@ import copy
 import dataclasses
 import hashlib
 import os
-import re
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn as nn
@@ -25,7 +24,7 @@ from ...flow.training import Distill, pick_device
 from ...flow.contract import TaskAdapter
 from . import formats, models as yolo
 from .data import check_label_file, read_data_yaml
-from .names import FAMILIES, canonical_arch, resolve_arch
+from .names import FAMILIES, canonical_arch, model_stem, resolve_arch
 from .stages import (RUN, FinishedRun, ResumeStep, load_checkpoint, resume_step,
                      ultralytics_last, write_checkpoints, write_deployable)
 from .inputs import as_module, autoprune_meta, is_checkpoint_file, prepare
@@ -33,18 +32,22 @@ from .train_args import check_train_args
 
 
 
-def arch_of_model(model: Any) -> str | None:
-    """The key (``yolov8n``...) of a YOLO object or DetectionModel, from the YAML it was built
-    from (its file name, or the family plus its ``scale``); None when it is not one of ours."""
+def built_arch(model: Any, canonical: Callable[[str], str | None] = canonical_arch,
+               suffix: str = "") -> str | None:
+    """The key (``yolov8n``, ``yolo11n-seg``...) of a YOLO object or model, from the YAML it was
+    built from (its file name, or the family plus its ``scale``: ``yolov8-seg.yaml`` + n), read
+    with ``canonical``; None when it is not one of ours."""
     if isinstance(model, yolo.YOLOModel):
         model = model.model
     cfg = getattr(model, "yaml", None)
     if not isinstance(cfg, dict):
         return None
-    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
-    scale = str(cfg.get("scale") or "")
-    for candidate in (stem, stem + scale):
-        key = canonical_arch(candidate)
+    stem = model_stem(cfg.get("yaml_file") or "")
+    candidates = [stem]
+    if stem.endswith(suffix):
+        candidates.append(f"{stem[:len(stem) - len(suffix)]}{cfg.get('scale') or ''}{suffix}")
+    for candidate in candidates:
+        key = canonical(candidate)
         if key:
             return key
     return None
@@ -73,7 +76,7 @@ class DetectionAdapter(TaskAdapter):
     kind, families = "YOLO", FAMILIES         # the models' names, in words
     canonical_arch = staticmethod(canonical_arch)  # "yolov8n" of a name, or None
     resolve_arch = staticmethod(resolve_arch)      # the same, a ConfigError if unknown
-    arch_of_model = staticmethod(arch_of_model)    # the key of a built model, or None
+    arch_suffix = ""                               # "-seg": its models' names end with it
     # distill=True: Ultralytics' own feature distillation (its DistillationModel), when it has it
     distills = yolo.DistillationModel is not None
     no_distill_reason = (f"the installed Ultralytics {yolo.ultralytics.__version__} has no "
@@ -82,6 +85,11 @@ class DetectionAdapter(TaskAdapter):
 
     stage_files = ("ultralytics",)  # Ultralytics' own run of a stage (weights/, results.csv)
     build_keys = build_counts = ("num_classes", "nc")  # nc: the name in older checkpoints
+
+    @classmethod
+    def arch_of_model(cls, model: Any) -> str | None:
+        """The key of a built model (:func:`built_arch`), None when it is not one of this task's."""
+        return built_arch(model, cls.canonical_arch, cls.arch_suffix)
 
     def __init__(self, data: str | os.PathLike | None = None,
                  eval_data: str | os.PathLike | None = None, *, num_classes: int | None = None,

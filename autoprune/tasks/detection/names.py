@@ -3,6 +3,7 @@ the CLI and profile building read names without loading the model libraries)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import ConfigError
@@ -41,8 +42,7 @@ def canonical_arch(stem: str) -> str | None:
 def resolve_arch(name: str) -> str:
     """Canonical key (``yolov8n``, ``yolo26s``...) of a model name such as ``"yolov8n.yaml"``;
     a ConfigError that says why for a family or variant autoprune does not prune."""
-    stem = Path(str(name)).name.lower()
-    stem = re.sub(r"\.(ya?ml|pt)$", "", stem)
+    stem = model_stem(name)
     key = canonical_arch(stem)
     if key:
         return key
@@ -72,3 +72,55 @@ def _other_task_of(name: str) -> str | None:
             continue
         return task.name
     return None
+
+
+VARIANT_FAMILIES = ("yolov8", "yolo11", "yolo26")  # Ultralytics ships -seg, -pose, -obb YAMLs
+
+
+def model_stem(name: str | Path) -> str:
+    """The lower-case stem of a model name or file: ``"YOLO11n-Pose.pt"`` -> ``"yolo11n-pose"``."""
+    return re.sub(r"\.(ya?ml|pt)$", "", Path(str(name)).name.lower())
+
+
+@dataclass(frozen=True)
+class HeadVariant:
+    """The models of a task whose YOLO head replaces detection's, named with a suffix
+    (``yolo11n-seg``): their keys, and one-line errors for names of other models."""
+
+    suffix: str          # "-seg"
+    package: str         # "instance_segmentation": autoprune.<package> prunes them
+    what: str            # "an instance segmentation model"
+    detection_note: str = ""  # " (upright boxes)": what a plain detection model lacks
+
+    @property
+    def families(self) -> str:
+        """The names this task prunes, for messages: ``"yolov8n/s/m/l/x-seg, ..."``."""
+        return ", ".join(f"{family}n/s/m/l/x{self.suffix}" for family in VARIANT_FAMILIES)
+
+    def canonical(self, stem: str) -> str | None:
+        """The key (``yolov8n-seg``...) of a model stem, None when it is not one of this task's
+        models of :data:`VARIANT_FAMILIES`."""
+        if not stem.endswith(self.suffix):
+            return None
+        key = canonical_arch(stem[:-len(self.suffix)])
+        if key and key.startswith(VARIANT_FAMILIES) and key[-1] in "nsmlx":
+            return f"{key}{self.suffix}"
+        return None
+
+    def resolve(self, name: str) -> str:
+        """Canonical key of a model name such as ``"yolo11n-seg.yaml"``; a one-line ConfigError
+        that names the supported models otherwise."""
+        stem = model_stem(name)
+        key = self.canonical(stem)
+        if key:
+            return key
+        example = f"'yolo11n{self.suffix}.yaml'"
+        if canonical_arch(stem):
+            raise ConfigError(f"{name!r} is a detection model{self.detection_note}: "
+                              f"autoprune.{self.package} prunes {self.families} (or use "
+                              f"autoprune.detection)")
+        if stem.startswith("yolo"):  # another family (yolo12n-seg) or task (yolov8n-pose)
+            raise ConfigError(f"{name!r} is not {self.what} autoprune prunes: use one of "
+                              f"{self.families} (e.g. {example})")
+        raise ConfigError(f"unknown model name {name!r}: use one of {self.families} (e.g. "
+                          f"{example}), a .pt checkpoint or a YOLO object")

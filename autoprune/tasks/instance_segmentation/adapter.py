@@ -4,39 +4,16 @@ validator, the prototype head kept intact, and mask mAP50-95 as the metric."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import torch.nn as nn
 
 from ...errors import ConfigError
-from ..detection import models as yolo
 from ..detection.adapter import DetectionAdapter
 from . import models as seg
 from .data import check_polygons
 from .names import FAMILIES, canonical_seg_arch, resolve_arch
-
-
-def arch_of_model(model: Any) -> str | None:
-    """The key (``yolov8n-seg``...) of a YOLO object or SegmentationModel, from the YAML it was
-    built from (its file name, or the family plus its ``scale``); None when it is not one of
-    ours."""
-    if isinstance(model, yolo.YOLOModel):
-        model = model.model
-    cfg = getattr(model, "yaml", None)
-    if not isinstance(cfg, dict):
-        return None
-    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
-    scale = str(cfg.get("scale") or "")
-    candidates = [stem]
-    if stem.endswith("-seg"):  # yolov8-seg.yaml + scale n
-        candidates.append(f"{stem[:-len('-seg')]}{scale}-seg")
-    for candidate in candidates:
-        key = canonical_seg_arch(candidate)
-        if key:
-            return key
-    return None
 
 
 class InstanceSegmentationAdapter(DetectionAdapter):
@@ -54,7 +31,7 @@ class InstanceSegmentationAdapter(DetectionAdapter):
     kind, families = "YOLO-seg", FAMILIES
     canonical_arch = staticmethod(canonical_seg_arch)
     resolve_arch = staticmethod(resolve_arch)
-    arch_of_model = staticmethod(arch_of_model)
+    arch_suffix = "-seg"
 
     def __init__(self, data: str | os.PathLike | None = None,
                  eval_data: str | os.PathLike | None = None, **kwargs: Any):

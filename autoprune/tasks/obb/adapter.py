@@ -3,37 +3,16 @@ through training) with YOLO OBB models, Ultralytics' OBB trainer and validator, 
 last convs kept intact, and rotated-box mAP50-95 as the metric."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import torch.nn as nn
 
 from ...errors import ConfigError
-from ..detection import models as yolo
 from ..detection.adapter import DetectionAdapter
 from . import models as obb
 from .data import check_obb_label_file
-from .names import FAMILIES, SUFFIX, canonical_obb_arch, resolve_arch
-
-
-def arch_of_model(model: Any) -> str | None:
-    """The key (``yolov8n-obb``...) of a YOLO object or OBBModel, from the YAML it was built from
-    (its file name, or the family plus its ``scale``); None when it is not one of ours."""
-    if isinstance(model, yolo.YOLOModel):
-        model = model.model
-    cfg = getattr(model, "yaml", None)
-    if not isinstance(cfg, dict):
-        return None
-    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
-    candidates = [stem]
-    if stem.endswith(SUFFIX):  # yolov8-obb.yaml + scale n
-        candidates.append(f"{stem[:-len(SUFFIX)]}{cfg.get('scale') or ''}{SUFFIX}")
-    for candidate in candidates:
-        key = canonical_obb_arch(candidate)
-        if key:
-            return key
-    return None
+from .names import FAMILIES, canonical_obb_arch, resolve_arch
 
 
 class OBBAdapter(DetectionAdapter):
@@ -52,7 +31,7 @@ class OBBAdapter(DetectionAdapter):
     kind, families = "YOLO OBB", FAMILIES
     canonical_arch = staticmethod(canonical_obb_arch)
     resolve_arch = staticmethod(resolve_arch)
-    arch_of_model = staticmethod(arch_of_model)
+    arch_suffix = "-obb"
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model that is not a patched YOLO OBB model of the data's classes."""

@@ -5,38 +5,17 @@ the metric."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch.nn as nn
 
 from ...errors import ConfigError
-from ..detection import models as yolo
 from ..detection.adapter import DetectionAdapter
 from ..detection.inputs import autoprune_meta, is_checkpoint_file
 from . import models as pose
 from .data import check_keypoints, check_pose_label_file, kpt_shape_of
-from .names import FAMILIES, SUFFIX, canonical_pose_arch, resolve_arch
-
-
-def arch_of_model(model: Any) -> str | None:
-    """The key (``yolov8n-pose``...) of a YOLO object or PoseModel, from the YAML it was built
-    from (its file name, or the family plus its ``scale``); None when it is not one of ours."""
-    if isinstance(model, yolo.YOLOModel):
-        model = model.model
-    cfg = getattr(model, "yaml", None)
-    if not isinstance(cfg, dict):
-        return None
-    stem = re.sub(r"\.(ya?ml|pt)$", "", Path(str(cfg.get("yaml_file") or "")).name.lower())
-    candidates = [stem]
-    if stem.endswith(SUFFIX):  # yolov8-pose.yaml + scale n
-        candidates.append(f"{stem[:-len(SUFFIX)]}{cfg.get('scale') or ''}{SUFFIX}")
-    for candidate in candidates:
-        key = canonical_pose_arch(candidate)
-        if key:
-            return key
-    return None
+from .names import FAMILIES, canonical_pose_arch, resolve_arch
 
 
 def _shape_problem(shape: Any) -> bool:
@@ -64,7 +43,7 @@ class PoseAdapter(DetectionAdapter):
     kind, families = "YOLO pose", FAMILIES
     canonical_arch = staticmethod(canonical_pose_arch)
     resolve_arch = staticmethod(resolve_arch)
-    arch_of_model = staticmethod(arch_of_model)
+    arch_suffix = "-pose"
     build_keys = ("num_classes", "nc", "kpt_shape")
 
     def __init__(self, data: str | os.PathLike | None = None,
