@@ -279,3 +279,23 @@ def test_sync_bn_on_cpu_ranks_is_refused_and_ignored_in_one_process(monkeypatch)
     with pytest.raises(autoprune.ConfigError, match="sync_bn=True needs CUDA GPUs"):
         training.fit(model, loader, cfg, device=torch.device("cpu"))
     assert type(model[1]) is torch.nn.BatchNorm2d
+
+
+def test_a_group_started_by_autoprune_is_destroyed_before_interpreter_shutdown(tmp_path):
+    """A process group left to interpreter shutdown can abort a finished run (gloo's threads:
+    "terminate called without an active exception", seen in CI): init_from_env destroys what it
+    started at exit, while Python is whole. A handler registered before it runs after it."""
+    from conftest import torchrun
+
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import atexit, torch, torch.distributed as dist\n"
+        "from autoprune.engine.distributed import init_from_env, all_reduce_sum\n"
+        "atexit.register(lambda: print('group alive at exit:', dist.is_initialized()))\n"
+        "assert init_from_env()\n"
+        "total = all_reduce_sum(1.0)\n"
+        "print(f'rank {dist.get_rank()} sum {total}', flush=True)\n")
+    out = torchrun([str(script)])
+    assert "rank 0 sum 2.0" in out and "rank 1 sum 2.0" in out
+    assert "group alive at exit: True" not in out
+    assert out.count("group alive at exit: False") == 2

@@ -1,4 +1,5 @@
 """The shared training loop learns; top-k evaluation; report tables."""
+import importlib.util
 import json
 
 import pytest

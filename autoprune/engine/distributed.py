@@ -5,6 +5,7 @@ Everything here is a no-op in a single process, so the same code runs with and w
 """
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any, Sequence, TypeVar
 
@@ -82,4 +83,17 @@ def init_from_env() -> bool:
         if use_cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        # destroyed while the interpreter is whole: left to interpreter shutdown, gloo's worker
+        # threads can abort the process ("terminate called without an active exception",
+        # pytorch/pytorch#190489) after all the work was done
+        atexit.register(shutdown)
     return True
+
+
+def shutdown() -> None:
+    """Destroy the process group this process started (a no-op without one); safe to call twice."""
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - at exit; the work is written, nothing left to save
+            pass
