@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -48,6 +48,16 @@ def label_path(image: Path) -> Path:
     ``.../labels/....txt``)."""
     parts = str(image).rsplit(f"{os.sep}images{os.sep}", 1)
     return Path(f"{os.sep}labels{os.sep}".join(parts)).with_suffix(".txt")
+
+
+def checked_label_files(data: dict[str, Any]) -> Iterator[tuple[Path, list[str]]]:
+    """The label files (and their lines) checked up front: the first ``LABELS_CHECKED`` of each
+    split of a data set read by :func:`read_data_yaml`; images without one are skipped."""
+    for split in ("train", "val"):
+        for image in (data.get(split) or [])[:LABELS_CHECKED]:
+            path = label_path(image)
+            if path.is_file():
+                yield path, path.read_text(encoding="utf-8-sig").splitlines()
 
 
 def check_label_file(path: Path, nc: int) -> None:

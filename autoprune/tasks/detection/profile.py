@@ -24,13 +24,20 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
                         pretrained=pretrained)
 
 
+# what the scenes of each Ultralytics task label, in profiles' "how" (after "Fashion-MNIST scenes")
+SCENE_LABELS = {"detect": "", "segment": " with polygon labels",
+                "pose": " with 5 keypoints per garment, the corners of its box and its centre",
+                "obb": " of garments turned by a random angle, one rotated box each"}
+
+
 def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], key: str,
                  work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
                  scenes_task: str = "detect", device: str = "auto", progress: bool = True,
                  data: str | Path | None = None, train_args: dict[str, Any] | None = None,
                  pretrained: Any = None) -> tuple[Path, dict[str, Any]]:
     """:func:`measure_profile` for a YOLO task whose API has ``train_fn`` / ``analyze_fn``
-    (detection, or instance segmentation with ``scenes_task="segment"``: polygon labels)."""
+    (detection, or instance segmentation, pose and OBB with ``scenes_task`` "segment", "pose",
+    "obb": the scenes' labels)."""
     # Ultralytics' defaults suit large sets; a small set wants a step per batch and AdamW
     train_args = {"optimizer": "AdamW", "lr0": 0.003, "warmup_epochs": 1,
                   "nbs": s["batch_size"], **(train_args or {})}
@@ -38,11 +45,9 @@ def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], k
         data_yaml = write_yolo_dataset(work_dir / "scenes", train=s["train_images"],
                                        val=s["val_images"], size=s["input_size"], seed=s["seed"],
                                        task=scenes_task)
-        how = ("Fashion-MNIST scenes with polygon labels (autoprune.datasets.scenes."
-               "write_yolo_dataset(task='segment'): " if scenes_task == "segment" else
-               "Fashion-MNIST scenes (autoprune.datasets.scenes.write_yolo_dataset: ")
-        dataset = how + ("1-4 garments per canvas, 10 classes; train garments from the train "
-                         "split, val from the test split)")
+        dataset = (f"Fashion-MNIST scenes{SCENE_LABELS[scenes_task]} (autoprune.datasets."
+                   f"scenes.write_yolo_dataset(task={scenes_task!r}): 1-4 garments per canvas, "
+                   f"10 classes; train garments from the train split, val from the test split)")
     else:
         data_yaml, dataset = Path(data), f"user data {Path(data).name}"
     model = f"{key}.pt" if pretrained else f"{key}.yaml"  # Ultralytics' weights, or its YAML

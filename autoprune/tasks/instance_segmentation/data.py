@@ -5,23 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigError
-from ..detection.data import LABELS_CHECKED, label_path
+from ..detection.data import checked_label_files
 
 
 def check_polygons(data: dict[str, Any]) -> None:
     """Refuse a data set (as read by ``read_data_yaml``) whose labels are boxes: Ultralytics'
     segment trainer needs a polygon ``class x1 y1 x2 y2 x3 y3 ...`` per object (checked in the
     first ``LABELS_CHECKED`` label files of each split)."""
-    for split in ("train", "val"):
-        for image in (data.get(split) or [])[:LABELS_CHECKED]:
-            path = label_path(image)
-            if not path.is_file():
-                continue
-            for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
-                if len(line.split()) == 5:
-                    raise ConfigError(f"{path} line {n} is a box ('class cx cy w h'): instance "
-                                      f"segmentation needs a polygon 'class x1 y1 x2 y2 x3 y3 ...' "
-                                      f"per object (write_yolo_dataset(..., task='segment') "
-                                      f"writes them)")
-                if line.strip():
-                    break  # a file holds one kind of label (read_data_yaml checked it)
+    for path, lines in checked_label_files(data):
+        for n, line in enumerate(lines, 1):
+            if len(line.split()) == 5:
+                raise ConfigError(f"{path} line {n} is a box ('class cx cy w h'): instance "
+                                  f"segmentation needs a polygon 'class x1 y1 x2 y2 x3 y3 ...' per "
+                                  f"object (write_yolo_dataset(..., task='segment') writes them)")
+            if line.strip():
+                break  # a file holds one kind of label (read_data_yaml checked it)

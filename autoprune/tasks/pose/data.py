@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError
-from ..detection.data import LABELS_CHECKED, label_path
+from ..detection.data import checked_label_files
 
 WRITER = "write_yolo_dataset(..., task='pose') writes them"
 
@@ -85,26 +85,22 @@ def check_keypoints(data: dict[str, Any], kpt_shape: list[int]) -> None:
     values, keypoint positions in [0, 1], visibilities not negative."""
     k, ndim = kpt_shape
     want = 5 + k * ndim
-    for split in ("train", "val"):
-        for image in (data.get(split) or [])[:LABELS_CHECKED]:
-            path = label_path(image)
-            if not path.is_file():
+    for path, lines in checked_label_files(data):
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
                 continue
-            for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
-                if not line.strip():
-                    continue
-                values = _values(path, n, line)
-                where = f"{path} line {n}"
-                if len(values) != want:
-                    raise ConfigError(f"{where} has {len(values)} values but kpt_shape "
-                                      f"{kpt_shape} in {data['yaml']} needs {want} ('class cx "
-                                      f"cy w h' + {k} x {ndim}): fix the labels or kpt_shape")
-                points = values[5:]
-                xy = [v for i, v in enumerate(points) if i % ndim < 2]
-                if not all(-0.01 <= v <= 1.01 for v in xy):
-                    raise ConfigError(f"{where} has a keypoint outside [0, 1]: keypoint "
-                                      f"positions are fractions of the image width and height "
-                                      f"(an unlabelled keypoint is '0 0 0')")
-                if ndim == 3 and not all(math.isfinite(v) and v >= 0 for v in points[2::3]):
-                    raise ConfigError(f"{where} has a negative keypoint visibility: use 0 "
-                                      f"(unlabelled), 1 (hidden) or 2 (visible)")
+            values = _values(path, n, line)
+            where = f"{path} line {n}"
+            if len(values) != want:
+                raise ConfigError(f"{where} has {len(values)} values but kpt_shape "
+                                  f"{kpt_shape} in {data['yaml']} needs {want} ('class cx "
+                                  f"cy w h' + {k} x {ndim}): fix the labels or kpt_shape")
+            points = values[5:]
+            xy = [v for i, v in enumerate(points) if i % ndim < 2]
+            if not all(-0.01 <= v <= 1.01 for v in xy):
+                raise ConfigError(f"{where} has a keypoint outside [0, 1]: keypoint "
+                                  f"positions are fractions of the image width and height "
+                                  f"(an unlabelled keypoint is '0 0 0')")
+            if ndim == 3 and not all(math.isfinite(v) and v >= 0 for v in points[2::3]):
+                raise ConfigError(f"{where} has a negative keypoint visibility: use 0 "
+                                  f"(unlabelled), 1 (hidden) or 2 (visible)")

@@ -7,10 +7,6 @@ from typing import Any
 from ..detection.profile import measure_with
 from .api import analyze_sensitivity, train
 
-SCENES = ("Fashion-MNIST scenes with 5 keypoints per garment, the corners of its box and its "
-          "centre (autoprune.datasets.scenes.write_yolo_dataset(task='pose'): 1-4 garments per "
-          "canvas, 10 classes; train garments from the train split, val from the test split)")
-
 
 def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
                     device: str = "auto", progress: bool = True, data: str | Path | None = None,
@@ -19,9 +15,5 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
     Fashion-MNIST scenes with keypoints (``write_yolo_dataset(..., task="pose")``) and measure
     its keypoint mAP50-95 sensitivities on the val scenes into ``work_dir/sens.json``; ``data``
     and ``train_args`` as in :func:`autoprune.tasks.detection.profile.measure_profile`."""
-    measured, how = measure_with(train, analyze_sensitivity, key, work_dir, s, ratios,
-                                 scenes_task="pose", device=device, progress=progress,
-                                 data=data, train_args=train_args)
-    if data is None:
-        how["dataset"] = SCENES
-    return measured, how
+    return measure_with(train, analyze_sensitivity, key, work_dir, s, ratios, scenes_task="pose",
+                        device=device, progress=progress, data=data, train_args=train_args)
