@@ -342,6 +342,18 @@ def test_later_steps_settings_are_refused_before_training(kw, message, tmp_path)
     assert not (tmp_path / "run" / "baseline").exists()
 
 
+def test_pretrain_epochs_with_a_trained_base_model_is_refused_before_training(tmp_path):
+    """pretrain_epochs trains a base model that pretrain_weights says is already trained: the
+    setting would go unused without a word; one line says to drop one of them."""
+    weights = tmp_path / "base.pt"
+    torch.save(make_model("resnet18").state_dict(), weights)
+    with pytest.raises(ap.ConfigError, match=r"pretrain_epochs=2 trains the base model, but "
+                       r"pretrain_weights=.*base.pt is the trained base model"):
+        _cls(tmp_path, pretrain_weights=weights, pretrain_epochs=2,
+             sensitivities_file=tmp_path / "s.json")
+    assert not (tmp_path / "run" / "baseline").exists()
+
+
 def test_segmentation_encoder_defaults_to_resnet18(tmp_path):
     """seg.train("unet") takes its documented default encoder (it asked for one before); the
     run then stops at the next check, epochs=0, having built the model."""

@@ -96,6 +96,39 @@ def test_the_pretrained_run_prunes_and_reports_its_starting_weights(hub, paddlex
     assert "starting weights: timm timm/resnet18.a1_in1k" in shown and "pruned: yes" in shown
 
 
+def test_a_run_from_a_pretrained_runs_checkpoint_keeps_its_inputs_and_fine_tuning_lr(
+        paddlex, tmp_path, monkeypatch):
+    """pretrain_weights=<the base model of a pretrained=True run>: the new run normalises its
+    images as that model was trained (the checkpoint's mean/std/interpolation) and fine-tunes
+    at 0.01, unless the user sets them; a checkpoint trained from scratch changes nothing."""
+    import timm
+
+    seen = {}
+    monkeypatch.setattr("autoprune.flow.run.train", lambda adapter, *a, **k: seen.update(
+        adapter=adapter))
+    net = timm.create_model("resnet18", num_classes=10)
+    pretrained = ap.save_pruned(
+        net, tmp_path / "pretrained.pt", task="classification", arch="timm/resnet18",
+        build={"num_classes": 10}, input_size=32,
+        data={"mean": [0.1, 0.2, 0.3], "std": [0.4, 0.5, 0.6], "interpolation": "bicubic"},
+        start_weights={"source": "timm", "id": "timm/resnet18.a1_in1k"})
+    cls.train("resnet18", paddlex, pretrain_weights=pretrained, **SMALL)
+    adapter = seen["adapter"]
+    assert adapter.cfg.lr == 0.01
+    assert adapter.data_settings() == {"mean": [0.1, 0.2, 0.3], "std": [0.4, 0.5, 0.6],
+                                       "interpolation": "bicubic"}
+    image = adapter.eval_set[0][0]  # normalised with the checkpoint's statistics
+    cls.train("resnet18", paddlex, pretrain_weights=pretrained, lr=0.03, mean=[0.5] * 3,
+              **SMALL)
+    assert seen["adapter"].cfg.lr == 0.03 and seen["adapter"].data_settings()["mean"] == [0.5] * 3
+    assert not torch.equal(seen["adapter"].eval_set[0][0], image)
+
+    scratch = ap.save_pruned(net, tmp_path / "scratch.pt", task="classification",
+                             arch="timm/resnet18", build={"num_classes": 10}, input_size=32)
+    cls.train("resnet18", paddlex, pretrain_weights=scratch, **SMALL)
+    assert seen["adapter"].cfg.lr == 0.05 and seen["adapter"].data_settings() == {}
+
+
 def test_torchvision_weights_come_from_torch_home(paddlex, tmp_path, monkeypatch):
     import torchvision
 
@@ -209,6 +242,50 @@ def test_yolov8n_pt_from_the_weights_dir_is_fine_tuned_then_pruned_for_the_data(
     assert r.report["data"].startswith("coco, 2 splits, 10 classes")
     assert (tmp_path / "run" / "data_cache").is_dir()
     assert yolo.model_nc(det.load_model(r.pruned_path)) == 10
+    # the checkpoints keep the data's class names: a model loaded without data names them
+    from autoprune.tasks.detection.adapter import DetectionAdapter
+
+    names = DetectionAdapter(scenes["yolo"], input_size=64).names
+    assert names[0] != "0" and det.load_model(r.pruned_path).names == names
+
+
+def test_weights_of_as_many_classes_named_otherwise_are_fine_tuned_first(scenes, tmp_path,
+                                                                         monkeypatch, capsys):
+    """A .pt of the data's class count but other class names is another data set's model: its
+    head is fine-tuned before pruning, not taken as trained on these classes; one of the data's
+    names is taken as it is; an autoprune checkpoint of other names is refused in one line."""
+    import ultralytics.utils
+
+    from autoprune.engine.checkpoint import save_pruned
+    from autoprune.tasks.detection import models as yolo
+    from autoprune.tasks.detection.adapter import DetectionAdapter
+    from autoprune.tasks.detection.inputs import class_names, prepare
+    from autoprune.tasks.detection.pretrained import seed_ultralytics_weights
+
+    monkeypatch.setitem(ultralytics.utils.SETTINGS, "weights_dir", str(tmp_path / "w"))
+    adapter = DetectionAdapter(scenes["yolo"], input_size=64, progress=False)
+    mine = [adapter.names[i] for i in sorted(adapter.names)]
+    with yolo.quiet():
+        net = yolo.DetectionModel("yolov8n.yaml", nc=len(mine), verbose=False)
+    net.names = {i: f"tool{i}" for i in range(len(mine))}
+    seed_ultralytics_weights(net, "other.pt", tmp_path)
+    model, weights = prepare(adapter, str(tmp_path / "other.pt"), None, tmp_path)
+    assert isinstance(model, torch.nn.Module) and weights is None  # fine-tuned first
+    assert class_names(model) == mine
+    assert "trained on tool0, tool1, tool2, … (10), the data has" in capsys.readouterr().out
+
+    net.names = dict(enumerate(mine))
+    seed_ultralytics_weights(net, "same.pt", tmp_path)
+    arch, weights = prepare(adapter, str(tmp_path / "same.pt"), None, tmp_path)
+    assert arch == "yolov8n" and weights is not None  # pruned as it is
+
+    ckpt = save_pruned(yolo.patch_model(net), tmp_path / "ckpt.pt", task="detection",
+                       arch="yolov8n", build={"num_classes": len(mine)}, input_size=64,
+                       data={"class_names": [f"tool{i}" for i in range(len(mine))]})
+    with pytest.raises(ap.ConfigError) as e:
+        prepare(adapter, str(ckpt), None, tmp_path)
+    assert "trained on other classes (tool0, tool1, tool2, … (10))" in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 # -- the data sets users have ------------------------------------------------------------------

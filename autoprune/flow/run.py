@@ -100,6 +100,10 @@ def start(adapter: TaskAdapter, model: Any, flow: FlowSettings,
     model, pretrain_weights = adapter.prepare_model(model, flow.pretrain_weights, run.save_dir)
     if pretrain_weights is not flow.pretrain_weights:  # e.g. the weights of a YOLO object
         run.flow = dataclasses.replace(run.flow, pretrain_weights=pretrain_weights)
+        if pretrain_weights is not None and flow.pretrain_epochs is not None and \
+                run.mode != "none":
+            _log(f"[autoprune] note: the model's weights are taken as the base model (trained on "
+                 f"the data's classes): pretrain_epochs={flow.pretrain_epochs} is not used")
     flow = run.flow  # as checked (round_to for a deploy runtime) and prepared
     _announce_previous(run)
     data = adapter.describe_data()
@@ -149,6 +153,12 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
                               "sensitivities_file (a path or 'DEFAULT') and a target, or drop "
                               "them")
         return run
+    if flow.pretrain_epochs is not None and flow.pretrain_weights is not None and \
+            Path(str(flow.pretrain_weights)).is_file():
+        raise ConfigError(f"pretrain_epochs={flow.pretrain_epochs} trains the base model, but "
+                          f"pretrain_weights={flow.pretrain_weights} is the trained base model "
+                          f"(pruned as it is): drop pretrain_epochs, or drop pretrain_weights "
+                          f"to train a base model first")
     if flow.prune_steps > flow.epochs:
         raise ConfigError(f"prune_steps={flow.prune_steps} needs at least as many epochs "
                           f"(epochs={flow.epochs}): each step retrains epochs // prune_steps "

@@ -15,10 +15,11 @@ from torchvision import datasets
 from torch.utils.data import Dataset
 
 from ...flow.options import check_numbers
+from ...engine.checkpoint import read_pruned_metadata
 from ...engine.data import (CachedBatches, check_limits, first_items, load_image, make_loader,
                             subset, walk_files)
 from ...datasets import FashionMNIST
-from ...errors import ConfigError
+from ...errors import CheckpointError, ConfigError
 from ...flow.training import FitConfig, evaluate_topk, pick_device
 from . import models as torchvision_models
 from .. import timm_rules
@@ -226,6 +227,7 @@ def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | Non
 
 
 SCRATCH_LR, FINE_TUNE_LR = 0.05, 0.01  # lr's default from scratch / from pretrained weights
+PRETRAINED_SOURCES = ("timm", "torchvision")  # hub weights (engine.provenance.SOURCES)
 
 
 def check_pretrained(pretrained: Any) -> Any:
@@ -347,6 +349,7 @@ class ClassificationAdapter(SupervisedFit):
         values = dataclasses.asdict(settings)
         if not values.get("pretrained") and is_hub_spec(flow.pretrain_weights):
             values["pretrained"] = flow.pretrain_weights
+        values.update(_kept_from(flow.pretrain_weights, values))
         return cls(**{k: v for k, v in inputs.items() if k != "model"}, **values,
                    model_name=inputs.get("model"), seed=flow.seed, progress=flow.progress)
 
@@ -521,3 +524,25 @@ def _output_classes(model: nn.Module) -> int | None:
 def _device_of(model: nn.Module) -> torch.device:
     p = next(model.parameters(), None)
     return p.device if p is not None else torch.device("cpu")
+
+
+def _kept_from(weights: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a run from ``weights`` (an autoprune classification checkpoint) keeps when
+    the user leaves them unset: the normalisation and interpolation its model was trained with,
+    and the fine-tuning lr when it started from pretrained hub weights (a base model of a
+    ``pretrained=True`` run is still a fine-tuned ImageNet model)."""
+    if weights is None or is_hub_spec(weights) or not Path(weights).is_file():
+        return {}
+    try:
+        meta = read_pruned_metadata(weights)
+    except (CheckpointError, OSError, ValueError):
+        return {}  # a plain state_dict, or a damaged file: load_weights says so
+    if not isinstance(meta, dict) or meta.get("task") not in (None, "classification"):
+        return {}
+    data = meta.get("data") if isinstance(meta.get("data"), dict) else {}
+    kept = {k: data[k] for k in ("mean", "std", "interpolation")
+            if values.get(k) is None and data.get(k) is not None}
+    started = meta.get("start_weights") if isinstance(meta.get("start_weights"), dict) else {}
+    if values.get("lr") is None and started.get("source") in PRETRAINED_SOURCES:
+        kept["lr"] = FINE_TUNE_LR
+    return kept

@@ -9,7 +9,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -98,7 +98,8 @@ class DetectionAdapter(TaskAdapter):
                  train_args: dict[str, Any] | None = None, seed: int = 0,
                  progress: bool = True, sync_bn: bool = False, nc: int | None = None,
                  workers: int | None = None, data_format: str | None = None,
-                 cache_root: str | os.PathLike | None = None):
+                 cache_root: str | os.PathLike | None = None,
+                 class_names: Sequence[str] | None = None):
         nc = num_classes if num_classes is not None else nc  # nc, workers: the former names
         workers = num_workers if workers is None else workers
         workers = 0 if workers is None else workers
@@ -134,7 +135,9 @@ class DetectionAdapter(TaskAdapter):
             raise ConfigError(f"num_classes={nc} but the data has {found} classes: pass "
                               f"num_classes={found} or omit it")
         self.num_classes = nc if nc is not None else found
-        self.names = (self.data or self.eval_data or {}).get("names")
+        # the data's class names, else a checkpoint's (class_names: read back from its metadata)
+        self.names = (self.data or self.eval_data or {}).get("names") or \
+            (dict(enumerate(map(str, class_names))) if class_names else None)
         self.eval_set = None
         if self.eval_data is not None:
             self.eval_set = EvalImages(self.eval_data["val"][:eval_limit])
@@ -205,9 +208,16 @@ class DetectionAdapter(TaskAdapter):
 
     @classmethod
     def checkpoint_settings(cls, meta: dict[str, Any]) -> dict[str, Any]:
-        """The class count a checkpoint was built with (``nc`` in older files)."""
+        """The class count (``nc`` in older files) and class names a checkpoint was built with."""
         build = meta.get("build") or {}
-        return {"num_classes": build.get("num_classes", build.get("nc"))}
+        names = (meta.get("data") or {}).get("class_names")
+        return {"num_classes": build.get("num_classes", build.get("nc")),
+                "class_names": names if isinstance(names, list) else None}
+
+    def data_settings(self) -> dict[str, Any]:
+        """The data's class names (in id order), kept with the checkpoints: a model loaded later
+        names its classes, and a run on data of other names is told apart."""
+        return {"class_names": [self.names[i] for i in sorted(self.names)]} if self.names else {}
 
     @classmethod
     def is_own_checkpoint(cls, path: Any) -> bool:

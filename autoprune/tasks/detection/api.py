@@ -38,6 +38,7 @@ from ...flow.registry import get_task
 from . import models as yolo
 from .adapter import DetectionAdapter
 from .stages import write_deployable
+from .inputs import class_names
 
 _TASK = get_task("detection")
 DEPRECATED = tuple(_RENAMED)  # Ultralytics' names of three settings (left out of --help)
@@ -156,10 +157,11 @@ def resume_with(adapter_class: type[DetectionAdapter], last: str | os.PathLike,
     imgsz = wrapper.trainer.args.imgsz
     model = yolo.patch_model(wrapper.model.float()).eval()
     save_dir = last.parent.parent.parent
-    adapter = adapter_class(num_classes=yolo.model_nc(model), input_size=imgsz)
+    adapter = adapter_class(num_classes=yolo.model_nc(model), input_size=imgsz,
+                            class_names=class_names(model))
     derived = {"task": adapter.task, "arch": adapter.arch_of(model),
                "build": adapter.build_kwargs(model), "input_size": imgsz,
-               "pruned": hasattr(model, BASE_SHAPES)}
+               "data": adapter.data_settings(), "pruned": hasattr(model, BASE_SHAPES)}
     for name, src in (("last.pt", last), ("best.pt", last.parent / "best.pt")):
         if src.is_file() and rank_and_world()[0] == 0:
             target = save_dir / name

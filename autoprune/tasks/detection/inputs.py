@@ -73,8 +73,9 @@ def prepare(adapter: Any, model: Any, pretrain_weights: Any, save_dir: Path) -> 
     module, start = as_module_from(model)
     trained = module is not None and _trained(model, start)
     adapter.loaded_weights(start)
-    if trained and adapter.num_classes is not None and \
-            yolo.model_nc(module) != adapter.num_classes:
+    if trained and adapter.num_classes is not None and (
+            yolo.model_nc(module) != adapter.num_classes
+            or _other_names(class_names(module), adapter)):
         return adapted(adapter, module, model, pretrain_weights), None
     if module is None and is_checkpoint_file(model):  # an autoprune checkpoint: arch + weights
         if pretrain_weights is not None:
@@ -90,6 +91,12 @@ def prepare(adapter: Any, model: Any, pretrain_weights: Any, save_dir: Path) -> 
             raise ConfigError(f"the model predicts {classes} classes but the data has "
                               f"{adapter.num_classes}: use data with {classes} classes or train "
                               f"a new model on this data")
+        theirs = (meta.get("data") or {}).get("class_names")
+        if isinstance(theirs, list) and _other_names(theirs, adapter):
+            raise ConfigError(f"{model} was trained on other classes ({_few(theirs)}) than the "
+                              f"data's ({_few(_data_names(adapter))}): list the model's names in "
+                              f"that order in data.yaml, or start from the model it was trained "
+                              f"from to fine-tune it on these classes")
         return meta["arch"], model
     if module is None:
         return model, pretrain_weights
@@ -115,11 +122,47 @@ def adapted(adapter: Any, module: nn.Module, given: Any, pretrain_weights: Any) 
     matching name and shape transferred, the class outputs fresh; it is fine-tuned first."""
     if pretrain_weights is not None:
         raise ConfigError(f"model {given} brings its own weights: leave pretrain_weights unset")
-    before = yolo.model_nc(module)
+    before, theirs = yolo.model_nc(module), class_names(module)
     model, transferred, total = adapt_to_classes(module, adapter.num_classes, adapter.names,
                                                  keep_head_width=False)
     if rank_and_world()[0] == 0:
-        print(f"[autoprune] {getattr(given, 'ckpt_path', None) or given}: {before} classes, the "
-              f"data has {adapter.num_classes}: {transferred}/{total} tensors transferred, the "
-              f"class outputs are new; the model is fine-tuned before it is pruned", flush=True)
+        what = f"{before} classes, the data has {adapter.num_classes}" \
+            if before != adapter.num_classes else \
+            f"trained on {_few(theirs)}, the data has {_few(_data_names(adapter))}"
+        print(f"[autoprune] {getattr(given, 'ckpt_path', None) or given}: {what}: "
+              f"{transferred}/{total} tensors transferred, the class outputs "
+              f"{'are new' if before != adapter.num_classes else 'start from its own'}; the "
+              f"model is fine-tuned before it is pruned", flush=True)
     return yolo.patch_model(model).eval()
+
+
+def class_names(module: nn.Module) -> list[str] | None:
+    """A model's class names in id order; None when it holds none or only the placeholder
+    names ("0", "1", ...) of a model built without data."""
+    names = getattr(module, "names", None)
+    if isinstance(names, (list, tuple)):
+        names = dict(enumerate(names))
+    if not isinstance(names, dict) or not names:
+        return None
+    try:
+        listed = [str(names[k]) for k in sorted(names)]
+    except TypeError:  # ids of mixed types: not a name table
+        return None
+    return None if listed == [str(i) for i in range(len(listed))] else listed
+
+
+def _data_names(adapter: Any) -> list[str]:
+    return [adapter.names[i] for i in sorted(adapter.names)] if adapter.names else []
+
+
+def _other_names(names: list[str] | None, adapter: Any) -> bool:
+    """Whether a model's known class names differ from the data's (the same count assumed)."""
+    mine = _data_names(adapter)
+    return bool(names) and bool(mine) and [str(n) for n in names] != mine
+
+
+def _few(names: list[str] | None, shown: int = 3) -> str:
+    """``person, bicycle, car, … (80)``."""
+    names = [str(n) for n in names or []]
+    more = f", … ({len(names)})" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
