@@ -56,6 +56,17 @@ def _save(array: np.ndarray, path: Path, palette: list[int] | None = None) -> No
     atomic_write(path, lambda tmp: im.save(tmp, format="PNG"))
 
 
+def check_format_and_split(data_format: str | None, split: str,
+                           formats: tuple[str, ...]) -> None:
+    """A one-line ConfigError for a ``data_format`` not among ``formats`` (None: detected) or a
+    ``split`` other than "train" / "val"."""
+    if data_format is not None and data_format not in formats:
+        raise ConfigError(f"data_format={data_format!r} must be one of {', '.join(formats)} (or "
+                          f"None to detect it)")
+    if split not in ("train", "val"):
+        raise ConfigError(f"split={split!r} must be 'train' or 'val'")
+
+
 def read_labels_txt(path: str | os.PathLike) -> list[str]:
     """Class names from a PaddleX ``labels.txt``: one a line, line k naming class k."""
     path = Path(path)
@@ -347,7 +358,7 @@ def write_csv_classification(root: str | os.PathLike, *, train: int = 64, val: i
     return root
 
 
-__all__ = ["CITYSCAPES_LABEL_IDS", "encode_rle", "folder_name", "read_labels_txt", "voc_palette",
-           "write_cityscapes_like", "write_coco_dataset", "write_csv_classification",
+__all__ = ["CITYSCAPES_LABEL_IDS", "check_format_and_split", "encode_rle", "folder_name",
+           "read_labels_txt", "voc_palette", "write_cityscapes_like", "write_coco_dataset", "write_csv_classification",
            "write_image_folder", "write_paddlex_classification", "write_paddlex_segmentation",
            "write_voc_detection", "write_voc_segmentation"]

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from torch.utils.data import Dataset
 
-from ...datasets.formats import read_labels_txt
+from ...datasets.formats import check_format_and_split, read_labels_txt
 from ...engine.data import load_image
 from ...errors import ConfigError
 
@@ -92,11 +92,7 @@ def read_classification_data(path: str | os.PathLike, *, transform: Callable | N
     """The data at ``path`` as a Dataset of ``(transform(image), label)``: a
     :class:`FileListDataset` for PaddleX lists and CSV files (the file, or the root and
     ``split``: "train" or "val"), torchvision's ``ImageFolder`` for an ImageFolder root."""
-    if data_format is not None and data_format not in FORMATS:
-        raise ConfigError(f"data_format={data_format!r} must be one of {', '.join(FORMATS)} (or "
-                          f"None to detect it)")
-    if split not in ("train", "val"):
-        raise ConfigError(f"split={split!r} must be 'train' or 'val'")
+    check_format_and_split(data_format, split, FORMATS)
     p = Path(path).expanduser()
     fmt = data_format or detect_format(p)
     if fmt == "imagefolder":

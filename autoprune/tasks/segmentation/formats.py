@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 from PIL import Image
 
-from ...datasets.formats import read_labels_txt
+from ...datasets.formats import check_format_and_split, read_labels_txt
 from ...engine.data import image_file, load_image
 from ...errors import ConfigError
 from ...engine.data import first_items
@@ -167,11 +167,7 @@ def read_segmentation_data(path: str | os.PathLike, *, split: str = "train", inp
     """The ``split`` ("train" or "val") of the data at ``path`` as a dataset of ``(image (C, S,
     S) normalised, mask (S, S) long)``; ``train`` (default: split == "train") turns random flips
     on. ``class_names``: the classes of a VOC set that are not VOC's 21."""
-    if data_format is not None and data_format not in FORMATS:
-        raise ConfigError(f"data_format={data_format!r} must be one of {', '.join(FORMATS)} (or "
-                          f"None to detect it)")
-    if split not in ("train", "val"):
-        raise ConfigError(f"split={split!r} must be 'train' or 'val'")
+    check_format_and_split(data_format, split, FORMATS)
     p = Path(path).expanduser()
     fmt = data_format or detect_format(p)
     train = split == "train" if train is None else train
