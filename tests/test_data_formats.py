@@ -601,3 +601,16 @@ def test_segmentation_formats_are_detected_and_unknown_ones_refused(seg_sets, tm
     with pytest.raises(ConfigError, match="num_classes=5 but .* names 11 classes"):
         seg_formats.read_segmentation_data(seg_sets["voc"], split="val", input_size=32,
                                            num_classes=5)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(data_format="yolo"), "data_format='yolo' must be one of"),
+    (dict(split="test"), "split='test' must be 'train' or 'val'"),
+])
+def test_a_reader_refuses_an_unknown_format_or_split_in_one_line(kw, message, tmp_path):
+    with pytest.raises(ConfigError, match=message) as e:
+        cls_formats.read_classification_data(tmp_path, transform=None, **kw)
+    assert_one_line(e)
+    with pytest.raises(ConfigError, match=message) as e:
+        seg_formats.read_segmentation_data(tmp_path, input_size=32, **kw)
+    assert_one_line(e)
