@@ -6,6 +6,7 @@ The core works on any ``nn.Module`` plus an evaluation function (PaddleSlim-styl
     sens = autoprune.sensitivity(model, example, eval_fn, sensitivities_file="sens.json")
     ratios = autoprune.ratios_by_loss(sens, 0.05)        # or ratios_by_flops(model, example, sens, 0.4)
     # or, with sensitivity(..., latency=True): ratios_by_latency(model, example, sens, 0.4)
+    # (timed elsewhere: latency=Timing(threads=1, runtime="onnxruntime"), timing= the same)
     result = autoprune.prune(model, example, ratios)     # in place; result.flops_reduction
     autoprune.save_pruned(result.model, "pruned.pt")
 
@@ -39,7 +40,7 @@ _EXPORTS = {
     **dict.fromkeys(["export_onnx", "load_pruned", "read_pruned_metadata", "save_pruned"],
                     "engine.checkpoint"),
     **dict.fromkeys(["PrunableGroup", "prunable_groups"], "engine.groups"),
-    **dict.fromkeys(["measure_latencies"], "engine.latency"),
+    **dict.fromkeys(["Timing", "measure_latencies"], "engine.latency"),
     **dict.fromkeys(["LatencyRatios", "ratios_by_latency"], "engine.latency_target"),
     **dict.fromkeys(["count_flops", "count_params", "latency_ms", "measure", "size_mb"],
                     "engine.measure"),
@@ -53,8 +54,8 @@ _EXPORTS = {
 __all__ = [
     "AutopruneError", "CheckpointError", "ConfigError", "DEFAULT_RATIOS", "FlopsRatios",
     "LatencyRatios", "MetricError", "NoPrunableGroupsError", "NotAutopruneCheckpointError",
-    "PrunableGroup", "PruneResult", "ResumeMismatchError", "SensitivityFileError", "TrainingDivergedError",
-    "UnreadableCheckpointError", "WriteError", "count_flops", "count_params", "export_onnx",
+    "PrunableGroup", "PruneResult", "ResumeMismatchError", "SensitivityFileError", "Timing",
+    "TrainingDivergedError", "UnreadableCheckpointError", "WriteError", "count_flops", "count_params", "export_onnx",
     "import_paddleslim", "latency_ms", "load_pruned", "load_sensitivities", "measure",
     "measure_latencies", "merge_sensitivities", "prunable_groups", "prune", "ratios_by_flops",
     "ratios_by_latency", "ratios_by_loss", "read_pruned_metadata", "read_record", "save_pruned",

@@ -205,7 +205,7 @@ def fresh_median(name: str, path: Path, runs: int, rounds: int) -> dict:
 def landing(name: str, size: int, target: float, ratios: list[float] | None, tolerance: float,
             work: Path, fresh_runs: int, rounds: int, round_to: int | None = None) -> dict:
     from autoprune import save_pruned
-    from autoprune.engine.latency import measure_latencies
+    from autoprune.engine.latency import Timing, measure_latencies
     from autoprune.engine.latency_target import ratios_by_latency
     from autoprune.engine.measure import count_flops
     from autoprune.engine.prune import prune
@@ -225,9 +225,10 @@ def landing(name: str, size: int, target: float, ratios: list[float] | None, tol
                                runtime="onnxruntime")
     timed = time.time() - start
     start = time.time()
-    chosen = ratios_by_latency(model, example, record, target, threads=1,
-                               ignored_layers=ignored, tolerance=tolerance,
-                               runtime="onnxruntime", round_to=round_to)
+    chosen = ratios_by_latency(model, example, record, target,
+                               timing=Timing(threads=1, runtime="onnxruntime"),
+                               ignored_layers=ignored, search={"tolerance": tolerance},
+                               round_to=round_to)
     chose = time.time() - start
     pruned = copy.deepcopy(model)
     prune(pruned, example, {g: r for g, r in chosen.items() if r > 0}, ignored_layers=ignored,

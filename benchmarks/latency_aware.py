@@ -215,7 +215,7 @@ def compare(name: str, target: float, s: Mapping[str, Any], adapter, model, reco
     print(f"\n### {name} at {s['size']} px, target -{target:.0%} latency\n", flush=True)
     try:
         aware = ratios_by_latency(model, example, record, target, ignored_layers=ignored,
-                                  tolerance=args.tolerance, **timing)
+                                  search={"tolerance": args.tolerance}, timing=timing)
     except ConfigError as e:  # out of the table's reach, or timings too unsteady to land
         print(f"latency-aware allocation failed: {e}\n", flush=True)
         return {**row, "reachable": False, "why": str(e)}

@@ -88,7 +88,7 @@ def check(name: str, target: float, ratios: list[float] | None, tolerance: float
     import torch
 
     from autoprune import save_pruned
-    from autoprune.engine.latency import measure_latencies
+    from autoprune.engine.latency import Timing, measure_latencies
     from autoprune.engine.latency_target import ratios_by_latency
     from autoprune.engine.measure import count_flops
     from autoprune.engine.prune import prune
@@ -109,8 +109,8 @@ def check(name: str, target: float, ratios: list[float] | None, tolerance: float
     record = measure_latencies(model, example, losses, threads=1, ignored_layers=ignored,
                                arch=key, path=work / f"{name}-latency.json", progress=False)
     timed = time.time() - start
-    chosen = ratios_by_latency(model, example, record, target, threads=1,
-                               ignored_layers=ignored, tolerance=tolerance)
+    chosen = ratios_by_latency(model, example, record, target, timing=Timing(threads=1),
+                               ignored_layers=ignored, search={"tolerance": tolerance})
     pruned = copy.deepcopy(model)
     prune(pruned, example, {g: r for g, r in chosen.items() if r > 0}, ignored_layers=ignored)
     path = save_pruned(pruned, work / f"{name}.pt", task=task, arch=key,

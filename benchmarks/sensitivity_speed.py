@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
             eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device(args.device),
                                               topk=(1,))["top1"]
             results[mode] = autoprune.sensitivity(model, example, eval_fn, groups=names,
-                                                  ratios=ratios, evaluation=mode, progress=False)
+                                                  ratios=ratios, options={"evaluation": mode},
+                                                  progress=False)
             times[mode] = time.perf_counter() - t0
         diff = lambda a: max(abs(ref[n][r] - a[n][r]) for n in names for r in ratios)
         print(f"autoprune masked + batched variants: {times['masked']:.1f} s "

@@ -12,7 +12,7 @@ from ..engine.sensitivity import DEFAULT_RATIOS
 from ..engine.paddleslim import import_paddleslim
 from ..engine.checkpoint import read_pruned_metadata
 from ..engine.outputs import check_output, file_kind
-from ..engine.latency import merge_records
+from ..engine.latency import Timing, merge_records
 from ..engine.store import read_record, save_sensitivities, write_record
 from ..errors import AutopruneError, ConfigError
 from ..flow.checkpoints import (check_onnx, checkpoint_meta, compare_checkpoints,
@@ -217,10 +217,8 @@ def prune(args: argparse.Namespace) -> None:
                            eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
                            criterion=args.criterion, round_to=args.round_to,
                            overwrite=args.overwrite, pruned_latency=args.pruned_latency,
-                           latency_device=args.latency_device,
-                           latency_threads=args.latency_threads,
-                           latency_batch=args.latency_batch,
-                           latency_runtime=args.latency_runtime)
+                           timing=Timing(args.latency_device, args.latency_threads,
+                                         args.latency_batch, args.latency_runtime))
     timed = out.latency_ratios
     speed = f", latency -{timed.achieved:.1%} on {args.latency_device} ({timed.baseline_ms:.2f} " \
             f"-> {timed.pruned_ms:.2f} ms)" if timed is not None else ""

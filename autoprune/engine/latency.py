@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import numbers
 import os
 import platform
@@ -44,6 +45,44 @@ _cpu_clock = time.thread_time   # this thread's CPU time: one CPU thread on a sh
 SAME_SETTING = ("device", "threads", "batch", "input_size", "hardware", "runtime")
 # what a setting recorded before the field existed means
 SETTING_DEFAULTS = {"runtime": "torch"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Where and how latency is timed: on ``device`` ("cpu", "cuda", "cuda:1") with ``threads``
+    CPU threads (None: torch's current number), on ``batch`` copies of the first example, in
+    ``runtime`` ("torch" eager, "onnxruntime", "openvino": the exported model)."""
+
+    device: str = "cpu"
+    threads: int | None = None
+    batch: int = 1
+    runtime: str = "torch"
+
+    def check(self) -> str:
+        """The device as a string; a one-line ConfigError for a bad field (see
+        :func:`check_latency_options`)."""
+        return check_latency_options(self.device, self.threads, self.batch, self.runtime)
+
+    def kwargs(self) -> dict[str, Any]:
+        """``device=, threads=, batch=, runtime=`` as keywords."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def of(cls, value: Any, **changes: Any) -> "Timing":
+        """``value`` as a Timing: a Timing, a mapping of its fields, or True / None (the
+        defaults); ``changes`` on top. A field it does not have is a one-line ConfigError."""
+        if value is None or value is True:
+            value = cls()
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
+            if unknown:
+                raise ConfigError(f"unknown latency setting {unknown[0]!r}: use device, threads, "
+                                  f"batch or runtime")
+            value = cls(**value)
+        if not isinstance(value, cls):
+            raise ConfigError(f"latency={value!r:.60} is not a timing setting: pass True, "
+                              f"autoprune.Timing(threads=1, ...) or a dict of its fields")
+        return dataclasses.replace(value, **changes) if changes else value
 
 
 def check_latency_options(device: Any = "cpu", threads: Any = None, batch: Any = 1,
@@ -312,21 +351,20 @@ def latency_points(record: SensitivityRecord, names: Iterable[str],
 
 def measure_point_latencies(model: nn.Module, example_inputs: Any, graph: PruningGraph,
                             record: SensitivityRecord, points: list[tuple[str, float]], *,
-                            criterion: str, device: Any = "cpu", threads: int | None = None,
-                            batch: int = 1, path: Any = None,
+                            criterion: str, timing: Timing = Timing(), path: Any = None,
                             write: Callable[[SensitivityRecord], Any] | None = None,
-                            progress: bool = True, runtime: str = "torch") -> None:
+                            progress: bool = True) -> None:
     """Time each of ``points`` (group, ratio) on a real, temporary prune of ``model``, paired with
-    the unpruned model, into ``record`` (``record.latency`` and ``record.extra["latency"]``);
-    ``write(record)`` after each. A record timed in another setting (or ``runtime``) is refused.
+    the unpruned model, as ``timing`` says, into ``record`` (``record.latency`` and
+    ``record.extra["latency"]``); ``write(record)`` after each. A record timed in another
+    setting (or runtime) is refused.
     In a runtime other than torch each point's pruned model is exported once (a ratio that
     removes the same channels as one already timed is neither exported nor timed again)."""
     if not points:
         return
     # 9 rounds a point: with 5, single points of mobilenetv3 at 224 px were off by up to 10
     # points, and the allocation picks exactly the over-measured ones
-    timer = PairedTimer(model, example_inputs, device=device, threads=threads, batch=batch,
-                        rounds=9, runtime=runtime)
+    timer = PairedTimer(model, example_inputs, rounds=9, **timing.kwargs())
     stored = record.extra.get("latency")
     if record.latency and setting_differences(stored, timer.setting):
         check_latency_table(record, timer.setting, path or "the sensitivity file")
@@ -384,8 +422,8 @@ def measure_latencies(model: nn.Module, example_inputs: Any,
     write = (lambda rec: write_record(rec, path)) if path is not None else None
     measure_point_latencies(model, example_inputs, graph, record,
                             latency_points(record, list(table), ratios), criterion=criterion,
-                            device=device, threads=threads, batch=batch, path=path, write=write,
-                            progress=progress, runtime=runtime)
+                            timing=Timing(device, threads, batch, runtime), path=path,
+                            write=write, progress=progress)
     if write is not None:
         write(record)
     return record

@@ -26,7 +26,8 @@ from ..errors import ConfigError
 from .allocate import FlopsModel, ignored_names
 from .channels import channels_to_keep, check_criterion
 from .groups import PruningGraph
-from .latency import PairedTimer, check_latency_table, describe, latency_setting
+from .keywords import regroup
+from .latency import PairedTimer, Timing, check_latency_table, describe, latency_setting
 from .latency_alloc import (Overlap, allocation, curves, greedy_path, isotonic,
                             threshold_allocation)
 from .prune import check_round_to, prune
@@ -227,17 +228,39 @@ def land(landing: Landing, target: float, measure: Callable[[dict], float], *,
 CANDIDATES = ("greedy", "threshold")
 
 
+# how ratios_by_latency searches (``search=``) and the defaults
+SEARCH_DEFAULTS = {"tolerance": 0.03, "max_tries": 12, "rounds": 25, "overlap": True,
+                   "candidates": CANDIDATES}
+# its former keywords: the argument that holds each now, and its field there
+RATIOS_BY_LATENCY_RENAMED = {**{k: ("timing", k) for k in ("device", "threads", "batch",
+                                                            "runtime")},
+                             **{k: ("search", k) for k in SEARCH_DEFAULTS}}
+
+
+def search_options(search: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``search`` with the defaults of :data:`SEARCH_DEFAULTS` for the keys not given; an
+    unknown key is a one-line ConfigError."""
+    search = dict(search or {})
+    unknown = sorted(set(search) - set(SEARCH_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown search option {unknown[0]!r}: use "
+                          f"{', '.join(SEARCH_DEFAULTS)}")
+    return {**SEARCH_DEFAULTS, **search}
+
+
 def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any,
-                      pruned_latency: float, *, device: str = "cpu", threads: int | None = None,
-                      batch: int = 1, round_to: int | None = None,
-                      ignored_layers: Iterable[Any] = (), criterion: str | None = None,
-                      max_loss: float | None = None, tolerance: float = 0.03,
-                      max_tries: int = 12, rounds: int = 25, overlap: bool = True,
-                      candidates: Iterable[str] = CANDIDATES,
-                      runtime: str = "torch") -> LatencyRatios:
-    """Ratios that remove ``pruned_latency`` (a fraction, e.g. 0.4) of ``model``'s measured
-    latency on ``device`` (``threads``, ``batch`` copies of the first example) with the least
-    summed sensitivity loss.
+                      pruned_latency: float, *, timing: Timing | Mapping[str, Any] | None = None,
+                      round_to: int | None = None, ignored_layers: Iterable[Any] = (),
+                      criterion: str | None = None, max_loss: float | None = None,
+                      search: Mapping[str, Any] | None = None, **renamed: Any) -> LatencyRatios:
+    """Ratios that remove ``pruned_latency`` (a fraction, e.g. 0.4) of ``model``'s latency,
+    measured as ``timing`` says (a :class:`Timing` or a dict of its fields: device, CPU
+    threads, batch copies of the first example, runtime; default: the CPU, torch's current
+    threads, batch 1, eager), with the least summed sensitivity loss.
+
+    ``search`` (every key optional): ``tolerance`` (0.03), ``max_tries`` (12), ``rounds`` (25),
+    ``overlap`` (True), ``candidates`` (both families), explained below. The former keywords
+    (``threads=``, ``tolerance=``...) still work, with a FutureWarning.
 
     ``sens_or_record``: a sensitivity file (path or record, or what ``sensitivity(...,
     latency=True)`` returned) timed in this very setting (else a SensitivityFileError).
@@ -251,10 +274,14 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     of the target (else, after ``max_tries`` timings, the closest); of those within
     ``tolerance``, the one with the least summed table loss is returned. A ConfigError says why
     when none is (the most the table allows, or timings too unsteady). ``criterion`` defaults
-    to the table's. ``runtime``: where the latency is timed (``"torch"`` eager,
-    ``"onnxruntime"``, ``"openvino"``; each pruned copy exported as ``autoprune export`` would);
-    the table must have been timed in the same one.
+    to the table's. In a runtime other than torch each pruned copy is exported as ``autoprune
+    export`` would; the table must have been timed in the same setting and runtime.
     """
+    former = regroup("ratios_by_latency", renamed, RATIOS_BY_LATENCY_RENAMED)
+    timing = Timing.of(timing, **former.get("timing", {}))
+    found = search_options({**dict(search or {}), **former.get("search", {})})
+    tolerance, max_tries, rounds = found["tolerance"], found["max_tries"], found["rounds"]
+    overlap, candidates = found["overlap"], found["candidates"]
     target = check_latency_target(pruned_latency)
     check_round_to(round_to)
     candidates = tuple(candidates)
@@ -262,8 +289,7 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
         raise ConfigError(f"candidates={candidates!r}: pick from {CANDIDATES}")
     record, where = _record(sens_or_record)
     criterion = check_criterion(criterion or record.criterion)
-    wanted = latency_setting(example_inputs, device=device, threads=threads, batch=batch,
-                             runtime=runtime)
+    wanted = latency_setting(example_inputs, **timing.kwargs())
     check_latency_table(record, wanted, where)
     graph = PruningGraph(model, example_inputs, ignored_layers)
     check_fingerprint(record, where, graph.fingerprint)
@@ -272,8 +298,7 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     # many more rounds than a table point gets: these few timings decide the answer (on the
     # 2-core VM one pruned mobilenetv3 at 224 px measured a spread (sd) of 2.9 points over
     # 9 rounds, 1.1 over 25)
-    timer = PairedTimer(model, example_inputs, device=device, threads=threads, batch=batch,
-                        rounds=rounds, runtime=runtime)
+    timer = PairedTimer(model, example_inputs, rounds=rounds, **timing.kwargs())
     measure = lambda ratios: measure_reduction(model, example_inputs, ratios, timer,
                                                criterion=criterion, round_to=round_to,
                                                ignored_layers=ignored_layers)

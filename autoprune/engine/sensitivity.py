@@ -19,7 +19,8 @@ import torch.nn as nn
 from ..errors import ConfigError, MetricError, SensitivityFileError
 from .channels import check_criterion, criterion_name
 from .groups import PruningGraph
-from .latency import (check_latency_options, check_latency_table, latency_points, latency_setting,
+from .keywords import regroup
+from .latency import (Timing, check_latency_table, latency_points, latency_setting,
                       measure_point_latencies, setting_differences)
 from .measure import flush_denormals
 from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
@@ -56,6 +57,28 @@ def check_analysis_options(*, evaluation: str = "auto", batch_variants: int = 8,
                                    or not isinstance(early_stop, (int, float))
                                    or not math.isfinite(early_stop) or early_stop <= 0):
         raise ConfigError(f"early_stop={early_stop!r} must be a positive loss such as 0.5")
+
+
+# how the points are measured (``sensitivity(options=...)``) and the defaults
+ANALYSIS_DEFAULTS = {"early_stop": None, "prefix_cache": True, "evaluation": "auto",
+                     "batch_variants": 8}
+# sensitivity()'s former keywords: the argument that holds each now, and its field there
+SENSITIVITY_RENAMED = {**{k: ("options", k) for k in ANALYSIS_DEFAULTS},
+                       **{f"latency_{k}": ("latency", k)
+                          for k in ("device", "threads", "batch", "runtime")}}
+
+
+def analysis_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` checked (an unknown key or a bad value: one-line ConfigError), with the
+    defaults of :data:`ANALYSIS_DEFAULTS` for the keys not given."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(ANALYSIS_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown analysis option {unknown[0]!r}: use "
+                          f"{', '.join(ANALYSIS_DEFAULTS)}")
+    options = {**ANALYSIS_DEFAULTS, **options}
+    check_analysis_options(**options)
+    return options
 
 
 def weights_sha256(model: nn.Module) -> str:
@@ -222,12 +245,17 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                 sensitivities_file: str | os.PathLike | None = None, criterion: str = "l1_norm",
                 ignored_layers: Iterable[Any] = (), higher_is_better: bool = True,
                 metric_name: str = "metric", arch: str | None = None,
-                early_stop: float | None = None, extra: Mapping[str, Any] | None = None,
-                prefix_cache: bool = True, evaluation: str = "auto",
-                batch_variants: int = 8, progress: bool = True, latency: bool = False,
-                latency_device: str = "cpu", latency_threads: int | None = None,
-                latency_batch: int = 1, latency_runtime: str = "torch") -> Sensitivities:
+                extra: Mapping[str, Any] | None = None,
+                options: Mapping[str, Any] | None = None, progress: bool = True,
+                latency: bool | Timing | Mapping[str, Any] = False,
+                **renamed: Any) -> Sensitivities:
     """Measure ``{group: {ratio: loss}}`` for each prunable group and ratio.
+
+    ``options`` (how the points are measured; every key optional): ``early_stop`` (a loss cap,
+    None: off), ``prefix_cache`` (True), ``evaluation`` ("auto", "prune" or "masked") and
+    ``batch_variants`` (8), explained below. ``latency``: True, or a :class:`Timing` (or a dict
+    of its fields), times each point too. The former keywords (``early_stop=``,
+    ``latency_threads=``...) still work, with a FutureWarning.
 
     For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
     ``eval_fn(model)`` is called (model in eval mode, under ``torch.no_grad``) and
@@ -257,20 +285,22 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     ``latency=True`` a dict whose ``.record`` is the whole
     :class:`~autoprune.engine.store.SensitivityRecord`, latencies included).
 
-    ``latency=True`` also times each point's really pruned model (a temporary prune, whatever
-    ``evaluation`` is) on ``latency_device`` with ``latency_threads`` (CPU; None: torch's
-    current number) on ``latency_batch`` copies of the first example, in ``latency_runtime``
-    (torch eager, or ONNX Runtime / OpenVINO on the exported model), paired with the unpruned
+    ``latency`` also times each point's really pruned model (a temporary prune, whatever
+    ``evaluation`` is) as its :class:`Timing` says (device, CPU threads, batch copies of the
+    first example, runtime: torch eager, or ONNX Runtime / OpenVINO on the exported model;
+    ``latency=True``: the CPU, torch's current threads, batch 1, eager), paired with the unpruned
     model (see :mod:`autoprune.engine.latency`): ``record.latency[group][ratio]`` is pruned /
     unpruned latency, ``extra["latency"]`` the setting and ``baseline_ms``. Resumable like the
     losses; a file timed in another setting is refused. Under torchrun rank 0 times, alone.
     """
+    former = regroup("sensitivity", renamed, SENSITIVITY_RENAMED)
+    opts = analysis_options({**dict(options or {}), **former.get("options", {})})
+    early_stop, evaluation = opts["early_stop"], opts["evaluation"]
+    timing = Timing.of(latency, **former.get("latency", {})) if latency else None
     ratios = check_ratios(ratios)
     check_criterion(criterion)
-    if latency:
-        check_latency_options(latency_device, latency_threads, latency_batch, latency_runtime)
-    check_analysis_options(evaluation=evaluation, batch_variants=batch_variants,
-                           early_stop=early_stop)
+    if timing is not None:
+        timing.check()
     rank, world = rank_and_world()
     graph = PruningGraph(model, example_inputs, ignored_layers)
     names = [g.name for g in graph.groups] if groups is None else list(groups)
@@ -284,10 +314,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         record = _open_record(path, graph, arch=arch or type(model).__name__,
                               criterion=criterion, higher_is_better=higher_is_better,
                               metric_name=metric_name, weights=weights, extra=how)
-        if latency and record.latency:  # refused before any point is measured
-            wanted = latency_setting(example_inputs, device=latency_device,
-                                     threads=latency_threads, batch=latency_batch,
-                                     runtime=latency_runtime)
+        if timing is not None and record.latency:  # refused before any point is measured
+            wanted = latency_setting(example_inputs, **timing.kwargs())
             if setting_differences(record.extra.get("latency"), wanted):
                 check_latency_table(record, wanted, path)
         pending = _missing(record, names, ratios, early_stop)
@@ -324,10 +352,11 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
 
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
-    cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if prefix_cache and \
-        len(mine) >= 4 else None
-    runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation, batch_variants,
-                          len(mine), progress, f" [rank {rank}/{world}]" if world > 1 else "")
+    cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if opts["prefix_cache"] \
+        and len(mine) >= 4 else None
+    runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation,
+                         opts["batch_variants"], len(mine), progress,
+                         f" [rank {rank}/{world}]" if world > 1 else "")
     for name, ratios_left in _by_group(mine).items():
         for ratio, loss in runner.run(name, ratios_left, baseline, higher_is_better,
                                       skip=lambda r: _stopped_early(record, name, r, early_stop)):
@@ -357,18 +386,16 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
             for r in range(1, world):
                 shard_path(path, r).unlink(missing_ok=True)
         barrier()
-    if latency and rank == 0:
+    if timing is not None and rank == 0:
         measure_point_latencies(model, example_inputs, graph, record,
                                 latency_points(record, names, ratios), criterion=criterion,
-                                device=latency_device, threads=latency_threads,
-                                batch=latency_batch, path=path, progress=progress,
-                                runtime=latency_runtime,
+                                timing=timing, path=path, progress=progress,
                                 write=None if path is None else lambda r: write_record(r, path))
-    if latency and world > 1:
+    if timing is not None and world > 1:
         barrier()
     table = {n: {r: record.sensitivities[n][r] for r in ratios
                  if r in record.sensitivities.get(n, {})} for n in names}
-    if not latency:
+    if timing is None:
         return table
     timed = SensitivityTable(table)
     timed.record = record

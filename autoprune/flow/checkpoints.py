@@ -12,6 +12,8 @@ import torch.nn as nn
 
 from ..engine.checkpoint import (check_opset, damaged, load_pruned, read_pruned_metadata,
                                 save_pruned)
+from ..engine.keywords import regroup
+from ..engine.latency import Timing
 from ..engine.memory import activation_bytes, available_bytes
 from ..engine.channels import check_criterion
 from ..engine.prune import prune
@@ -110,28 +112,33 @@ def adapter_for_checkpoint(path: str | os.PathLike, task: str | None = None,
     adapter_class = TASKS[found or task].adapter_class()
     return adapter_class.for_checkpoint(meta, **settings), meta
 
+# prune_checkpoint's latency_* keywords (train()'s names) and the Timing field each sets
+LATENCY_NAMES = {f"latency_{k}": ("timing", k) for k in ("device", "threads", "batch", "runtime")}
+
+
 def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
                      output: str | os.PathLike, *, eval_metric_loss: float | None = None,
-                     pruned_flops: float | None = None, criterion: str = "l1_norm",
-                     round_to: int | None = None, overwrite: bool = False,
-                     pruned_latency: float | None = None, latency_device: str = "cpu",
-                     latency_threads: int | None = None, latency_batch: int = 1,
-                     latency_runtime: str = "torch"):
+                     pruned_flops: float | None = None, pruned_latency: float | None = None,
+                     criterion: str = "l1_norm", round_to: int | None = None,
+                     overwrite: bool = False, timing: Any = None, **latency: Any):
     """Prune a saved model with a sensitivity file (or "DEFAULT") and save it, without retraining.
     The target is ``eval_metric_loss`` (0.05 when no target is given), ``pruned_flops`` or
     ``pruned_latency`` (a file timed with latency in that setting; DEFAULT: the profile's points
     are timed into ``sensitivities_latency.json`` next to ``output``; ``eval_metric_loss`` then
     caps any group's loss); ``output`` may replace ``checkpoint`` only with ``overwrite=True``.
-    With a latency target the result's ``latency_ratios`` holds the measured figures."""
+    Where the latency is timed: ``timing`` (an :class:`~autoprune.engine.latency.Timing` or a
+    dict of its fields), or ``latency_device`` / ``latency_threads`` / ``latency_batch`` /
+    ``latency_runtime`` as ``train()`` names them. With a latency target the result's
+    ``latency_ratios`` holds the measured figures."""
     if same_file(output, checkpoint) and not overwrite:
         raise ConfigError(f"output {output} is the input checkpoint: choose another path (the "
                           f"input is never overwritten)")
-    check_unused_settings(pruned_latency, latency_device, latency_threads, latency_batch,
-                          latency_runtime)
-    if round_to is None and pruned_latency is not None and latency_runtime != "torch":
+    given = regroup("prune_checkpoint", latency, LATENCY_NAMES, warn=False).get("timing", {})
+    where = Timing.of(timing, **given)
+    check_unused_settings(pruned_latency, where.device, where.threads, where.batch, where.runtime)
+    if round_to is None and pruned_latency is not None and where.runtime != "torch":
         round_to = 8  # as the flow does: a deploy runtime's fast kernels want multiples of 8
-    targets = Targets.of(eval_metric_loss, pruned_flops, pruned_latency, device=latency_device,
-                         threads=latency_threads, batch=latency_batch, runtime=latency_runtime)
+    targets = Targets.of(eval_metric_loss, pruned_flops, pruned_latency, **where.kwargs())
     adapter, meta = adapter_for_checkpoint(checkpoint)
     model = load_model(checkpoint, adapter)
     mode = sens_mode(sensitivities_file)

@@ -112,7 +112,7 @@ def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRe
         chosen = ratios_by_latency(deployed, adapter.example_inputs(deployed), record,
                                    target.value, round_to=round_to,
                                    ignored_layers=adapter.ignored_layers(deployed),
-                                   criterion=criterion, max_loss=max_loss, **target.timing())
+                                   criterion=criterion, max_loss=max_loss, timing=target.timing())
         if path is not None:
             write_text_atomic(path, json.dumps({**asked, **figures_of(chosen),
                                                 "ratios": dict(chosen)}, indent=1))

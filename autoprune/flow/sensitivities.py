@@ -66,7 +66,7 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
                 ignored_layers=adapter.ignored_layers(model),
                 higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
                 arch=arch, extra={"task": adapter.task, "eval_images": _eval_size(measure_on)},
-                progress=progress, **options)
+                options=options, progress=progress)
     # the record as written (every rank reads it after the analysis' last barrier)
     record = read_record(path)
     if timing.get("latency"):  # each point timed too, on the model as the task deploys it

@@ -5,7 +5,6 @@ epoch and one log line per epoch.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -74,6 +73,7 @@ class FitConfig:
     label_smoothing: float = 0.0
     progress: bool = True
     sync_bn: bool = False           # under torchrun on GPUs: BatchNorm statistics over all ranks
+    seed: int | None = None         # fit_keep_best: torch seeded with it when a run starts afresh
 
 
 DISTILL_DEFAULTS = {"alpha": 0.5, "temperature": 4.0}
@@ -372,31 +372,31 @@ def read_train_state(path: str | os.PathLike) -> dict[str, Any] | None:
     return state
 
 
-def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *, epochs: int,
+def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *,
                   device: torch.device, save_dir: str | Path, meta: dict[str, Any] | None = None,
                   evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
                   metric: str = "", higher_is_better: bool = True,
                   loss_fn: Callable | None = None, resume: bool = False,
-                  seed: int | None = None, distill: Distill | None = None) -> nn.Module:
-    """:func:`fit` for ``epochs``, evaluating after each epoch; writes ``last.pt`` every epoch and
+                  distill: Distill | None = None) -> nn.Module:
+    """:func:`fit` for ``cfg.epochs``, evaluating after each epoch; writes ``last.pt`` every epoch and
     ``best.pt`` whenever ``metric`` improves (or the training loss, without ``evaluate``), both
     through :func:`~autoprune.checkpoint.save_pruned` with ``meta``, then ``train_state.pt``
     (atomic, weights-only: model, optimizer, schedule, RNG states, best score). Returns the model
     holding the best weights.
 
     ``resume=True`` continues from ``save_dir/train_state.pt`` when there is one (a finished run
-    is not trained again); the result equals an uninterrupted run's. ``seed`` seeds torch at the
-    start of a fresh run, so a stage trains the same whatever ran before it.
+    is not trained again); the result equals an uninterrupted run's. ``cfg.seed`` seeds torch at
+    the start of a fresh run, so a stage trains the same whatever ran before it.
 
     Under torch.distributed every rank trains (see :func:`fit`); rank 0 alone evaluates, prints
     and writes the files, and every rank returns the best weights."""
-    save_dir = Path(save_dir)
-    saved = _resumed_state(model, save_dir, epochs, len(loader), resume, seed)
+    save_dir, epochs = Path(save_dir), cfg.epochs
+    saved = _resumed_state(model, save_dir, epochs, len(loader), resume, cfg.seed)
     keeper = _KeepBest(model, save_dir, epochs, len(loader), meta, device, evaluate, metric,
                        higher_is_better, saved["best_score"] if saved else -math.inf)
     if saved is None or len(saved["history"]) < epochs:
-        fit(model, loader, dataclasses.replace(cfg, epochs=epochs), device=device,
-            loss_fn=loss_fn, on_epoch_end=keeper, state=saved, distill=distill)
+        fit(model, loader, cfg, device=device, loss_fn=loss_fn, on_epoch_end=keeper,
+            state=saved, distill=distill)
     elif rank_and_world()[0] == 0:
         print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its best.pt",
               flush=True)

@@ -66,22 +66,21 @@ def _command(key: str, task: str, s: dict[str, Any], ratios: tuple[float, ...],
 
 
 def build_profile(arch: str, out_dir: str | Path, *, task: str | None = None,
-                  epochs: int | None = None, train_images: int | None = None,
-                  val_images: int | None = None, input_size: int | None = None,
-                  batch_size: int | None = None, ratios: Iterable[float] = DEFAULT_RATIOS,
-                  work_dir: str | Path | None = None, device: str = "auto", seed: int = 0,
-                  progress: bool = True, pretrained: Any = None, data: str | Path | None = None,
-                  **task_options: Any) -> Path:
+                  ratios: Iterable[float] = DEFAULT_RATIOS, work_dir: str | Path | None = None,
+                  device: str = "auto", seed: int = 0, progress: bool = True,
+                  pretrained: Any = None, data: str | Path | None = None,
+                  **options: Any) -> Path:
     """Train ``arch`` on the public data of its task (``task`` forces it) — or on ``data``, your
     data set in a layout the task reads — from scratch or from ``pretrained`` weights (True:
     the library's default ones), measure its sensitivities and write them as its profile in
-    ``out_dir``. Unset settings take the task's defaults (``Task.profile_settings``);
-    ``task_options`` go to the task's profile builder (detection: ``train_args=``)."""
-    task_options.update(pretrained=pretrained, data=data)
+    ``out_dir``. ``options``: the recipe (``epochs``, ``train_images``, ``val_images``,
+    ``input_size``, ``batch_size``; unset ones take the task's defaults,
+    ``Task.profile_settings``), and the task's profile builder's own (detection:
+    ``train_args=``)."""
+    given = {k: options.pop(k) for k in SETTINGS if k in options}
+    task_options = {**options, "pretrained": pretrained, "data": data}
     spec = get_task(task or task_of(arch))
     key, ratios = spec.arch_key(arch), tuple(ratios)
-    given = dict(epochs=epochs, train_images=train_images, val_images=val_images,
-                 input_size=input_size, batch_size=batch_size)
     s = {**spec.profile_settings, **{k: v for k, v in given.items() if v is not None},
          "seed": seed}
     check_numbers(whole=True, low=1, **{k: s[k] for k in SETTINGS})

@@ -41,10 +41,12 @@ class SupervisedFit(TaskAdapter):
         loader = make_loader(self.train_set, self.batch_size, shuffle=True,
                              num_workers=self.num_workers, seed=self.seed, drop_last=True,
                              shard=True)  # each torchrun rank reads its share
-        return fit_keep_best(model, loader, self.cfg, epochs=epochs, device=self.device,
+        cfg = dataclasses.replace(self.cfg, epochs=epochs, seed=self.seed)
+        return fit_keep_best(model, loader, cfg, device=self.device,
                              save_dir=save_dir, meta=meta, loss_fn=getattr(self, "loss", None),
                              evaluate=self.evaluate if self.eval_set is not None else None,
-                             metric=self.metric, resume=resume, seed=self.seed,
+                             metric=self.metric, higher_is_better=self.higher_is_better,
+                             resume=resume,
                              distill=distill and dataclasses.replace(
                                  distill, kd_loss=distill.kd_loss or self.distill_loss))
 
