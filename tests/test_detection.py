@@ -435,8 +435,8 @@ def test_masked_sensitivity_of_the_trained_detector_equals_real_pruning(trained,
         path = tmp_path / f"{mode}.json"
         out[mode] = autoprune.sensitivity(
             model, adapter.example_inputs(model), smooth, groups=names, ratios=ratios,
-            ignored_layers=adapter.ignored_layers(model), evaluation=mode,
-            sensitivities_file=path, progress=False)
+            ignored_layers=adapter.ignored_layers(model),
+            sensitivities_file=path, progress=False, options={"evaluation": mode})
         out[mode + "_extra"] = autoprune.read_record(path).extra["evaluation"]
     n = len(names) * len(ratios)
     assert out["masked_extra"]["points"] == {"masked": n, "pruned": 1, "reused": 0}

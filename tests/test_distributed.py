@@ -34,8 +34,8 @@ def _worker(rank: int, world: int, init_file: str, path: str, out: str,
     try:
         model, x, eval_fn = _setup()
         sens = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS, ratios=RATIOS,
-                                     sensitivities_file=path, evaluation=evaluation,
-                                     progress=False)
+                                     sensitivities_file=path,
+                                     progress=False, options={"evaluation": evaluation})
         torch.save(sens, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
@@ -89,11 +89,13 @@ def test_early_stop_skips_larger_ratios_and_is_recorded(tmp_path):
                                  progress=False)
     cap = full["conv1"][0.2] / 2  # the first point already passes the cap
     sens = autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], ratios=(0.2, 0.5, 0.8),
-                                 sensitivities_file=path, early_stop=cap, progress=False)
+                                 sensitivities_file=path, progress=False,
+                                 options={"early_stop": cap})
     assert sens == {"conv1": {0.2: full["conv1"][0.2]}}
     assert autoprune.read_record(path).extra["early_stop"] == cap
     with pytest.raises(autoprune.ConfigError, match="early_stop"):
-        autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], early_stop=-1, progress=False)
+        autoprune.sensitivity(model, x, eval_fn, groups=["conv1"], progress=False,
+                              options={"early_stop": -1})
 
 
 def _torchrun(args: list[str]) -> str:

@@ -17,7 +17,7 @@ from conftest import RefEval, assert_one_line, assert_same_state, make_input, ma
 def _sens(model, x, ev, **kw):
     kw.setdefault("groups", ["fuse.0"])
     kw.setdefault("ratios", [0.5])
-    return ap.sensitivity(model, x, ev, progress=False, prefix_cache=False, **kw)
+    return ap.sensitivity(model, x, ev, progress=False, **kw, options={"prefix_cache": False})
 
 
 def test_error_hierarchy():

@@ -137,8 +137,9 @@ def test_file_timed_in_another_setting_is_refused(toy, x, tmp_path, counted, cha
     assert "another setting" in msg and ("batch" in msg or "threads" in msg)
     assert evaluations.calls == 0  # refused before any point was measured
     with pytest.raises(ap.SensitivityFileError) as info:
-        ap.ratios_by_latency(toy, x, path, 0.3, threads=change.get("latency_threads", 1),
-                             batch=change.get("latency_batch", 1))
+        ap.ratios_by_latency(toy, x, path, 0.3,
+                             timing={"threads": change.get("latency_threads", 1),
+                                     "batch": change.get("latency_batch", 1)})
     assert "another setting" in assert_one_line(info)
 
 
@@ -147,8 +148,8 @@ def test_masked_evaluation_times_a_real_prune(x, tmp_path, counted):
     before = snapshot(model)
     full = sum(p.numel() for p in model.parameters())
     sens = ap.sensitivity(model, x, RefEval(model, x), ratios=(0.5,), groups=["layer1.0.conv1",
-                          "layer2.0.conv1"], evaluation="masked", progress=False, latency=True,
-                          sensitivities_file=tmp_path / "s.json")
+                          "layer2.0.conv1"], progress=False, latency=True,
+                          sensitivities_file=tmp_path / "s.json", options={"evaluation": "masked"})
     assert len(counted) == 2 and all(n < full for n in counted)  # really smaller models
     assert set(sens.record.latency) == {"layer1.0.conv1", "layer2.0.conv1"}
     assert_same_state(model, before)
@@ -327,7 +328,7 @@ def test_ratios_by_latency_discounts_a_neighbour_of_a_pruned_group(monkeypatch):
     record.extra["latency"] = {**latency_setting(x), "baseline_ms": 10.0}
     monkeypatch.setattr(latency_target, "measure_reduction",
                         lambda model, example, ratios, timer, **kw: 0.2 * sum(ratios.values()))
-    plain = ap.ratios_by_latency(net, x, record, 0.2, overlap=False)
+    plain = ap.ratios_by_latency(net, x, record, 0.2, search={"overlap": False})
     assert dict(plain) == {"0": pytest.approx(0.5), "2": pytest.approx(0.5)}
     aware = ap.ratios_by_latency(net, x, record, 0.2)
     assert dict(aware) == {"0": pytest.approx(0.5), "4": pytest.approx(0.5)}
@@ -418,7 +419,8 @@ def test_correction_scales_the_goal_until_the_measurement_lands(toy, x, mocked):
 def test_a_measurement_at_the_edge_of_the_tolerance_is_refined(toy, x, mocked):
     # 0.279 is within 0.03 of 0.3 but a re-measurement elsewhere could fall outside: one more try
     mocked["scale"] = 0.93
-    result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3, candidates=["greedy"])
+    result = ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3,
+                                  search={"candidates": ["greedy"]})
     assert len(mocked["measured"]) == 4 and result.achieved == pytest.approx(0.3)
 
 
@@ -443,7 +445,8 @@ def test_the_family_with_the_least_loss_at_the_target_is_taken(toy, x, mocked, m
     assert result.method == "threshold" and result.loss == 0.001
     assert result.candidates["greedy"]["loss"] == pytest.approx(0.022)
     with pytest.raises(ap.ConfigError, match=r"candidates=\('flops',\): pick from"):
-        ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3, candidates=["flops"])
+        ap.ratios_by_latency(toy, x, _synthetic_record(toy, x), 0.3,
+                             search={"candidates": ["flops"]})
 
 
 def test_a_lucky_timing_is_not_taken_unconfirmed(toy, x, mocked):
@@ -541,7 +544,7 @@ def test_real_tiny_model_gets_faster(tmp_path):
     sens = ap.sensitivity(model, x, RefEval(model, x), ratios=(0.5, 0.9), latency=True,
                           progress=False, sensitivities_file=tmp_path / "s.json")
     # a wide tolerance: this checks the plumbing on a real, timed model, not the machine's load
-    result = ap.ratios_by_latency(model, x, sens, 0.3, tolerance=0.29)
+    result = ap.ratios_by_latency(model, x, sens, 0.3, search={"tolerance": 0.29})
     assert isinstance(result, ap.LatencyRatios) and result and 0 < result.achieved < 1
     assert 0 < result.pruned_ms < result.baseline_ms
     assert result.setting["input_size"] == [1, 3, 64, 64]

@@ -61,7 +61,7 @@ def _both(model, eval_fn, tmp_path, **kw):
     for mode in ("prune", "masked"):
         path = tmp_path / f"{mode}.json"
         out[mode] = autoprune.sensitivity(model, EXAMPLE, eval_fn, sensitivities_file=path,
-                                          evaluation=mode, progress=False, **kw)
+                                          progress=False, **kw, options={"evaluation": mode})
         out[mode + "_extra"] = read_record(path).extra["evaluation"]
     return out
 
@@ -117,8 +117,8 @@ def test_eval_fn_with_changing_batches_switches_masking_off(tmp_path):
         return sum(m(x).softmax(1).max(1).values.mean().item() for x in xs) / 2
 
     sens = autoprune.sensitivity(model, EXAMPLE, shuffled, ratios=(0.25, 0.5),
-                                 sensitivities_file=tmp_path / "s.json", evaluation="masked",
-                                 progress=False)
+                                 sensitivities_file=tmp_path / "s.json",
+                                 progress=False, options={"evaluation": "masked"})
     extra = read_record(tmp_path / "s.json").extra["evaluation"]
     assert extra["points"]["masked"] <= 2 and extra["points"]["pruned"] >= len(sens) * 2 - 1
 
@@ -137,8 +137,8 @@ def test_masked_points_thrown_away_by_the_metric_check_are_not_counted(tmp_path)
         return base(m) + 1e-3 * calls[0]
 
     sens = autoprune.sensitivity(model, EXAMPLE, drifting, ratios=(0.25, 0.5),
-                                 sensitivities_file=tmp_path / "s.json", evaluation="masked",
-                                 prefix_cache=False, progress=False)
+                                 sensitivities_file=tmp_path / "s.json", progress=False,
+                                 options={"evaluation": "masked", "prefix_cache": False})
     extra = read_record(tmp_path / "s.json").extra["evaluation"]
     assert extra["points"]["masked"] == 0 and extra["unmaskable_groups"] == []
     assert extra["points"]["pruned"] == sum(len(p) for p in sens.values()) + 1  # + the check
@@ -148,10 +148,12 @@ def test_masked_with_prefix_cache_and_early_stop(tmp_path):
     model = _randomised(Net())
     fn = _eval_fn(_data())
     kw = dict(ratios=(0.2, 0.4, 0.6, 0.8), early_stop=0.01)
-    ref = autoprune.sensitivity(model, EXAMPLE, fn, evaluation="prune", prefix_cache=False,
-                                progress=False, **kw)
-    got = autoprune.sensitivity(model, EXAMPLE, fn, evaluation="masked", prefix_cache=True,
-                                progress=False, **kw)
+    ref = autoprune.sensitivity(model, EXAMPLE, fn,
+                                progress=False, **kw,
+                                options={"evaluation": "prune", "prefix_cache": False})
+    got = autoprune.sensitivity(model, EXAMPLE, fn,
+                                progress=False, **kw,
+                                options={"evaluation": "masked", "prefix_cache": True})
     assert {n: sorted(p) for n, p in ref.items()} == {n: sorted(p) for n, p in got.items()}
     assert _max_diff(ref, got) <= 1e-4
 
@@ -209,9 +211,9 @@ def test_batched_variants_split_nested_outputs_and_refuse_foreign_batches():
 def test_bad_evaluation_settings_are_refused():
     model = _randomised(Net())
     with pytest.raises(ConfigError, match="evaluation="):
-        autoprune.sensitivity(model, EXAMPLE, _eval_fn(_data(1)), evaluation="fast")
+        autoprune.sensitivity(model, EXAMPLE, _eval_fn(_data(1)), options={"evaluation": "fast"})
     with pytest.raises(ConfigError, match="batch_variants"):
-        autoprune.sensitivity(model, EXAMPLE, _eval_fn(_data(1)), batch_variants=0)
+        autoprune.sensitivity(model, EXAMPLE, _eval_fn(_data(1)), options={"batch_variants": 0})
 
 
 # -- YOLO: masked variants against real pruning where the quantity is well-conditioned -----------
@@ -354,8 +356,8 @@ def test_yolo_sensitivity_masked_equals_prune_with_a_smooth_metric(tmp_path):
         path = tmp_path / f"{mode}.json"
         out[mode] = autoprune.sensitivity(
             model, example, _smooth_head_metric(model, batches), groups=names,
-            ratios=ratios, ignored_layers=ignored_layers(model), evaluation=mode,
-            batch_variants=3, sensitivities_file=path, progress=False)
+            ratios=ratios, ignored_layers=ignored_layers(model), sensitivities_file=path,
+            progress=False, options={"evaluation": mode, "batch_variants": 3})
         out[mode + "_extra"] = read_record(path).extra["evaluation"]
     points = len(names) * len(ratios)
     assert out["masked_extra"]["points"] == {"masked": points, "pruned": 1, "reused": 0}

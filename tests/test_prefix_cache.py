@@ -22,7 +22,8 @@ def test_cached_equals_uncached_and_skips_stages(monkeypatch):
     eval_fn = _setup(model)
     groups = ["conv1", "layer2.0.conv1", "layer3.0.conv1", "layer3.1.conv1", "layer4.0.conv1"]
     plain = autoprune.sensitivity(model, torch.randn(1, 3, 32, 32), eval_fn, groups=groups,
-                                  ratios=(0.3, 0.7), prefix_cache=False, progress=False)
+                                  ratios=(0.3, 0.7), progress=False,
+                                  options={"prefix_cache": False})
     skipped = []
     original = PrefixCache.skipping_before
 
@@ -39,7 +40,8 @@ def test_cached_equals_uncached_and_skips_stages(monkeypatch):
     monkeypatch.setattr(PrefixCache, "skipping_before", spy)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     cached = autoprune.sensitivity(model, torch.randn(1, 3, 32, 32), eval_fn, groups=groups,
-                                   ratios=(0.3, 0.7), prefix_cache=True, progress=False)
+                                   ratios=(0.3, 0.7), progress=False,
+                                   options={"prefix_cache": True})
     assert cached == plain
     assert max(skipped) >= 5  # layer4 groups replay the stem, layer1, layer2 and layer3
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())

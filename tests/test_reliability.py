@@ -101,7 +101,7 @@ def test_ctrl_c_during_analysis_leaves_a_valid_file_and_the_rerun_completes(tmp_
     ev = RefEval(model, x)
     resumed = autoprune.sensitivity(model, x, ev, **kw)
     straight = autoprune.sensitivity(model, x, RefEval(model, x), ratios=ratios, progress=False,
-                                     prefix_cache=False)
+                                     options={"prefix_cache": False})
     assert ev.calls == 2 * len(straight) - 3  # only the missing points were measured
     assert resumed == straight == autoprune.read_record(path).sensitivities
 

@@ -171,7 +171,7 @@ def test_ratios_by_latency_refuses_a_torch_table_for_ort():
     model, x = make_model("toy"), make_input(batch=1)
     record = _synthetic_record(model, x)
     with pytest.raises(ap.SensitivityFileError) as info:
-        ap.ratios_by_latency(model, x, record, 0.3, runtime=ORT)
+        ap.ratios_by_latency(model, x, record, 0.3, timing={"runtime": ORT})
     assert "runtime 'torch' (asked: 'onnxruntime')" in assert_one_line(info)
 
 
@@ -255,8 +255,8 @@ def test_ratios_by_latency_lands_in_ort_on_a_tiny_model():
     record = measure_latencies(model, x, table, threads=1, runtime=ORT, progress=False)
     assert record.extra["latency"]["runtime"] == ORT
     # a wide tolerance: this checks the plumbing on a real, timed model, not the machine's load
-    result = ap.ratios_by_latency(model, x, record, 0.3, threads=1, runtime=ORT,
-                                  tolerance=0.29, rounds=5)
+    result = ap.ratios_by_latency(model, x, record, 0.3, timing={"threads": 1, "runtime": ORT},
+                                  search={"tolerance": 0.29, "rounds": 5})
     assert isinstance(result, ap.LatencyRatios) and result and 0 < result.achieved < 1
     assert any(r > 0 for r in result.values())
     assert result.setting["runtime"] == ORT and result.setting["threads"] == 1
@@ -325,8 +325,8 @@ def test_max_loss_message_with_real_ort_timings():
     table = {g: {0.5: 0.5, 0.75: 0.9} for g in GROUPS}
     record = measure_latencies(model, x, table, threads=1, runtime=ORT, progress=False)
     with pytest.raises(ap.ConfigError) as info:
-        ap.ratios_by_latency(model, x, record, 0.3, threads=1, runtime=ORT, max_loss=0.1,
-                             rounds=3)
+        ap.ratios_by_latency(model, x, record, 0.3, max_loss=0.1,
+                             timing={"threads": 1, "runtime": ORT}, search={"rounds": 3})
     msg = assert_one_line(info)
     assert "max_loss=0.1" in msg and "the most it allows is 0.000 under that cap (" in msg
     assert "onnxruntime" in msg
