@@ -42,10 +42,10 @@ def counted(monkeypatch):
     return calls
 
 
-def _analyse(model, x, path, **kwargs):
+def _analyse(model, x, path, latency=True, **kwargs):
     kwargs.setdefault("ratios", RATIOS)
     return ap.sensitivity(model, x, RefEval(model, x), sensitivities_file=path, progress=False,
-                          latency=True, **kwargs)
+                          latency=latency, **kwargs)
 
 
 # ---- step 1: latency in the sensitivity table ----------------------------------------------
@@ -74,7 +74,7 @@ def test_each_point_records_its_latency_next_to_its_loss(toy, x, tmp_path):
 
 
 def test_latency_batch_and_setting_recorded(toy, x, tmp_path, counted):
-    record = _analyse(toy, x, tmp_path / "s.json", latency_batch=3, latency_threads=1).record
+    record = _analyse(toy, x, tmp_path / "s.json", latency=ap.Timing(batch=3, threads=1)).record
     assert record.extra["latency"]["batch"] == 3
     assert record.extra["latency"]["input_size"] == [3, 3, 32, 32]
     assert record.extra["latency"]["threads"] == 1
@@ -125,21 +125,20 @@ def test_latency_added_to_a_file_measured_without_it(toy, x, tmp_path, counted):
     assert len(counted) == 10 and len(ap.read_record(path).latency) == 5
 
 
-@pytest.mark.parametrize("change", [{"latency_batch": 2}, {"latency_threads": 2}])
+@pytest.mark.parametrize("change", [{"batch": 2}, {"threads": 2}])
 def test_file_timed_in_another_setting_is_refused(toy, x, tmp_path, counted, change):
     path = tmp_path / "s.json"
-    _analyse(toy, x, path, ratios=(0.5,), latency_threads=1)
+    _analyse(toy, x, path, ratios=(0.5,), latency={"threads": 1})
     evaluations = RefEval(toy, x)
     with pytest.raises(ap.SensitivityFileError) as info:
         ap.sensitivity(toy, x, evaluations, ratios=RATIOS, sensitivities_file=path,
-                       progress=False, latency=True, **{"latency_threads": 1, **change})
+                       progress=False, latency={"threads": 1, **change})
     msg = assert_one_line(info)
     assert "another setting" in msg and ("batch" in msg or "threads" in msg)
     assert evaluations.calls == 0  # refused before any point was measured
     with pytest.raises(ap.SensitivityFileError) as info:
         ap.ratios_by_latency(toy, x, path, 0.3,
-                             timing={"threads": change.get("latency_threads", 1),
-                                     "batch": change.get("latency_batch", 1)})
+                             timing={"threads": 1, **change})
     assert "another setting" in assert_one_line(info)
 
 
@@ -155,12 +154,12 @@ def test_masked_evaluation_times_a_real_prune(x, tmp_path, counted):
     assert_same_state(model, before)
 
 
-@pytest.mark.parametrize("bad", [dict(latency_device="tpu"), dict(latency_batch=0),
-                                 dict(latency_threads=-1), dict(latency_batch=1.5)])
+@pytest.mark.parametrize("bad", [dict(device="tpu"), dict(batch=0), dict(threads=-1),
+                                 dict(batch=1.5)])
 def test_bad_latency_options_are_one_line_errors(toy, x, bad):
     with pytest.raises(ap.ConfigError) as info:
-        ap.sensitivity(toy, x, RefEval(toy, x), ratios=RATIOS, latency=True, progress=False,
-                       **bad)
+        ap.sensitivity(toy, x, RefEval(toy, x), ratios=RATIOS, latency=ap.Timing(**bad),
+                       progress=False)
     assert_one_line(info)
 
 

@@ -56,12 +56,13 @@ def _eval_fn(batches):
 EXAMPLE = torch.randn(1, 3, 16, 16)
 
 
-def _both(model, eval_fn, tmp_path, **kw):
+def _both(model, eval_fn, tmp_path, options=None, **kw):
     out = {}
     for mode in ("prune", "masked"):
         path = tmp_path / f"{mode}.json"
         out[mode] = autoprune.sensitivity(model, EXAMPLE, eval_fn, sensitivities_file=path,
-                                          progress=False, **kw, options={"evaluation": mode})
+                                          progress=False, **kw,
+                                          options={**(options or {}), "evaluation": mode})
         out[mode + "_extra"] = read_record(path).extra["evaluation"]
     return out
 
@@ -87,7 +88,7 @@ def test_masked_points_equal_real_pruning(tmp_path):
 def test_batched_chunks_smaller_than_the_ratios(tmp_path):
     model = _randomised(Net())
     out = _both(model, _eval_fn(_data()), tmp_path, ratios=(0.2, 0.4, 0.6, 0.8),
-                batch_variants=3)
+                options={"batch_variants": 3})
     assert _max_diff(out["prune"], out["masked"]) <= 1e-4
     assert out["masked_extra"]["batch_variants"] == 3
 
@@ -147,13 +148,13 @@ def test_masked_points_thrown_away_by_the_metric_check_are_not_counted(tmp_path)
 def test_masked_with_prefix_cache_and_early_stop(tmp_path):
     model = _randomised(Net())
     fn = _eval_fn(_data())
-    kw = dict(ratios=(0.2, 0.4, 0.6, 0.8), early_stop=0.01)
-    ref = autoprune.sensitivity(model, EXAMPLE, fn,
-                                progress=False, **kw,
-                                options={"evaluation": "prune", "prefix_cache": False})
-    got = autoprune.sensitivity(model, EXAMPLE, fn,
-                                progress=False, **kw,
-                                options={"evaluation": "masked", "prefix_cache": True})
+    ratios = (0.2, 0.4, 0.6, 0.8)
+    ref = autoprune.sensitivity(model, EXAMPLE, fn, ratios=ratios, progress=False,
+                                options={"evaluation": "prune", "prefix_cache": False,
+                                         "early_stop": 0.01})
+    got = autoprune.sensitivity(model, EXAMPLE, fn, ratios=ratios, progress=False,
+                                options={"evaluation": "masked", "prefix_cache": True,
+                                         "early_stop": 0.01})
     assert {n: sorted(p) for n, p in ref.items()} == {n: sorted(p) for n, p in got.items()}
     assert _max_diff(ref, got) <= 1e-4
 
