@@ -1,5 +1,7 @@
-"""The import graph of autoprune/, read from the source (imports inside functions count too):
-no cycle, and the engine (the modules that work on any nn.Module) imports nothing above it."""
+"""The shape of autoprune/, read from the source. Its import graph (imports inside functions
+count too): no cycle, and the engine (the modules that work on any nn.Module) imports nothing
+above it. Its functions: about a dozen explicit parameters at most, none in flow/ over 60
+lines."""
 from __future__ import annotations
 
 import ast
@@ -150,3 +152,37 @@ def test_every_package_ships_in_the_wheel():
     listed = set(find_packages(str(PACKAGE.parent), include=["autoprune", "autoprune.*"]))
     found = {_name(p, PACKAGE) for p in PACKAGE.rglob("__init__.py")}
     assert found - listed == set()
+
+
+# the most explicit parameters a public function takes (self, *args and **kwargs not counted);
+# sensitivity() keeps 15: its groups, ratios, file, criterion, ignored layers, the metric's
+# name and direction, the record's arch and extra, options, progress and latency are each
+# their own concern
+MOST, EXCEPTIONS = 12, {"sensitivity": 15}
+
+
+def _functions(root: Path):
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                yield path, node
+
+
+def test_no_public_function_takes_more_than_a_dozen_explicit_parameters():
+    over = []
+    for path, node in _functions(PACKAGE):
+        if node.name.startswith("_") and node.name != "__init__":
+            continue
+        a = node.args
+        names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+        count = len(names) - (names[:1] in (["self"], ["cls"]))
+        if count > EXCEPTIONS.get(node.name, MOST):
+            over.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({count})")
+    assert not over, "group some settings into one argument: " + ", ".join(over)
+
+
+def test_no_function_of_the_flow_is_over_60_lines():
+    long = [f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})"
+            for path, node in _functions(PACKAGE / "flow")
+            if node.end_lineno - node.lineno + 1 > 60]
+    assert not long, "split these into stages: " + ", ".join(long)

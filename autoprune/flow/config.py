@@ -10,13 +10,14 @@ another value is refused in one line naming both values.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar
 
 from ..errors import ConfigError, ResumeMismatchError
 
@@ -156,11 +157,44 @@ def split_settings(given: Mapping[str, Any], task_class: type, task: str
     given = renamed(given, flow_names | task_names, task)
     unknown = sorted(set(given) - flow_names - task_names)
     if unknown:
-        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} for {task}: it takes "
-                          f"{', '.join(sorted(flow_names | task_names))}")
+        raise ConfigError(unknown_settings(unknown, flow_names | task_names, task))
     flow = FlowSettings(**{k: v for k, v in given.items() if k in flow_names})
     own = task_class(**{k: v for k, v in given.items() if k in task_names})
     return flow, own
+
+
+def unknown_settings(unknown: list[str], known: Iterable[str], where: str) -> str:
+    """The one-line message for the ``unknown`` setting names ``where`` (a task) does not take,
+    with the known name closest to the first, if any is close."""
+    known = sorted(known)
+    close = difflib.get_close_matches(unknown[0], known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown setting(s) {', '.join(unknown)} for {where}{hint}: it takes {', '.join(known)}"
+
+
+S = TypeVar("S", bound=TaskSettings)
+
+
+def settings_of(cls: type[S], settings: S | None, given: Mapping[str, Any], task: str) -> S:
+    """The settings a task adapter is made with: ``settings`` (a ``cls``) as passed, or a
+    ``cls`` of the setting keywords ``given`` (the old names of :data:`DEPRECATED` taken with a
+    FutureWarning). ``settings`` and keywords together, or an unknown keyword, are a one-line
+    ConfigError."""
+    if settings is not None:
+        if given:
+            also = ", ".join(f"{k}=" for k in sorted(given))
+            raise ConfigError(f"the {task} adapter got settings= and {also}: pass the settings "
+                              f"once, in settings= or as keywords")
+        if not isinstance(settings, cls):
+            raise ConfigError(f"settings= of the {task} adapter must be a {cls.__name__}, not "
+                              f"{type(settings).__name__}")
+        return settings
+    known = names(cls)
+    given = renamed(given, known, task)
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(unknown_settings(unknown, known, f"the {task} adapter"))
+    return cls(**given)
 
 
 # --- checks made once, before any work ---------------------------------------------------------

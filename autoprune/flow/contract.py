@@ -8,7 +8,6 @@ training settings.
 """
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,9 @@ if TYPE_CHECKING:  # annotations only: the contract (and the CLI's task lists) l
 
 class TaskAdapter(ABC):
     """What the flow needs from a task. Subclasses set the class attributes and, in their
-    constructor, ``input_size``, ``device`` and ``eval_set``."""
+    constructor, ``input_size``, ``device`` and ``eval_set``. The constructor takes the data
+    positionally, then the task's settings as ``settings=`` (a :class:`TaskSettings`) or as
+    keywords (:func:`~autoprune.flow.config.settings_of`), and ``seed=`` and ``progress=``."""
 
     task: str               # the registered name: "classification", "detection", ...
     metric: str             # the metric sensitivities are measured with, e.g. "top1"
@@ -68,10 +69,9 @@ class TaskAdapter(ABC):
     def from_settings(cls, settings: TaskSettings, inputs: Mapping[str, Any],
                       flow: FlowSettings) -> "TaskAdapter":
         """The adapter of a ``<task>.train`` call: its data ``inputs`` (all but ``model``), its
-        task settings, and the flow's seed and progress."""
+        task settings (as ``settings=``) and the flow's seed and progress."""
         data = {k: v for k, v in inputs.items() if k != "model"}
-        return cls(**data, **dataclasses.asdict(settings), seed=flow.seed,
-                   progress=flow.progress)
+        return cls(**data, settings=settings, seed=flow.seed, progress=flow.progress)
 
     @classmethod
     def for_checkpoint(cls, meta: Mapping[str, Any], **settings: Any) -> "TaskAdapter":

@@ -14,6 +14,7 @@ import torchvision
 from torchvision import datasets
 from torch.utils.data import Dataset
 
+from ...flow.config import settings_of
 from ...flow.options import check_numbers
 from ...engine.checkpoint import read_pruned_metadata
 from ...engine.data import (CachedBatches, check_limits, first_items, load_image, make_loader,
@@ -25,6 +26,7 @@ from . import models as torchvision_models
 from .. import timm_rules
 from ..supervised import SupervisedFit
 from . import formats
+from .settings import ClassificationSettings
 from .pretrained import (create_pretrained, data_transforms, is_hub_spec,
                          pretrained_data_config)
 
@@ -291,49 +293,48 @@ class ClassificationAdapter(SupervisedFit):
     higher_is_better = True
 
     def __init__(self, train_data: Any = None, eval_data: Any = None, *,
-                 num_classes: int | None = None, input_size: int | None = None,
-                 batch_size: int = 64, lr: float | None = None, optimizer: str = "sgd",
-                 weight_decay: float = 5e-4, warmup_epochs: float = 0.5,
-                 label_smoothing: float = 0.0, device: str = "auto", num_workers: int = 0,
-                 train_limit: int | None = None, eval_limit: int | None = None,
-                 data_root: str | None = None, seed: int = 0, progress: bool = True,
-                 sync_bn: bool = False, pretrained: Any = False, data_format: str | None = None,
-                 mean: Any = None, std: Any = None, interpolation: str | None = None,
-                 model_name: Any = None):
-        self.pretrained = check_pretrained(pretrained)
-        lr = (FINE_TUNE_LR if self.pretrained else SCRATCH_LR) if lr is None else lr
-        data_config = self._data_config(model_name, mean, std, interpolation)
-        check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size)
-        check_numbers(whole=True, num_workers=num_workers)
-        check_numbers(whole=True, low=2, num_classes=num_classes)
+                 settings: ClassificationSettings | None = None, model_name: Any = None,
+                 data_root: str | None = None, label_smoothing: float = 0.0, seed: int = 0,
+                 progress: bool = True, **given: Any):
+        """The data (a folder, a file list, a Dataset or ``"fashion-mnist"``) and the settings of
+        :class:`~.settings.ClassificationSettings` (where they are documented): ``settings=``, or
+        its fields as keywords. ``model_name`` picks a pretrained model's data config;
+        ``data_root``: where Fashion-MNIST is kept."""
+        s = settings_of(ClassificationSettings, settings, given, self.task)
+        self.pretrained = check_pretrained(s.pretrained)
+        lr = (FINE_TUNE_LR if self.pretrained else SCRATCH_LR) if s.lr is None else s.lr
+        data_config = self._data_config(model_name, s.mean, s.std, s.interpolation)
+        check_numbers(whole=True, low=1, batch_size=s.batch_size, input_size=s.input_size)
+        check_numbers(whole=True, num_workers=s.num_workers)
+        check_numbers(whole=True, low=2, num_classes=s.num_classes)
         check_numbers(lr=lr, above=True)
-        check_numbers(weight_decay=weight_decay, warmup_epochs=warmup_epochs,
+        check_numbers(weight_decay=s.weight_decay, warmup_epochs=s.warmup_epochs,
                       label_smoothing=label_smoothing)
         is_fashion = lambda d: isinstance(d, str) and d.lower() == FASHION_MNIST
         fashion = is_fashion(train_data)
         native = tuple(data_config.get("input_size") or (3, 224, 224))[-1]
-        self.input_size = input_size or (32 if fashion or is_fashion(eval_data) else native)
+        self.input_size = s.input_size or (32 if fashion or is_fashion(eval_data) else native)
         if self.input_size < 8:
             raise ConfigError(f"input_size={self.input_size} is too small: use 32 or more")
-        self.device = pick_device(device)
-        self.cfg = FitConfig(lr=lr, optimizer=optimizer, weight_decay=weight_decay,
-                             warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
-                             progress=progress, sync_bn=sync_bn)
-        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.device = pick_device(s.device)
+        self.cfg = FitConfig(lr=lr, optimizer=s.optimizer, weight_decay=s.weight_decay,
+                             warmup_epochs=s.warmup_epochs, label_smoothing=label_smoothing,
+                             progress=progress, sync_bn=s.sync_bn)
+        self.batch_size, self.num_workers, self.seed = s.batch_size, s.num_workers, seed
         self.train_set = self.eval_set = None
-        check_limits(train_limit=train_limit, eval_limit=eval_limit)
+        check_limits(train_limit=s.train_limit, eval_limit=s.eval_limit)
         data = dict(input_size=self.input_size, root=data_root, data_config=data_config,
-                    data_format=data_format)
+                    data_format=s.data_format)
         if train_data is not None:
-            self.train_set = resolve_dataset(train_data, train=True, limit=train_limit, **data)
-            make_loader(self.train_set, batch_size, shuffle=False)  # checks emptiness
+            self.train_set = resolve_dataset(train_data, train=True, limit=s.train_limit, **data)
+            make_loader(self.train_set, s.batch_size, shuffle=False)  # checks emptiness
         if eval_data is None:  # Fashion-MNIST's test split, or the val list beside a train list
-            eval_data = FASHION_MNIST if fashion else _val_split(train_data, data_format)
+            eval_data = FASHION_MNIST if fashion else _val_split(train_data, s.data_format)
         if eval_data is not None:
-            self.eval_set = resolve_dataset(eval_data, train=False, limit=eval_limit, **data)
-        self.num_classes = self._check_classes(num_classes)
+            self.eval_set = resolve_dataset(eval_data, train=False, limit=s.eval_limit, **data)
+        self.num_classes = self._check_classes(s.num_classes)
         self.data_config, self._start_weights = data_config, None
-        own = self.pretrained or mean is not None or std is not None or interpolation
+        own = self.pretrained or s.mean is not None or s.std is not None or s.interpolation
         self._normalisation = {k: list(v) if isinstance(v, tuple) else v
                                for k, v in data_config.items()
                                if k in ("mean", "std", "interpolation")} if own else {}
@@ -341,16 +342,16 @@ class ClassificationAdapter(SupervisedFit):
         self._eval_batches = None
 
     @classmethod
-    def from_settings(cls, settings: Any, inputs: Mapping[str, Any],
+    def from_settings(cls, settings: ClassificationSettings, inputs: Mapping[str, Any],
                       flow: Any) -> "ClassificationAdapter":
         """The adapter of a ``train`` call; ``pretrain_weights="IMAGENET"`` (PaddleX's word, or
         any hub name) counts as ``pretrained``, and the model's name picks the pretrained data
         config."""
-        values = dataclasses.asdict(settings)
-        if not values.get("pretrained") and is_hub_spec(flow.pretrain_weights):
-            values["pretrained"] = flow.pretrain_weights
-        values.update(_kept_from(flow.pretrain_weights, values))
-        return cls(**{k: v for k, v in inputs.items() if k != "model"}, **values,
+        changes = _kept_from(flow.pretrain_weights, dataclasses.asdict(settings))
+        if not settings.pretrained and is_hub_spec(flow.pretrain_weights):
+            changes["pretrained"] = flow.pretrain_weights
+        return cls(**{k: v for k, v in inputs.items() if k != "model"},
+                   settings=dataclasses.replace(settings, **changes),
                    model_name=inputs.get("model"), seed=flow.seed, progress=flow.progress)
 
     def _data_config(self, model_name: Any, mean: Any, std: Any,

@@ -4,7 +4,6 @@ reached through :mod:`.models` (whose modules import it offline: see :mod:`.offl
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import os
 import tempfile
@@ -15,6 +14,7 @@ import torch
 import torch.nn as nn
 import yaml
 
+from ...flow.config import settings_of
 from ...flow.options import check_numbers
 from ...engine.checkpoint import export_onnx, read_pruned_metadata
 from ...engine.data import check_limits
@@ -28,6 +28,7 @@ from .names import FAMILIES, canonical_arch, model_stem, resolve_arch
 from .stages import (RUN, FinishedRun, ResumeStep, load_checkpoint, resume_step,
                      ultralytics_last, write_checkpoints, write_deployable)
 from .inputs import as_module, autoprune_meta, is_checkpoint_file, prepare
+from .settings import YoloSettings
 from .train_args import check_train_args
 
 
@@ -92,36 +93,39 @@ class DetectionAdapter(TaskAdapter):
         return built_arch(model, cls.canonical_arch, cls.arch_suffix)
 
     def __init__(self, data: str | os.PathLike | None = None,
-                 eval_data: str | os.PathLike | None = None, *, num_classes: int | None = None,
-                 input_size: int | None = None, batch_size: int | None = 16,
-                 eval_limit: int | None = None, device: str = "auto", num_workers: int | None = 0,
-                 train_args: dict[str, Any] | None = None, seed: int = 0,
-                 progress: bool = True, sync_bn: bool = False, nc: int | None = None,
-                 workers: int | None = None, data_format: str | None = None,
-                 cache_root: str | os.PathLike | None = None,
-                 class_names: Sequence[str] | None = None):
-        nc = num_classes if num_classes is not None else nc  # nc, workers: the former names
-        workers = num_workers if workers is None else workers
+                 eval_data: str | os.PathLike | None = None, *,
+                 settings: YoloSettings | None = None, num_classes: int | None = None,
+                 seed: int = 0, progress: bool = True, cache_root: str | os.PathLike | None = None,
+                 class_names: Sequence[str] | None = None, **given: Any):
+        """The data (a YOLO data.yaml, a COCO or VOC set) and the settings of
+        :class:`~.settings.YoloSettings` (where they are documented): ``settings=``, or its
+        fields as keywords. ``num_classes`` (``nc``, its former name): when there are no data;
+        ``workers``: the former name of ``num_workers``; ``cache_root``: where COCO / VOC data
+        are converted; ``class_names``: a checkpoint's, when there are no data."""
+        nc, workers = given.pop("nc", None), given.pop("workers", None)  # the former names
+        s = settings_of(YoloSettings, settings, given, self.task)
+        nc = num_classes if num_classes is not None else nc
+        workers = s.num_workers if workers is None else workers
         workers = 0 if workers is None else workers
-        batch_size = 16 if batch_size is None else batch_size
-        check_numbers(whole=True, low=1, input_size=input_size)
+        batch_size = 16 if s.batch_size is None else s.batch_size
+        check_numbers(whole=True, low=1, input_size=s.input_size)
         check_numbers(whole=True, num_workers=workers)
         check_numbers(low=None, batch_size=batch_size)  # -1 and fractions: Ultralytics' AutoBatch
-        check_limits(eval_limit=eval_limit)
-        self.input_size = int(input_size or 640)
+        check_limits(eval_limit=s.eval_limit)
+        self.input_size = int(s.input_size or 640)
         if self.input_size < 32 or self.input_size % 32:
             raise ConfigError(f"input_size={self.input_size} must be a multiple of 32 (YOLO's "
                               f"largest stride), at least 32: e.g. 64, 320 or 640")
-        self.device = pick_device(device)
+        self.device = pick_device(s.device)
         self.batch_size, self.num_workers = batch_size, workers
         self.seed, self.progress = seed, progress
-        self.sync_bn = bool(sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
-        self.train_args = check_train_args(train_args)  # an allow-list: no key names a file
-        self.eval_limit = eval_limit
+        self.sync_bn = bool(s.sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
+        self.train_args = check_train_args(s.train_args)  # an allow-list: no key names a file
+        self.eval_limit = s.eval_limit
         self.sources: dict[str, Any] = {}  # COCO / VOC data converted to YOLO (formats.py)
         self._start_weights: dict[str, Any] | None = None  # where pretrained weights came from
-        data = self._as_yolo("data", data, data_format, cache_root)
-        eval_data = self._as_yolo("eval_data", eval_data, data_format, cache_root)
+        data = self._as_yolo("data", data, s.data_format, cache_root)
+        eval_data = self._as_yolo("eval_data", eval_data, s.data_format, cache_root)
         self.data = read_data_yaml(data, check_labels=self.check_labels) \
             if data is not None else None
         self.eval_data = self.data if eval_data is None or (
@@ -140,7 +144,7 @@ class DetectionAdapter(TaskAdapter):
             (dict(enumerate(map(str, class_names))) if class_names else None)
         self.eval_set = None
         if self.eval_data is not None:
-            self.eval_set = EvalImages(self.eval_data["val"][:eval_limit])
+            self.eval_set = EvalImages(self.eval_data["val"][:s.eval_limit])
         self._tmpdir: tempfile.TemporaryDirectory | None = None  # validator outputs, val subset
         self._val_yaml: Path | None = None
         self._loader = None
@@ -167,13 +171,12 @@ class DetectionAdapter(TaskAdapter):
         return source.yaml
 
     @classmethod
-    def from_settings(cls, settings: Any, inputs: Mapping[str, Any],
+    def from_settings(cls, settings: YoloSettings, inputs: Mapping[str, Any],
                       flow: Any) -> "DetectionAdapter":
         """The adapter of a ``train`` call (COCO / VOC data converted under the run's
         save_dir)."""
-        return cls(**{k: v for k, v in inputs.items() if k != "model"},
-                   **dataclasses.asdict(settings), cache_root=flow.save_dir, seed=flow.seed,
-                   progress=flow.progress)
+        return cls(**{k: v for k, v in inputs.items() if k != "model"}, settings=settings,
+                   cache_root=flow.save_dir, seed=flow.seed, progress=flow.progress)
 
     def loaded_weights(self, provenance: dict[str, Any] | None) -> None:
         """Record where the weights :meth:`prepare_model` started from came from."""

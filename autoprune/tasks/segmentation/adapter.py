@@ -23,7 +23,6 @@ input through when the model is built: see ``segmentation_models``.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from ...flow.config import settings_of
 from ...flow.options import check_numbers
 from ...engine.data import CachedBatches, check_limits, make_loader
 from ...errors import ConfigError
 from .metrics import evaluate_iou
+from .settings import SegmentationSettings
 from ...flow.training import FitConfig, pick_device
 from .. import timm_rules
 from ..supervised import SupervisedFit
@@ -82,40 +83,39 @@ class SegmentationAdapter(SupervisedFit):
     build_counts = ("num_classes", "in_channels")
 
     def __init__(self, train_data: Any = None, eval_data: Any = None, *,
-                 num_classes: int | None = None, input_size: int | None = None,
-                 in_channels: int = 3, model_kwargs: dict[str, Any] | None = None,
-                 class_names: list[str] | None = None, ignore_index: int = 255,
-                 encoder_weights: str | os.PathLike | None = None, batch_size: int = 8,
-                 lr: float = 1e-3, optimizer: str = "adamw", weight_decay: float = 1e-4,
-                 warmup_epochs: float = 0.5, dice_weight: float = 1.0, device: str = "auto",
-                 num_workers: int = 0, train_limit: int | None = None,
-                 eval_limit: int | None = None, data_root: str | None = None, seed: int = 0,
-                 progress: bool = True, sync_bn: bool = False, encoder: str | None = None,
-                 data_format: str | None = None):
-        check_numbers(whole=True, low=1, batch_size=batch_size, input_size=input_size,
-                      in_channels=in_channels)
-        self.encoder = encoder  # the encoder a model name without one gets (resnet18 by default)
-        check_numbers(whole=True, num_workers=num_workers)
-        check_numbers(whole=True, low=None, num_classes=num_classes, ignore_index=ignore_index)
-        check_numbers(lr=lr, above=True)
-        check_numbers(weight_decay=weight_decay, warmup_epochs=warmup_epochs,
-                      dice_weight=dice_weight)
+                 settings: SegmentationSettings | None = None, data_root: str | None = None,
+                 seed: int = 0, progress: bool = True, **given: Any):
+        """The data (an images/masks folder, VOC, Cityscapes, PaddleX lists, a Dataset or the
+        Fashion-MNIST scenes) and the settings of :class:`~.settings.SegmentationSettings` (where
+        they are documented): ``settings=``, or its fields as keywords. ``data_root``: where the
+        scenes' Fashion-MNIST is kept."""
+        s = settings_of(SegmentationSettings, settings, given, self.task)
+        check_numbers(whole=True, low=1, batch_size=s.batch_size, input_size=s.input_size,
+                      in_channels=s.in_channels)
+        self.encoder = s.encoder  # the encoder a model name without one gets (resnet18 by default)
+        check_numbers(whole=True, num_workers=s.num_workers)
+        check_numbers(whole=True, low=None, num_classes=s.num_classes, ignore_index=s.ignore_index)
+        check_numbers(lr=s.lr, above=True)
+        check_numbers(weight_decay=s.weight_decay, warmup_epochs=s.warmup_epochs,
+                      dice_weight=s.dice_weight)
         scenes = is_scenes(train_data) or is_scenes(eval_data)
-        given = train_data if train_data is not None else eval_data
-        if input_size is None and isinstance(given, Dataset):
-            input_size = int(_first_item(given)[0].shape[-2])
+        given_data = train_data if train_data is not None else eval_data
+        input_size = s.input_size
+        if input_size is None and isinstance(given_data, Dataset):
+            input_size = int(_first_item(given_data)[0].shape[-2])
         self.input_size = input_size or (64 if scenes else 256)
         if self.input_size < STRIDE or self.input_size % STRIDE:
             raise ConfigError(f"input_size={self.input_size} must be a multiple of {STRIDE} "
                               f"(smp encoders downsample 32x): use 64, 96, 128, 256...")
-        self.device = pick_device(device)
-        self.in_channels, self.ignore_index = in_channels, ignore_index
-        self.model_kwargs = dict(model_kwargs or {})
-        self.encoder_weights = encoder_weights
-        self.cfg = FitConfig(lr=lr, optimizer=optimizer, weight_decay=weight_decay,
-                             warmup_epochs=warmup_epochs, progress=progress, sync_bn=sync_bn)
-        self.loss = DiceCELoss(ignore_index, dice_weight)
-        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.device = pick_device(s.device)
+        self.in_channels, self.ignore_index = s.in_channels, s.ignore_index
+        self.model_kwargs = dict(s.model_kwargs or {})
+        self.encoder_weights = s.encoder_weights
+        self.cfg = FitConfig(lr=s.lr, optimizer=s.optimizer, weight_decay=s.weight_decay,
+                             warmup_epochs=s.warmup_epochs, progress=progress, sync_bn=s.sync_bn)
+        self.loss = DiceCELoss(s.ignore_index, s.dice_weight)
+        self.batch_size, self.num_workers, self.seed = s.batch_size, s.num_workers, seed
+        num_classes = s.num_classes
         if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 2):
             raise ConfigError(f"num_classes={num_classes} must be at least 2 (background + "
                               f"one class)")
@@ -123,31 +123,31 @@ class SegmentationAdapter(SupervisedFit):
             raise ConfigError(f"num_classes={num_classes} but {SCENES} has "
                               f"{len(scene_class_names())} classes (background + 10 garments): "
                               f"omit num_classes")
-        data = dict(input_size=self.input_size, num_classes=num_classes, in_channels=in_channels,
-                    ignore_index=ignore_index, seed=seed, root=data_root,
-                    data_format=data_format, class_names=class_names)
-        self.data_format, self._start_weights = data_format, None
+        data = dict(input_size=self.input_size, num_classes=num_classes,
+                    in_channels=s.in_channels, ignore_index=s.ignore_index, seed=seed,
+                    root=data_root, data_format=s.data_format, class_names=s.class_names)
+        self.data_format, self._start_weights = s.data_format, None
         self.train_set = self.eval_set = None
-        check_limits(train_limit=train_limit, eval_limit=eval_limit)
+        check_limits(train_limit=s.train_limit, eval_limit=s.eval_limit)
         if train_data is not None:
-            self.train_set = resolve_segmentation_data(train_data, train=True, limit=train_limit,
-                                                       **data)
-            make_loader(self.train_set, batch_size, shuffle=False)  # checks emptiness
+            self.train_set = resolve_segmentation_data(train_data, train=True,
+                                                       limit=s.train_limit, **data)
+            make_loader(self.train_set, s.batch_size, shuffle=False)  # checks emptiness
         if eval_data is None and is_scenes(train_data):
             eval_data = SCENES
         elif eval_data is None:  # a VOC / Cityscapes / PaddleX root: its val split
-            eval_data = val_split_of(train_data, data_format)
+            eval_data = val_split_of(train_data, s.data_format)
         self._data = (train_data, eval_data)
         if eval_data is not None:
-            self.eval_set = resolve_segmentation_data(eval_data, train=False, limit=eval_limit,
+            self.eval_set = resolve_segmentation_data(eval_data, train=False, limit=s.eval_limit,
                                                       **data)
-            make_loader(self.eval_set, batch_size, shuffle=False)
+            make_loader(self.eval_set, s.batch_size, shuffle=False)
         self.num_classes = num_classes or infer_classes([self.train_set, self.eval_set]) or \
             _declared_classes(self.train_set, self.eval_set)
         for ds in (self.train_set, self.eval_set):
             if ds is not None and hasattr(ds, "num_classes") and ds.num_classes is None:
                 ds.num_classes = self.num_classes  # user Datasets: check items against it
-        names = class_names or _declared_names(self.train_set, self.eval_set)
+        names = s.class_names or _declared_names(self.train_set, self.eval_set)
         if names is not None and self.num_classes is not None and len(names) != self.num_classes:
             raise ConfigError(f"{len(names)} class names for num_classes={self.num_classes}: "
                               f"give one name per class, background included")
