@@ -98,7 +98,11 @@ def _api_names(command: str) -> set[str]:
              "export": [checkpoints.export_checkpoint, checkpoints.check_onnx],
              "report": [checkpoints.compare_checkpoints], "profiles": [build.build_profile]}
     names = {n for fn in calls[command] for n in inspect.signature(fn).parameters}
-    return names | (set(options.SENSITIVITY_OPTIONS) if command == "sensitivity" else set())
+    # the keywords a function takes by name through **: train()'s latency_* names of
+    # prune_checkpoint, build_profile's recipe, the sensitivity options
+    by_name = {"sensitivity": options.SENSITIVITY_OPTIONS, "prune": checkpoints.LATENCY_NAMES,
+               "profiles": build.SETTINGS}
+    return names | set(by_name.get(command, ()))
 
 
 @pytest.mark.parametrize("command", ["demo", "sensitivity", "prune", "export", "report",
