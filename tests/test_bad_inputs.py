@@ -327,7 +327,9 @@ def test_unknown_sensitivity_option_is_refused_before_training(tmp_path):
     ({"ratios": (0.5, 1.5)}, "pruning ratio 1.5 is outside (0, 1)"),
     ({"round_to": 0}, "round_to=0 must be a positive whole number"),
     ({"epochs": 0}, "epochs=0 must be a whole number, at least 1"),
-    ({"pretrain_epochs": 0}, "pretrain_epochs=0 must be a whole number, at least 1"),
+    ({"pretrain_epochs": -1}, "pretrain_epochs=-1 must be a whole number, at least 0"),
+    ({"pretrain_epochs": 0}, "pretrain_epochs=0 prunes the starting weights as they are, but "
+                             "this model holds none trained for the data's classes"),
     ({"eval_data": None}, "pruning needs eval_data"),
     ({"sensitivity_options": {"evaluation": "fast"}}, "evaluation='fast' is not one of"),
     ({"sensitivity_options": {"batch_variants": 0}}, "batch_variants=0 must be a positive"),

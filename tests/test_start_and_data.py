@@ -129,6 +129,37 @@ def test_a_run_from_a_pretrained_runs_checkpoint_keeps_its_inputs_and_fine_tunin
     assert seen["adapter"].cfg.lr == 0.05 and seen["adapter"].data_settings() == {}
 
 
+def test_published_weights_of_the_datas_classes_are_pruned_as_they_are(paddlex, tmp_path,
+                                                                       monkeypatch):
+    """pretrain_epochs=0 with weights published with a head for the data's classes (PaddleSlim
+    prunes ImageNet weights on ImageNet so): the base model is those weights, untrained, and is
+    pruned; weights that need a new head for the data are refused in one line."""
+    import timm
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    torch.manual_seed(0)
+    source = timm.create_model("resnet18", num_classes=10)
+    weights.seed_hf_cache(source, "someone/fmnist-resnet18")
+    r = cls.train("resnet18", paddlex, pretrained="hf-hub:someone/fmnist-resnet18",
+                  pretrain_epochs=0, save_dir=tmp_path / "run", ratios=(0.5,),
+                  sensitivities_file=tmp_path / "s.json", pruned_flops=0.3, **SMALL)
+    base = cls.load_model(r.baseline_path)
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in base.state_dict().items())
+    assert not (tmp_path / "run" / "baseline" / "last.pt").exists()  # not trained
+    assert r.report["flops_reduction"] > 0.25
+    assert r.report["start_weights"]["id"] == "someone/fmnist-resnet18"
+
+    hub = tmp_path / "hf1000"
+    monkeypatch.setenv("HF_HOME", str(hub))
+    weights.seed_hf_cache(timm.create_model("resnet18"), "timm/resnet18.a1_in1k", hub / "hub")
+    with pytest.raises(ap.ConfigError, match="pretrain_epochs=0 prunes the starting weights as "
+                       "they are, but this model holds none trained for the data's classes"):
+        cls.train("resnet18", paddlex, pretrained=True, pretrain_epochs=0,
+                  save_dir=tmp_path / "run2", sensitivities_file=tmp_path / "s2.json",
+                  pruned_flops=0.3, **SMALL)
+    assert not (tmp_path / "run2" / "baseline").exists()
+
+
 def test_torchvision_weights_come_from_torch_home(paddlex, tmp_path, monkeypatch):
     import torchvision
 

@@ -115,6 +115,12 @@ class TaskAdapter(ABC):
         YOLO object or an Ultralytics .pt into a name plus weights)."""
         return model, pretrain_weights
 
+    def starts_trained(self) -> bool:
+        """Whether the model :meth:`prepare_model` returned already holds weights trained for the
+        data's classes (published weights with their own head), so that ``pretrain_epochs=0``
+        prunes it as it is; False by default."""
+        return False
+
     def start_weights(self) -> dict[str, Any] | None:
         """Where the pretrained weights :meth:`prepare_model` loaded came from (a
         :class:`~autoprune.engine.provenance.Provenance` as a dict), recorded in checkpoints and

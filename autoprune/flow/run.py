@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterable, Mapping
 import torch.nn as nn
 
 from ..engine.channels import check_criterion
-from ..engine.checkpoint import BASE_SHAPES
-from ..engine.distributed import broadcast, init_from_env, rank_and_world
+from ..engine.checkpoint import BASE_SHAPES, save_pruned
+from ..engine.distributed import barrier, broadcast, init_from_env, rank_and_world
 from ..engine.provenance import file_provenance
 from ..engine.prune import PruneResult, check_round_to, prune
 from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios, weights_sha256
@@ -105,6 +105,12 @@ def start(adapter: TaskAdapter, model: Any, flow: FlowSettings,
             _log(f"[autoprune] note: the model's weights are taken as the base model (trained on "
                  f"the data's classes): pretrain_epochs={flow.pretrain_epochs} is not used")
     flow = run.flow  # as checked (round_to for a deploy runtime) and prepared
+    if flow.pretrain_epochs == 0 and flow.pretrain_weights is None and run.mode != "none" \
+            and not adapter.starts_trained():
+        raise ConfigError("pretrain_epochs=0 prunes the starting weights as they are, but this "
+                          "model holds none trained for the data's classes (random weights, or "
+                          "a new head for them): pass pretrain_epochs=1 or more to fine-tune "
+                          "first, or pretrain_weights=<a trained checkpoint>")
     _announce_previous(run)
     data = adapter.describe_data()
     if data:
@@ -137,8 +143,8 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
     """Every setting of the run checked (one-line ConfigErrors), before any work; the run's
     mode, targets, distillation recipe and step schedule."""
     mode = flow.mode()
-    check_numbers(whole=True, low=1, epochs=flow.epochs, pretrain_epochs=flow.pretrain_epochs,
-                  prune_steps=flow.prune_steps)
+    check_numbers(whole=True, low=1, epochs=flow.epochs, prune_steps=flow.prune_steps)
+    check_numbers(whole=True, pretrain_epochs=flow.pretrain_epochs)  # 0: prune as published
     check_flags(progress=flow.progress, resume=flow.resume)
     check_unused_settings(flow.pruned_latency, flow.latency_device, flow.latency_threads,
                           flow.latency_batch, flow.latency_runtime)
@@ -153,7 +159,7 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
                               "sensitivities_file (a path or 'DEFAULT') and a target, or drop "
                               "them")
         return run
-    if flow.pretrain_epochs is not None and flow.pretrain_weights is not None and \
+    if flow.pretrain_epochs and flow.pretrain_weights is not None and \
             Path(str(flow.pretrain_weights)).is_file():
         raise ConfigError(f"pretrain_epochs={flow.pretrain_epochs} trains the base model, but "
                           f"pretrain_weights={flow.pretrain_weights} is the trained base model "
@@ -197,7 +203,13 @@ def base_model(run: Run) -> None:
     """The model to prune: trained first into ``baseline/`` (the one-call flow), or the given
     ``pretrain_weights``; its metrics are the report's baseline."""
     flow = run.flow
-    if flow.pretrain_weights is None:
+    if flow.pretrain_weights is None and flow.pretrain_epochs == 0:
+        _log("[autoprune] base model: the starting weights as they are (pretrain_epochs=0)")
+        run.baseline_path = run.save_dir / BASELINE / "best.pt"
+        if rank_and_world()[0] == 0:
+            save_pruned(run.model, run.baseline_path, **{**run.meta, "pruned": False})
+        barrier()
+    elif flow.pretrain_weights is None:
         epochs = flow.pretrain_epochs or flow.epochs
         _log(f"[autoprune] training the base model ({epochs} epochs)")
         run.model = _fit(run, run.model, epochs, run.save_dir / BASELINE, pruned=False)

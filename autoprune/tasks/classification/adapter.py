@@ -333,7 +333,7 @@ class ClassificationAdapter(SupervisedFit):
         if eval_data is not None:
             self.eval_set = resolve_dataset(eval_data, train=False, limit=s.eval_limit, **data)
         self.num_classes = self._check_classes(s.num_classes)
-        self.data_config, self._start_weights = data_config, None
+        self.data_config, self._start_weights, self._head_kept = data_config, None, False
         own = self.pretrained or s.mean is not None or s.std is not None or s.interpolation
         self._normalisation = {k: list(v) if isinstance(v, tuple) else v
                                for k, v in data_config.items()
@@ -395,10 +395,16 @@ class ClassificationAdapter(SupervisedFit):
         if self.num_classes is None:
             raise ConfigError("pretrained weights get a new head for your classes: pass "
                               "num_classes= or data that declares its classes")
-        module, provenance, _ = create_pretrained(resolve_arch(model), self.num_classes,
-                                                  self.pretrained)
+        module, provenance, config = create_pretrained(resolve_arch(model), self.num_classes,
+                                                       self.pretrained)
         self._start_weights = provenance.to_dict()
+        self._head_kept = config.get("num_classes") == self.num_classes
         return module, None
+
+    def starts_trained(self) -> bool:
+        """True when the pretrained weights came with their own head for as many classes as
+        the data has (ImageNet's 1,000 on ImageNet): the model can be pruned as published."""
+        return self._start_weights is not None and self._head_kept
 
     def start_weights(self) -> dict[str, Any] | None:
         return self._start_weights

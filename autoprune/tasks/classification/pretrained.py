@@ -74,7 +74,8 @@ def create_pretrained(arch_key: str, num_classes: int,
     ``torchvision/<name>``, see ``adapter.resolve_arch``) with the weights ``spec`` names and a
     fresh head of ``num_classes`` outputs (kept when it already has that many), made traceable
     as ``build_classifier`` does. ``data_config`` holds the pretrained input settings: mean,
-    std, input_size, interpolation, crop_pct, crop_mode."""
+    std, input_size, interpolation, crop_pct, crop_mode, and the weights' ``num_classes`` (None
+    when unknown)."""
     source, _, name = arch_key.partition("/")
     text = _spec_text(spec)
     if source == "timm" and name:
@@ -152,6 +153,7 @@ def _timm(name: str, num_classes: int,
         raise ConfigError(f"timm model {name!r} is a feature encoder without a classification "
                           f"head: pick a timm classifier")
     data_config = dict(timm.data.resolve_model_data_config(model))
+    data_config["num_classes"] = (getattr(model, "pretrained_cfg", None) or {}).get("num_classes")
     return timm_rules.make_traceable(model), prov, data_config
 
 
@@ -192,7 +194,8 @@ def pretrained_data_config(arch_key: str, spec: bool | str = True) -> dict[str, 
     source, _, name = arch_key.partition("/")
     text = _spec_text(spec)
     if source == "torchvision":
-        return torchvision_data_config(torchvision_weights(name, text if text else True))
+        member = torchvision_weights(name, text if text else True)
+        return {**torchvision_data_config(member), "num_classes": len(member.meta["categories"])}
     if source != "timm":
         raise ConfigError(f"{arch_key!r} is not an architecture key: pass 'timm/<name>' or "
                           f"'torchvision/<name>' (adapter.resolve_arch)")
@@ -202,8 +205,10 @@ def pretrained_data_config(arch_key: str, spec: bool | str = True) -> dict[str, 
         path = weights.hf_file(repo, ("config.json",), revision or None, what=hub_id,
                                fetch_files=("config.json", weights.HF_WEIGHTS[0]))
         config = json.loads(path.read_text())
-        cfg = config.get("pretrained_cfg") or config
-    return dict(timm.data.resolve_data_config(pretrained_cfg=dict(cfg)))
+        cfg = dict(config.get("pretrained_cfg") or config)
+        cfg["num_classes"] = config.get("num_classes", cfg.get("num_classes"))  # timm's order
+    return {**timm.data.resolve_data_config(pretrained_cfg=dict(cfg)),
+            "num_classes": cfg.get("num_classes")}
 
 
 # -- torchvision ---------------------------------------------------------------------------------
@@ -282,7 +287,8 @@ def _torchvision(name: str, num_classes: int,
         state.pop(k)
     model.load_state_dict(state, strict=False)
     prov = weights.file_provenance(path, "torchvision", full, member.name, member.url)
-    return torchvision_models.make_traceable(model), prov, torchvision_data_config(member)
+    config = {**torchvision_data_config(member), "num_classes": len(member.meta["categories"])}
+    return torchvision_models.make_traceable(model), prov, config
 
 
 def torchvision_data_config(member: Any) -> dict[str, Any]:
