@@ -232,10 +232,10 @@ def _hub_config(model: nn.Module | Mapping[str, Any],
     cfg.update(pretrained_cfg or {})
     if not isinstance(model, nn.Module) or not cfg.get("architecture"):
         return json.loads(json.dumps(cfg, default=list))
-    out = {"architecture": cfg.pop("architecture"),
-           "num_classes": getattr(model, "num_classes", cfg.get("num_classes")),
-           "num_features": getattr(model, "num_features", None),
-           "pretrained_cfg": cfg}
+    classes = getattr(model, "num_classes", cfg.get("num_classes"))
+    cfg["num_classes"] = classes  # the weights' head, not the source's (timm reads the top one)
+    out = {"architecture": cfg.pop("architecture"), "num_classes": classes,
+           "num_features": getattr(model, "num_features", None), "pretrained_cfg": cfg}
     return json.loads(json.dumps(out, default=list))
 
 
