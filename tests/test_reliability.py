@@ -90,7 +90,8 @@ def test_ctrl_c_during_analysis_leaves_a_valid_file_and_the_rerun_completes(tmp_
     model, x = make_model("toy"), make_input(batch=4)
     path = tmp_path / "sens.json"
     ratios = (0.3, 0.6)
-    kw = dict(ratios=ratios, sensitivities_file=path, progress=False, prefix_cache=False)
+    kw = dict(ratios=ratios, sensitivities_file=path, progress=False,
+              options={"prefix_cache": False})
     with pytest.raises(KeyboardInterrupt):  # the baseline and 3 points are done, then Ctrl-C
         autoprune.sensitivity(model, x, RefEval(model, x, interrupt_on_call=5), **kw)
     partial = autoprune.read_record(path)

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 import autoprune as ap
+from autoprune.engine.sensitivity import ANALYSIS_DEFAULTS
 from conftest import (ALL_MODELS, RefEval, assert_one_line, assert_same_state, make_input,
                       make_model, outputs, snapshot)
 
@@ -19,8 +20,8 @@ RATIOS = [0.3, 0.6]
 def _run(model, x, ev, **kw):
     kw.setdefault("progress", False)
     # call counts below are exact: the prefix cache's two extra passes are tested on their own
-    kw.setdefault("prefix_cache", False)
-    return ap.sensitivity(model, x, ev, **kw)
+    options = {"prefix_cache": False, **{k: kw.pop(k) for k in ANALYSIS_DEFAULTS if k in kw}}
+    return ap.sensitivity(model, x, ev, options=options, **kw)
 
 
 def test_residual_coupled_groups_have_real_loss(resnet18):
