@@ -28,8 +28,8 @@ classification=(resnet18 resnet34 resnet50 mobilenet_v2 mobilenetv3_large_100
                 mobilenetv3_small_100 efficientnet_b0)
 detection=(yolov8n yolov8s yolo11n yolo11s yolo26n)
 instance_segmentation=(yolov8n-seg yolo11n-seg)
-pose=(yolov8n-pose yolo11n-pose)
-obb=(yolov8n-obb yolo11n-obb)
+pose=(yolov8n-pose yolo11n-pose yolo26n-pose)
+obb=(yolov8n-obb yolo11n-obb yolo26n-obb)
 segmentation=()
 for arch in unet fpn deeplabv3plus; do
   for encoder in resnet18 mobilenet_v2; do segmentation+=("smp/$arch/$encoder"); done

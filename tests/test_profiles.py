@@ -37,7 +37,8 @@ PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50"
                              for e in ("resnet18", "mobilenet_v2")],
             # yolo11n-seg: not built yet (`autoprune profiles build --arch yolo11n-seg`)
             "instance_segmentation": ["yolov8n-seg", "yolo11n-seg"],
-            "pose": ["yolov8n-pose", "yolo11n-pose"], "obb": ["yolov8n-obb", "yolo11n-obb"]}
+            "pose": ["yolov8n-pose", "yolo11n-pose", "yolo26n-pose"],
+            "obb": ["yolov8n-obb", "yolo11n-obb", "yolo26n-obb"]}
 
 
 def test_every_promised_architecture_has_a_bundled_profile():
