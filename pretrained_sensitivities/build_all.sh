@@ -27,7 +27,7 @@ python=${PYTHON:-python}
 classification=(resnet18 resnet34 resnet50 mobilenet_v2 mobilenetv3_large_100
                 mobilenetv3_small_100 efficientnet_b0)
 detection=(yolov8n yolov8s yolo11n yolo11s yolo26n)
-instance_segmentation=(yolov8n-seg yolo11n-seg)
+instance_segmentation=(yolov8n-seg yolo11n-seg yolo26n-seg)
 pose=(yolov8n-pose yolo11n-pose yolo26n-pose)
 obb=(yolov8n-obb yolo11n-obb yolo26n-obb)
 segmentation=()

@@ -35,8 +35,7 @@ PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50"
             "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s", "yolo26n"],
             "segmentation": [f"smp/{a}/{e}" for a in ("unet", "fpn", "deeplabv3plus")
                              for e in ("resnet18", "mobilenet_v2")],
-            # yolo11n-seg: not built yet (`autoprune profiles build --arch yolo11n-seg`)
-            "instance_segmentation": ["yolov8n-seg", "yolo11n-seg"],
+            "instance_segmentation": ["yolov8n-seg", "yolo11n-seg", "yolo26n-seg"],
             "pose": ["yolov8n-pose", "yolo11n-pose", "yolo26n-pose"],
             "obb": ["yolov8n-obb", "yolo11n-obb", "yolo26n-obb"]}
 
