@@ -152,7 +152,8 @@ def class_names(module: nn.Module) -> list[str] | None:
 
 
 def _data_names(adapter: Any) -> list[str]:
-    return [adapter.names[i] for i in sorted(adapter.names)] if adapter.names else []
+    """The data's class names in id order (as its checkpoints keep them)."""
+    return adapter.data_settings().get("class_names", [])
 
 
 def _other_names(names: list[str] | None, adapter: Any) -> bool:
