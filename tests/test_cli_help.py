@@ -100,7 +100,7 @@ def _api_names(command: str) -> set[str]:
     names = {n for fn in calls[command] for n in inspect.signature(fn).parameters}
     # the keywords a function takes by name through **: train()'s latency_* names of
     # prune_checkpoint, build_profile's recipe, the sensitivity options
-    by_name = {"sensitivity": options.SENSITIVITY_OPTIONS, "prune": checkpoints.LATENCY_NAMES,
+    by_name = {"sensitivity": options.sensitivity_option_names(), "prune": checkpoints.LATENCY_NAMES,
                "profiles": build.SETTINGS}
     return names | set(by_name.get(command, ()))
 

@@ -61,22 +61,24 @@ def test_a_model_onnx_runtime_cannot_run_is_a_row_not_a_crash(tmp_path):
 
 
 def test_a_deploy_runtime_rounds_channels_to_multiples_of_8_unless_told(tmp_path):
-    from autoprune.flow.config import FlowSettings
+    from dataclasses import replace
+
+    from autoprune.flow.config import FlowSettings, from_flat
     from autoprune.flow.run import check
     from autoprune.tasks.classification.adapter import ClassificationAdapter
 
     adapter = ClassificationAdapter(Images(), Images(), input_size=32)
-    flow = FlowSettings(sensitivities_file=str(tmp_path / "s.json"), pruned_latency=0.3,
-                        latency_runtime="onnxruntime", save_dir=str(tmp_path))
+    flow = from_flat(FlowSettings, dict(sensitivities_file=str(tmp_path / "s.json"),
+                                        pruned_latency=0.3, latency_runtime="onnxruntime",
+                                        save_dir=str(tmp_path)))
     run = check(adapter, flow)
-    assert run.flow.round_to == 8 and run.targets.latency.runtime == "onnxruntime"
-    told = check(adapter, FlowSettings(**{**vars(flow), "round_to": 1}))
+    assert run.flow.round_to == 8 and run.targets.latency.timing.runtime == "onnxruntime"
+    told = check(adapter, replace(flow, round_to=1))
     assert told.flow.round_to == 1
     with pytest.raises(ap.ConfigError, match="latency_runtime='tensorrt2' is not"):
-        check(adapter, FlowSettings(**{**vars(flow), "latency_runtime": "tensorrt2"}))
+        check(adapter, replace(flow, latency=replace(flow.latency, runtime="tensorrt2")))
     with pytest.raises(ap.ConfigError) as info:
-        check(adapter, FlowSettings(**{**vars(flow), "pruned_latency": None,
-                                       "pruned_flops": 0.3}))
+        check(adapter, replace(flow, pruned_latency=None, pruned_flops=0.3))
     assert "latency_runtime='onnxruntime' is given without pruned_latency" in \
         assert_one_line(info)
 

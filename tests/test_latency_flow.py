@@ -61,7 +61,7 @@ def test_train_to_a_latency_target(base_ckpt, tmp_path, timing):
     assert set(record.latency) == set(record.sensitivities)
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["target"] == {"kind": "latency", "value": 0.4, "device": "cpu", "threads": 1,
-                                "batch": 1, "runtime": "torch"}
+                                "batch": 1, "runtime": "torch", "precision": "fp32"}
     assert report["latency_reduction"] == pytest.approx(0.4, abs=0.03)
     assert report["latency_allocation"]["achieved"] == pytest.approx(0.4, abs=0.03)
     assert report["latency_measured"]["input_size"] == [1, 3, 32, 32]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -12,14 +13,16 @@ from ..engine.sensitivity import DEFAULT_RATIOS
 from ..engine.paddleslim import import_paddleslim
 from ..engine.checkpoint import read_pruned_metadata
 from ..engine.outputs import check_output, file_kind
-from ..engine.latency import Timing, merge_records
+from ..engine.latency import merge_records
+from ..engine.timing import Timing
 from ..engine.store import read_record, save_sensitivities, write_record
 from ..errors import AutopruneError, ConfigError
 from ..flow.checkpoints import (check_onnx, checkpoint_meta, compare_checkpoints,
                                 export_checkpoint, prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
 from ..flow.latency import check_unused_settings
-from ..flow.config import DEPRECATED, RUN_CONFIG, FlowSettings, names, read_run_config
+from ..flow.config import (DEPRECATED, RUN_CONFIG, FlowSettings, follow_folder, names,
+                           read_run_config)
 from ..flow.options import sens_mode
 from ..flow.previous import previous_run
 from ..profiles.build import arch_key_of, build_profile
@@ -38,20 +41,32 @@ def demo(args: argparse.Namespace) -> None:
              seed=args.seed, device=args.device)
 
 
+def shown(text: object) -> str:
+    """``text`` safe to print on a terminal: every character that is not printable (escape
+    sequences, other control characters, bidirectional overrides...) written as its Python
+    escape (``\\x1b``, ``\\u202e``), so a file cannot drive the terminal it is shown on."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def say(text: object) -> None:
+    """Print a line that holds what a file says (:func:`shown`)."""
+    print(shown(text))
+
+
 def show(args: argparse.Namespace) -> None:
     if file_kind(args.file) == "a checkpoint":
         show_checkpoint(args.file)
         return
     rec = read_record(args.file)
-    print(f"arch: {rec.model.get('arch')}  fingerprint: {rec.model.get('fingerprint')}  "
-          f"criterion: {rec.criterion}")
-    print(f"metric: {rec.metric.get('name')}  baseline: {rec.metric.get('baseline')}  "
-          f"higher_is_better: {rec.metric.get('higher_is_better')}")
+    say(f"arch: {rec.model.get('arch')}  fingerprint: {rec.model.get('fingerprint')}  "
+        f"criterion: {rec.criterion}")
+    say(f"metric: {rec.metric.get('name')}  baseline: {rec.metric.get('baseline')}  "
+        f"higher_is_better: {rec.metric.get('higher_is_better')}")
     ratios = sorted({r for pts in rec.sensitivities.values() for r in pts})
-    print("group".ljust(32) + "".join(f"{r:>8.2f}" for r in ratios))
+    say("group".ljust(32) + "".join(f"{r:>8.2f}" for r in ratios))
     for group, pts in rec.sensitivities.items():
         cells = "".join(f"{pts[r]:>8.4f}" if r in pts else f"{'-':>8}" for r in ratios)
-        print(group[:31].ljust(32) + cells)
+        say(shown(group)[:31].ljust(32) + cells)
 
 
 def show_checkpoint(path: str) -> None:
@@ -61,19 +76,19 @@ def show_checkpoint(path: str) -> None:
 
     meta = read_pruned_metadata(path)
     build = ", ".join(f"{k}={v}" for k, v in (meta.get("build") or {}).items())
-    print(f"task: {meta.get('task')}  arch: {meta.get('arch') or '(custom model)'}  "
-          f"build: {build or '-'}  input_size: {meta.get('input_size')}")
+    say(f"task: {meta.get('task')}  arch: {meta.get('arch') or '(custom model)'}  "
+        f"build: {build or '-'}  input_size: {meta.get('input_size')}")
     plan = meta.get("plan") or {}
-    print(f"pruned: {'yes, ' + str(len(plan)) + ' groups' if meta.get('pruned') else 'no'}  "
-          f"epoch: {meta.get('epoch', '-')}")
+    say(f"pruned: {'yes, ' + str(len(plan)) + ' groups' if meta.get('pruned') else 'no'}  "
+        f"epoch: {meta.get('epoch', '-')}")
     start = start_line(meta)
-    print(f"starting weights: {start or 'random initialisation (or not recorded)'}")
-    if meta.get("data"):
-        print("data settings: " + ", ".join(f"{k}={v}" for k, v in meta["data"].items()))
-    metrics = meta.get("metrics") or {}
+    say(f"starting weights: {start or 'random initialisation (or not recorded)'}")
+    if isinstance(meta.get("data"), dict) and meta["data"]:
+        say("data settings: " + ", ".join(f"{k}={v}" for k, v in meta["data"].items()))
+    metrics = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
     if metrics:
-        print("metrics: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()
-                                      if isinstance(v, (int, float))))
+        say("metrics: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()
+                                    if isinstance(v, (int, float))))
 
 
 def merge(args: argparse.Namespace) -> None:
@@ -145,7 +160,7 @@ def train_config(args: argparse.Namespace) -> dict:
             raise ConfigError(f"{run_dir} holds no {RUN_CONFIG} (a run of an earlier autoprune, "
                               f"or not a save_dir): resume with its YAML config, `autoprune "
                               f"train config.yaml --resume`")
-        cfg = {k: v for k, v in cfg.items()
+        cfg = {k: v for k, v in follow_folder(cfg, run_dir).items()  # renamed: it follows
                if k not in ("objects", "autoprune") and k not in (cfg.get("objects") or [])}
         cfg["save_dir"] = str(run_dir)
     else:
@@ -198,37 +213,63 @@ def sensitivity(args: argparse.Namespace) -> None:
 def _latency(args: argparse.Namespace) -> dict:
     """The latency options of `autoprune sensitivity` (none without --latency)."""
     if not args.latency:
-        check_unused_settings(None, args.latency_device, args.latency_threads, args.latency_batch,
-                              args.latency_runtime, switch="--latency", cli=True)
+        check_unused_settings(None, _timing(args), switch="--latency", cli=True)
         return {}
-    return {"latency": True, "latency_device": args.latency_device,
-            "latency_threads": args.latency_threads, "latency_batch": args.latency_batch,
-            "latency_runtime": args.latency_runtime}
+    return {"latency": True, **{f"latency_{k}": v for k, v in _timing(args).kwargs().items()}}
+
+
+def _timing(args: argparse.Namespace) -> Timing:
+    """The :class:`Timing` the ``--latency-<field>`` flags spell (the flow's timing group)."""
+    from ..flow import config
+
+    timing = config.group_class(config.FlowSettings, "latency")
+    return timing(**{f.name: getattr(args, f"latency_{f.name}")
+                     for f in dataclasses.fields(timing)})
 
 
 def prune(args: argparse.Namespace) -> None:
     inputs = [args.checkpoint] + ([] if args.sensitivities.upper() == DEFAULT else
                                   [args.sensitivities])
     check_output(args.output, inputs, "a checkpoint", args.overwrite)
-    check_unused_settings(args.pruned_latency, args.latency_device, args.latency_threads,
-                          args.latency_batch, args.latency_runtime, switch="--pruned-latency",
+    check_unused_settings(args.pruned_latency, _timing(args), switch="--pruned-latency",
                           cli=True)
     out = prune_checkpoint(args.checkpoint, args.sensitivities, args.output,
                            eval_metric_loss=args.eval_metric_loss, pruned_flops=args.pruned_flops,
                            criterion=args.criterion, round_to=args.round_to,
                            overwrite=args.overwrite, pruned_latency=args.pruned_latency,
-                           timing=Timing(args.latency_device, args.latency_threads,
-                                         args.latency_batch, args.latency_runtime))
+                           timing=_timing(args))
     timed = out.latency_ratios
-    speed = f", latency -{timed.achieved:.1%} on {args.latency_device} ({timed.baseline_ms:.2f} " \
-            f"-> {timed.pruned_ms:.2f} ms)" if timed is not None else ""
-    print(f"wrote {args.output}: FLOPs -{out.flops_reduction:.1%}, params "
-          f"-{out.params_reduction:.1%}{speed} (not retrained: run `autoprune train` with "
-          f"pretrain_weights to fine-tune)")
+    speed = f", latency {signed_percent(-timed.achieved)} on {args.latency_device} " \
+            f"({timed.baseline_ms:.2f} -> {timed.pruned_ms:.2f} ms)" if timed is not None else ""
+    print(f"wrote {args.output}: FLOPs {signed_percent(-out.flops_reduction)}, params "
+          f"{signed_percent(-out.params_reduction)}{speed} (not retrained: run `autoprune "
+          f"train` with pretrain_weights to fine-tune)")
+
+
+def signed_percent(change: float) -> str:
+    """A relative change with its sign written once: ``-30.0%`` (less), ``+172.1%`` (more)."""
+    return f"{change:+.1%}"
+
+
+def _same_model(checkpoint: str, baseline: str) -> None:
+    """Refuse a ``--baseline`` that is not the model ``checkpoint`` was pruned from (another
+    task or architecture, or another class count)."""
+    mine, theirs = checkpoint_meta(checkpoint), checkpoint_meta(baseline)
+    keys = ("task", "arch")
+    counts = [{k: v for k, v in (m.get("build") or {}).items() if k in ("num_classes", "nc")}
+              for m in (mine, theirs)]
+    if [mine.get(k) for k in keys] != [theirs.get(k) for k in keys] or counts[0] != counts[1]:
+        what = lambda m, c: f"a {m.get('task')} {m.get('arch') or 'custom model'}" + \
+            (f" ({', '.join(f'{k}={v}' for k, v in c.items())})" if c else "")
+        raise ConfigError(shown(f"--baseline {baseline} holds {what(theirs, counts[1])} but "
+                                f"{checkpoint} {what(mine, counts[0])}: pass the checkpoint "
+                                f"{checkpoint} was pruned from, or leave --baseline out"))
 
 
 def export(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint], "an ONNX model", args.overwrite)
+    if args.baseline is not None:
+        _same_model(args.checkpoint, args.baseline)
     out = export_checkpoint(args.checkpoint, args.output, input_size=args.input_size,
                             opset_version=args.opset_version, dynamic_batch=not args.static,
                             overwrite=args.overwrite)
@@ -239,8 +280,8 @@ def export(args: argparse.Namespace) -> None:
                          input_size=args.input_size)
     speed = f"{checked['latency_ms']:.2f} ms"
     if "baseline_ms" in checked:
-        speed = (f"{checked['baseline_ms']:.2f} -> {speed} (-{checked['reduction']:.1%}, against "
-                 f"{args.baseline})")
+        speed = (f"{checked['baseline_ms']:.2f} -> {speed} "
+                 f"({signed_percent(-checked['reduction'])}, against {args.baseline})")
     print(f"ONNX Runtime (CPU, {torch_threads()} thread(s), batch 1): {speed}; outputs differ "
           f"from torch's by at most {checked['max_abs_diff']:.2e}")
 
@@ -256,7 +297,7 @@ def report(args: argparse.Namespace) -> None:
                                    save_dir=args.save_dir, eval_limit=args.eval_limit,
                                    device=args.device)
     print(f"report written to {args.save_dir}/report.json, report.md, report.csv "
-          f"(FLOPs -{compared['flops_reduction']:.1%})")
+          f"(FLOPs {signed_percent(-compared['flops_reduction'])})")
 
 
 def profiles(args: argparse.Namespace) -> None:
@@ -269,7 +310,7 @@ def profiles(args: argparse.Namespace) -> None:
         tasks = list(TASKS) + sorted(set(listed) - set(TASKS))  # registered tasks first
         for task in tasks:
             for key, name in sorted(listed.get(task, {}).items()):
-                print(f"  {task:21s} {key:30s} {_profile_line(folder / name)}")
+                say(f"  {task:21s} {key:30s} {_profile_line(folder / name)}")
         if not any(listed.values()):
             print("  (none)")
         return

@@ -40,16 +40,13 @@ class _TrainHelp(argparse.Action):
 def config_keys() -> str:
     """Every registered task's settings (YAML keys and --flags of `autoprune train`) with their
     types and defaults, and a YAML example each."""
-    import dataclasses
-
-    from ..flow.config import FlowSettings
+    from ..flow.config import FlowSettings, names
 
     lines = ["\nSettings: YAML keys, or --<setting> flags (e.g. --pruned-flops 0.4), the names of "
              "autoprune.<task>.train.", "\n  every task (the flow):",
              _settings_lines(FlowSettings, {})]
     for task in TASKS.values():
         settings = task.settings_class()
-        own = [f for f in dataclasses.fields(settings)]
         changed = settings.flow_defaults
         inputs = ", ".join(n if d is inspect.Parameter.empty else f"{n}={d!r}"
                            for n, d in task.inputs.items())
@@ -57,20 +54,20 @@ def config_keys() -> str:
                   f"    inputs: {inputs}"
                   + (f"; flow defaults: {', '.join(f'{k}={v!r}' for k, v in changed.items())}"
                      if changed else ""),
-                  _settings_lines(settings, {}, [f.name for f in own])]
+                  _settings_lines(settings, {}, names(settings))]
     return "\n".join(lines)
 
 
 def _settings_lines(cls: type, changed: dict, only: list[str] | None = None) -> str:
     """``name (type) = default`` for each setting of ``cls``, wrapped."""
-    import dataclasses
+    from ..flow.config import flat_fields
 
     items = []
-    for f in dataclasses.fields(cls):
-        if only is not None and f.name not in only:
+    for s in flat_fields(cls):
+        if only is not None and s.name not in only:
             continue
-        default = changed.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
-        items.append(f"{f.name}={default!r} ({f.metadata.get('kind') or 'any'})")
+        default = changed.get(s.name, s.default)
+        items.append(f"{s.name}={default!r} ({s.metadata.get('kind') or 'any'})")
     return textwrap.fill(", ".join(items), width=96, initial_indent="    ",
                          subsequent_indent="    ")
 
@@ -273,16 +270,21 @@ def _option(parser: argparse.ArgumentParser, flag: str, *old: str, **kwargs) -> 
                             dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+_TYPES = {"int": int, "float": float, "str": str}
+
+
 def _latency_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--latency-device", default="cpu", help="where latency is timed: cpu "
-                        "(default) or cuda")
-    parser.add_argument("--latency-threads", type=int, help="CPU threads while timing (default: "
-                        "torch's)")
-    parser.add_argument("--latency-batch", type=int, default=1, help="batch size timed "
-                        "(default 1)")
-    parser.add_argument("--latency-runtime", default="torch", help="where latency is timed: "
-                        "torch (eager, default), onnxruntime (the exported model, as deployed), "
-                        "openvino")
+    """``--latency-<field>`` for each field of the flow's timing group (:class:`autoprune.Timing`:
+    its type, default and help text, the same as ``latency_<field>`` in a YAML config)."""
+    import dataclasses
+
+    from ..flow import config
+
+    for f in dataclasses.fields(config.group_class(config.FlowSettings, "latency")):
+        kind = f.metadata.get("kind", "str")
+        parser.add_argument(f"--latency-{f.name.replace('_', '-')}", dest=f"latency_{f.name}",
+                            type=_TYPES.get(kind, str), default=f.default,
+                            help=f"{f.metadata.get('help', '')} (default: {f.default})")
 
 
 def _overwrite_option(parser: argparse.ArgumentParser) -> None:

@@ -38,75 +38,15 @@ from .points import pruned_temporarily
 from .runtimes import (ExportCache, Runner, check_runtime, compile_model, onnx_model,
                        runtime_setting)
 from .store import SensitivityRecord, check_fingerprint, read_record, write_record
+from .timing import (PRECISIONS, Timing, check_latency_options,  # noqa: F401 - public here too
+                     check_precision)
 
 _clock = time.perf_counter      # wall time (a test drives these two)
 _cpu_clock = time.thread_time   # this thread's CPU time: one CPU thread on a shared machine
 # what must match between the table and the allocation (torch's version may differ)
-SAME_SETTING = ("device", "threads", "batch", "input_size", "hardware", "runtime")
+SAME_SETTING = ("device", "threads", "batch", "input_size", "hardware", "runtime", "precision")
 # what a setting recorded before the field existed means
-SETTING_DEFAULTS = {"runtime": "torch"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    """Where and how latency is timed: on ``device`` ("cpu", "cuda", "cuda:1") with ``threads``
-    CPU threads (None: torch's current number), on ``batch`` copies of the first example, in
-    ``runtime`` ("torch" eager, "onnxruntime", "openvino": the exported model)."""
-
-    device: str = "cpu"
-    threads: int | None = None
-    batch: int = 1
-    runtime: str = "torch"
-
-    def check(self) -> str:
-        """The device as a string; a one-line ConfigError for a bad field (see
-        :func:`check_latency_options`)."""
-        return check_latency_options(self.device, self.threads, self.batch, self.runtime)
-
-    def kwargs(self) -> dict[str, Any]:
-        """``device=, threads=, batch=, runtime=`` as keywords."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def of(cls, value: Any, **changes: Any) -> "Timing":
-        """``value`` as a Timing: a Timing, a mapping of its fields, or True / None (the
-        defaults); ``changes`` on top. A field it does not have is a one-line ConfigError."""
-        if value is None or value is True:
-            value = cls()
-        if isinstance(value, Mapping):
-            unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
-            if unknown:
-                raise ConfigError(f"unknown latency setting {unknown[0]!r}: use device, threads, "
-                                  f"batch or runtime")
-            value = cls(**value)
-        if not isinstance(value, cls):
-            raise ConfigError(f"latency={value!r:.60} is not a timing setting: pass True, "
-                              f"autoprune.Timing(threads=1, ...) or a dict of its fields")
-        return dataclasses.replace(value, **changes) if changes else value
-
-
-def check_latency_options(device: Any = "cpu", threads: Any = None, batch: Any = 1,
-                          runtime: Any = "torch") -> str:
-    """Refuse a bad latency device, thread count, batch or runtime (one-line ConfigError: an
-    unknown runtime, or one whose package is missing); returns the device as a string
-    (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"latency_device={device!r} is not a device: pass 'cpu' or "
-                          f"'cuda'") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ConfigError(f"latency_device={device!r} is not supported: pass 'cpu' or 'cuda'")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"latency_device={device!r} was asked but CUDA is not available on "
-                          f"this machine: pass latency_device='cpu'")
-    for name, value in (("latency_threads", threads), ("latency_batch", batch)):
-        if value is None and name == "latency_threads":
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ConfigError(f"{name}={value!r} must be a positive whole number such as 1")
-    check_runtime(runtime, dev)
-    return str(dev)
+SETTING_DEFAULTS = {"runtime": "torch", "precision": "fp32"}
 
 
 def timed_inputs(example_inputs: Any, batch: int) -> Any:
@@ -147,13 +87,15 @@ def hardware_name(device: str) -> str:
 
 
 def latency_setting(example_inputs: Any, *, device: Any = "cpu", threads: int | None = None,
-                    batch: int = 1, runtime: str = "torch") -> dict[str, Any]:
+                    batch: int = 1, runtime: str = "torch", precision: str = "fp32",
+                    **more: Any) -> dict[str, Any]:
     """Where and how latency is timed (recorded with a table as ``extra.latency``): device,
     threads (CPU; None means torch's current number), batch, input_size (the timed input's
     shape), the clock, torch version, the processor's or GPU's name, the ``runtime``
     (``"torch"``, ``"onnxruntime"``, ``"openvino"``) and the runtime's own setting
-    (``runtime_setting``: version, providers, graph optimisation, opset, threads...)."""
-    device = check_latency_options(device, threads, batch, runtime)
+    (``runtime_setting``: version, providers, graph optimisation, opset, threads...), the
+    ``precision`` timed, and any field a :class:`Timing` subclass adds (``more``), as given."""
+    device = check_latency_options(device, threads, batch, runtime, precision)
     cpu = device == "cpu"
     threads = (threads or torch.get_num_threads()) if cpu else None
     # one thread: ONNX Runtime (intra_op_num_threads=1) and OpenVINO run every kernel on the
@@ -163,7 +105,8 @@ def latency_setting(example_inputs: Any, *, device: Any = "cpu", threads: int | 
             "input_size": input_shape(timed_inputs(example_inputs, batch)),
             "clock": "thread cpu time" if threads == 1 else "wall",
             "torch": torch.__version__, "hardware": hardware_name(device),
-            "runtime": runtime, "runtime_setting": runtime_setting(runtime, threads, device)}
+            "runtime": runtime, "precision": check_precision(precision, runtime),
+            "runtime_setting": runtime_setting(runtime, threads, device), **more}
 
 
 def setting_value(setting: Mapping[str, Any] | None, key: str) -> Any:
@@ -190,7 +133,9 @@ def describe(setting: Mapping[str, Any], with_input: bool = True) -> str:
     shape = f", input {setting.get('input_size')}" if with_input else ""
     runtime = setting_value(setting, "runtime")
     where_run = "" if runtime == "torch" else f", {runtime}"
-    return f"{where}, batch {setting.get('batch')}{shape}{where_run}"
+    precision = setting_value(setting, "precision")
+    as_ = "" if precision == "fp32" else f", {precision}"
+    return f"{where}, batch {setting.get('batch')}{shape}{where_run}{as_}"
 
 
 @contextlib.contextmanager
@@ -224,10 +169,12 @@ class PairedTimer:
 
     def __init__(self, model: nn.Module, example_inputs: Any, *, device: Any = "cpu",
                  threads: int | None = None, batch: int = 1, rounds: int = 5, runs: int = 3,
-                 warmup: int = 3, runtime: str = "torch"):
+                 warmup: int = 3, runtime: str = "torch", precision: str = "fp32",
+                 **more: Any):
         self.setting = latency_setting(example_inputs, device=device, threads=threads,
-                                       batch=batch, runtime=runtime)
+                                       batch=batch, runtime=runtime, precision=precision, **more)
         self.runtime = self.setting["runtime"]
+        self.precision = self.setting["precision"]
         self.device = torch.device(self.setting["device"])
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -396,14 +343,15 @@ def measure_point_latencies(model: nn.Module, example_inputs: Any, graph: Prunin
 
 def measure_latencies(model: nn.Module, example_inputs: Any,
                       table: Mapping[str, Mapping[float, float]], *, path: Any = None,
-                      criterion: str = "l1_norm", device: Any = "cpu",
-                      threads: int | None = None, batch: int = 1,
+                      criterion: str = "l1_norm", timing: Timing | Mapping[str, Any] | None = None,
                       ignored_layers: Iterable[Any] = (), arch: str | None = None,
-                      progress: bool = True, runtime: str = "torch") -> SensitivityRecord:
+                      progress: bool = True, **former: Any) -> SensitivityRecord:
     """Time every point of ``table`` (``{group: {ratio: loss}}``, e.g. a DEFAULT profile) on this
-    machine, in ``runtime`` (``"torch"`` eager, ``"onnxruntime"``, ``"openvino"``): a record
-    holding ``table``'s losses and the latencies, kept in the file at ``path`` (resumable: a
-    rerun times only the points still missing)."""
+    machine as ``timing`` says (a :class:`Timing` or a dict of its fields; ``device=``,
+    ``runtime=``... as keywords still work): a record holding ``table``'s losses and the
+    latencies, kept in the file at ``path`` (resumable: a rerun times only the points still
+    missing)."""
+    timing = Timing.of(timing, **former)
     graph = PruningGraph(model, example_inputs, ignored_layers)
     graph.check_names(table)
     if path is not None and os.path.exists(path):
@@ -422,7 +370,7 @@ def measure_latencies(model: nn.Module, example_inputs: Any,
     write = (lambda rec: write_record(rec, path)) if path is not None else None
     measure_point_latencies(model, example_inputs, graph, record,
                             latency_points(record, list(table), ratios), criterion=criterion,
-                            timing=Timing(device, threads, batch, runtime), path=path,
+                            timing=timing, path=path,
                             write=write, progress=progress)
     if write is not None:
         write(record)
@@ -464,14 +412,15 @@ def merge_records(paths: Iterable[Any]) -> SensitivityRecord:
 
 
 def paired_reduction(baseline: nn.Module, pruned: nn.Module, example_inputs: Any, *,
-                     device: Any = "cpu", threads: int | None = None,
-                     batch: int = 1, rounds: int = 15, runtime: str = "torch") -> dict[str, Any]:
+                     device: Any = "cpu", threads: int | None = None, batch: int = 1,
+                     rounds: int = 15, runtime: str = "torch", precision: str = "fp32",
+                     **more: Any) -> dict[str, Any]:
     """How much faster ``pruned`` is than ``baseline`` (timed in ``rounds`` pairs, see
     :class:`PairedTimer`, in ``runtime``): ``{"reduction", "baseline_ms", "pruned_ms",
     "setting", "reduction_range", "rounds"}``, the range being the least and the most of the
     neighbouring round pairs' reductions."""
     timer = PairedTimer(baseline, example_inputs, device=device, threads=threads, batch=batch,
-                        rounds=rounds, runtime=runtime)
+                        rounds=rounds, runtime=runtime, precision=precision, **more)
     relative = timer.compare(pruned)
     spread = timer.last_ratios or [relative]
     return {"reduction": 1.0 - relative, "baseline_ms": timer.baseline_ms,

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import torch.nn as nn
 
 from ..engine.allocate import ratios_by_flops, ratios_by_loss
+from ..engine.latency import Timing
 from ..engine.store import SensitivityRecord
 from .contract import TaskAdapter
 from .latency import LatencyTarget, latency_ratios, latency_target, timed_table
@@ -27,13 +28,12 @@ class Targets:
     latency: LatencyTarget | None = None
 
     @classmethod
-    def of(cls, eval_metric_loss: Any, pruned_flops: Any, pruned_latency: Any, *,
-           device: Any = "cpu", threads: Any = None, batch: Any = 1,
-           runtime: Any = "torch") -> "Targets":
-        """The checked targets (one-line ConfigErrors; 0.05 loss when none is given)."""
+    def of(cls, eval_metric_loss: Any, pruned_flops: Any, pruned_latency: Any,
+           timing: Timing = Timing()) -> "Targets":
+        """The checked targets (one-line ConfigErrors; 0.05 loss when none is given), a latency
+        target timed as ``timing`` says."""
         loss = check_targets(eval_metric_loss, pruned_flops, pruned_latency)
-        return cls(loss, pruned_flops,
-                   latency_target(pruned_latency, device, threads, batch, runtime))
+        return cls(loss, pruned_flops, latency_target(pruned_latency, timing))
 
     def describe(self) -> str:
         """The target in words, for logs."""

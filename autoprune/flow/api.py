@@ -8,7 +8,6 @@ setting with its type and default, and the docstring lists them with their help 
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 from pathlib import Path
@@ -18,8 +17,8 @@ import torch
 import torch.nn as nn
 
 from ..engine.distributed import init_from_env
-from .config import (RUN_CONFIG, FlowSettings, free_settings, names, read_run_config, renamed,
-                     resumed_settings, split_settings)
+from .config import (RUN_CONFIG, FlowSettings, flat_fields, free_settings, names,
+                     read_run_config, renamed, resumed_settings, split_settings)
 from ..errors import ConfigError
 from .contract import TrainResult
 from .registry import REQUIRED, Task
@@ -30,9 +29,7 @@ def _defaults(task: Task) -> dict[str, Any]:
     ``inspect.Parameter.empty``), the flow's settings (with the task's changes to their
     defaults) and the task's own settings."""
     settings = task.settings_class()
-    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else
-                         f.default_factory())  # type: ignore[misc]
-                for cls in (FlowSettings, settings) for f in dataclasses.fields(cls)}
+    defaults = {s.name: s.default for cls in (FlowSettings, settings) for s in flat_fields(cls)}
     defaults.update(settings.flow_defaults)
     # a required input but the model may come from a resumed run's args.yaml: checked later
     inputs = {k: v if k == "model" or v is not REQUIRED else None
@@ -56,11 +53,10 @@ def settings_help(task: Task) -> str:
     flow_defaults = settings.flow_defaults
     lines = []
     for cls in (settings, FlowSettings):
-        for f in dataclasses.fields(cls):
-            default = flow_defaults.get(f.name, f.default
-                                        if f.default is not dataclasses.MISSING else None)
-            kind = f.metadata.get("kind") or "any"
-            lines.append(f"    {f.name} ({kind}, default {default!r}): {f.metadata.get('help')}")
+        for s in flat_fields(cls):
+            default = flow_defaults.get(s.name, s.default)
+            kind = s.metadata.get("kind") or "any"
+            lines.append(f"    {s.name} ({kind}, default {default!r}): {s.metadata.get('help')}")
     return "\n".join(lines)
 
 

@@ -3,6 +3,8 @@ adapter, and prune, export or compare saved checkpoints (the ``autoprune prune |
 report`` commands)."""
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -24,7 +26,7 @@ from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
 from .contract import TaskAdapter
 from .registry import TASKS
 from .allocation import Targets, choose_ratios, table_for
-from .latency import check_unused_settings
+from .latency import check_unused_settings, default_round_to
 from .options import check_numbers, check_save_dir, sens_mode
 from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file
@@ -113,7 +115,7 @@ def adapter_for_checkpoint(path: str | os.PathLike, task: str | None = None,
     return adapter_class.for_checkpoint(meta, **settings), meta
 
 # prune_checkpoint's latency_* keywords (train()'s names) and the Timing field each sets
-LATENCY_NAMES = {f"latency_{k}": ("timing", k) for k in ("device", "threads", "batch", "runtime")}
+LATENCY_NAMES = {f"latency_{f.name}": ("timing", f.name) for f in dataclasses.fields(Timing)}
 
 
 def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
@@ -135,10 +137,10 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
                           f"input is never overwritten)")
     given = regroup("prune_checkpoint", latency, LATENCY_NAMES, warn=False).get("timing", {})
     where = Timing.of(timing, **given)
-    check_unused_settings(pruned_latency, where.device, where.threads, where.batch, where.runtime)
-    if round_to is None and pruned_latency is not None and where.runtime != "torch":
-        round_to = 8  # as the flow does: a deploy runtime's fast kernels want multiples of 8
-    targets = Targets.of(eval_metric_loss, pruned_flops, pruned_latency, **where.kwargs())
+    check_unused_settings(pruned_latency, where)
+    if round_to is None and pruned_latency is not None:
+        round_to = default_round_to(where)  # as the flow does
+    targets = Targets.of(eval_metric_loss, pruned_flops, pruned_latency, where)
     adapter, meta = adapter_for_checkpoint(checkpoint)
     model = load_model(checkpoint, adapter)
     mode = sens_mode(sensitivities_file)

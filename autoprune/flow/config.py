@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar
 
+from ..engine.timing import Timing
 from ..errors import ConfigError, ResumeMismatchError
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # engine.sensitivity's
@@ -33,6 +34,94 @@ def setting(default: Any = None, help: str = "", *, kind: str = "", free: bool =
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def group(cls: type, help: str, *, prefix: str = "") -> Any:
+    """A settings group: one dataclass (the engine's :class:`~autoprune.engine.latency.Timing`,
+    ...) held as one field, whose own fields are spelled ``<prefix><field>`` as keywords, YAML
+    keys and CLI flags (``latency_threads``); each keeps its own default, help text and type, so
+    a field added to the group's class reaches all of them."""
+    return field(default_factory=cls, metadata={"help": help, "group": cls, "prefix": prefix})
+
+
+class Flat:
+    """One setting as users spell it: a plain field of a settings class, or a field of one of
+    its groups (``group`` names the group field, ``None`` for a plain one)."""
+
+    __slots__ = ("name", "field", "group")
+
+    def __init__(self, name: str, field_: dataclasses.Field, group_: str | None = None):
+        self.name, self.field, self.group = name, field_, group_
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return self.field.metadata
+
+    @property
+    def default(self) -> Any:
+        f = self.field
+        return f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING  # type: ignore
+            else None)
+
+
+def flat_fields(cls: type) -> list[Flat]:
+    """The settings of ``cls`` as users spell them, in order: its plain fields, and for each
+    group field (:func:`group`) the group's fields with the group's prefix."""
+    out = []
+    for f in dataclasses.fields(cls):
+        inner = f.metadata.get("group")
+        if inner is None:
+            out.append(Flat(f.name, f))
+        else:
+            out += [Flat(f.metadata["prefix"] + g.name, g, f.name)
+                    for g in dataclasses.fields(inner)]
+    return out
+
+
+def group_class(cls: type, name: str) -> type:
+    """The class of the settings group ``name`` of ``cls`` (``group_class(FlowSettings,
+    "latency")`` is :class:`~autoprune.engine.timing.Timing`): the one place that says which
+    fields the group has."""
+    for f in dataclasses.fields(cls):
+        if f.name == name and f.metadata.get("group") is not None:
+            return f.metadata["group"]
+    raise KeyError(f"{cls.__name__} has no settings group {name!r}")
+
+
+def from_flat(cls: type, values: Mapping[str, Any]) -> Any:
+    """A ``cls`` from settings spelled flat (``latency_threads=1`` sets ``latency.threads``);
+    names ``cls`` does not know are a TypeError, as the dataclass would give."""
+    spelled = {s.name: s for s in flat_fields(cls)}
+    unknown = sorted(set(values) - set(spelled))
+    if unknown:
+        raise TypeError(f"{cls.__name__} got an unexpected setting {unknown[0]!r}")
+    plain_values: dict[str, Any] = {}
+    grouped: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        s = spelled[name]
+        if s.group is None:
+            plain_values[name] = value
+        else:
+            grouped.setdefault(s.group, {})[s.field.name] = value
+    group_classes = {f.name: f.metadata.get("group") for f in dataclasses.fields(cls)}
+    for name, inner in grouped.items():
+        plain_values[name] = group_classes[name](**inner)
+    return cls(**plain_values)
+
+
+def to_flat(settings: Any) -> dict[str, Any]:
+    """The settings of a dataclass instance spelled flat (the inverse of :func:`from_flat`)."""
+    out = {}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if f.metadata.get("group") is not None and dataclasses.is_dataclass(value):
+            prefix = f.metadata["prefix"]
+            out.update({prefix + g.name: getattr(value, g.name)
+                        for g in dataclasses.fields(value)})
+        else:
+            out[f.name] = value
+    return out
 
 
 @dataclass
@@ -54,13 +143,9 @@ class FlowSettings:
                                          kind="float")
     pruned_latency: float | None = setting(None, "share of measured latency to remove, e.g. "
                                            "0.4", kind="float")
-    latency_device: str = setting("cpu", "where latency is timed: cpu or cuda", kind="str")
-    latency_threads: int | None = setting(None, "CPU threads while timing (default: torch's)",
-                                          kind="int")
-    latency_batch: int = setting(1, "batch size timed", kind="int")
-    latency_runtime: str = setting("torch", "where latency is timed and targeted: torch (eager), "
-                                   "onnxruntime (as `autoprune export` deploys it), openvino",
-                                   kind="str")
+    latency: Timing = group(Timing, "where latency is timed and targeted (latency_device, "
+                            "latency_threads, ...: the fields of autoprune.Timing)",
+                            prefix="latency_")
     pretrain_epochs: int | None = setting(None, "epochs of the base model (default: epochs)",
                                           kind="int")
     criterion: Any = setting("l1_norm", "which channels go: l1_norm, l2_norm, fpgm, bn_scale, "
@@ -119,10 +204,10 @@ def sensitivity_mode(sensitivities_file: Any) -> str:
 
 
 def names(cls: type, analysis: bool = False) -> list[str]:
-    """The setting names of a settings dataclass, in order (``analysis``: those
-    ``analyze_sensitivity`` takes)."""
-    return [f.name for f in dataclasses.fields(cls)
-            if not (analysis and f.metadata.get("train_only"))]
+    """The setting names of a settings dataclass as users spell them, in order (a group's
+    fields with its prefix; ``analysis``: those ``analyze_sensitivity`` takes)."""
+    return [s.name for s in flat_fields(cls)
+            if not (analysis and s.metadata.get("train_only"))]
 
 
 # --- old names, accepted with a warning (one table, as timm's register_model_deprecations) --------
@@ -158,8 +243,8 @@ def split_settings(given: Mapping[str, Any], task_class: type, task: str
     unknown = sorted(set(given) - flow_names - task_names)
     if unknown:
         raise ConfigError(unknown_settings(unknown, flow_names | task_names, task))
-    flow = FlowSettings(**{k: v for k, v in given.items() if k in flow_names})
-    own = task_class(**{k: v for k, v in given.items() if k in task_names})
+    flow = from_flat(FlowSettings, {k: v for k, v in given.items() if k in flow_names})
+    own = from_flat(task_class, {k: v for k, v in given.items() if k in task_names})
     return flow, own
 
 
@@ -194,7 +279,7 @@ def settings_of(cls: type[S], settings: S | None, given: Mapping[str, Any], task
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ConfigError(unknown_settings(unknown, known, f"the {task} adapter"))
-    return cls(**given)
+    return from_flat(cls, given)
 
 
 # --- checks made once, before any work ---------------------------------------------------------
@@ -254,8 +339,8 @@ def run_record(task: str, inputs: Mapping[str, Any], flow: FlowSettings,
 
     record: dict[str, Any] = {"task": task}
     objects = []
-    own_values = dataclasses.asdict(own) if dataclasses.is_dataclass(own) else {}
-    values = {**dict(inputs), **dataclasses.asdict(flow), **own_values}
+    own_values = to_flat(own) if dataclasses.is_dataclass(own) else {}
+    values = {**dict(inputs), **to_flat(flow), **own_values}
     for key, value in values.items():
         record[key], ok = plain(value)
         if not ok:
@@ -305,7 +390,20 @@ def _same(a: Any, b: Any) -> bool:
 
 def free_settings(*classes: type) -> set[str]:
     """The settings a resumed run may change (devices, progress, workers...)."""
-    return {f.name for cls in classes for f in dataclasses.fields(cls) if f.metadata.get("free")}
+    return {s.name for cls in classes for s in flat_fields(cls) if s.metadata.get("free")}
+
+
+def follow_folder(record: Mapping[str, Any], folder: str | os.PathLike) -> dict[str, Any]:
+    """The ``args.yaml`` settings ``record`` of a run resumed in ``folder`` (its folder, maybe
+    renamed or moved since): ``save_dir`` is ``folder``, and a setting that named a path inside
+    the former save_dir names the same path inside ``folder``."""
+    out, old = dict(record), record.get("save_dir")
+    before = Path(os.path.normpath(old)).parts if isinstance(old, str) and old else ()
+    for key, value in record.items():  # the paths written under the save_dir as written
+        parts = Path(os.path.normpath(value)).parts if isinstance(value, str) and value else ()
+        if before and parts[:len(before)] == before:
+            out[key] = os.fspath(Path(folder, *parts[len(before):]))
+    return out
 
 
 def resumed_settings(task: str, given: Mapping[str, Any], stored: Mapping[str, Any] | None,
@@ -320,8 +418,9 @@ def resumed_settings(task: str, given: Mapping[str, Any], stored: Mapping[str, A
         raise ConfigError(f"{path} holds a {stored.get('task')} run, not {task}: resume it with "
                           f"autoprune.{stored.get('task')}.train or pick another save_dir")
     objects = set(stored.get("objects") or [])
+    stored = follow_folder(stored, path.parent)  # a run folder renamed or moved: it follows
     for key, value in given.items():
-        if key in free or key in objects or key not in stored:
+        if key in free or key in objects or key not in stored or key == "save_dir":
             continue
         if not _same(value, stored[key]):
             raise ResumeMismatchError(

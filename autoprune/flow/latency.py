@@ -5,15 +5,16 @@ states the target and the speed-up measured where the target named."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch.nn as nn
 
 from ..engine.distributed import broadcast, rank_and_world
-from ..engine.latency import (check_latency_options, latency_setting, measure_latencies,
-                              paired_reduction, setting_differences)
+from ..engine.latency import (Timing, latency_setting, measure_latencies, paired_reduction,
+                              setting_differences)
 from ..engine.latency_target import LatencyRatios, check_latency_target, ratios_by_latency
 from ..engine.store import SensitivityRecord, read_json, read_record, write_text_atomic
 from ..errors import ConfigError
@@ -24,34 +25,41 @@ from .layout import RATIOS_FILE
 
 @dataclass(frozen=True)
 class LatencyTarget:
-    """``pruned_latency`` and where it is measured."""
+    """``pruned_latency`` and where it is measured (the run's one :class:`Timing`)."""
 
     value: float
-    device: str = "cpu"
-    threads: int | None = None
-    batch: int = 1
-    runtime: str = "torch"
+    timing: Timing = Timing()
 
-    def timing(self) -> dict[str, Any]:
-        """The keyword arguments of the engine's timing functions."""
-        return {"device": self.device, "threads": self.threads, "batch": self.batch,
-                "runtime": self.runtime}
+    @property
+    def device(self) -> str:
+        return self.timing.device
 
-    def options(self) -> dict[str, Any]:
-        """The sensitivity options that time each point in this setting."""
-        return {"latency": True, "latency_device": self.device,
-                "latency_threads": self.threads, "latency_batch": self.batch,
-                "latency_runtime": self.runtime}
+    def record(self) -> dict[str, Any]:
+        """The target as files and the report keep it: ``value`` and the timing fields."""
+        return {"value": self.value, **self.timing.kwargs()}
 
 
-def latency_target(pruned_latency: Any, device: Any = "cpu", threads: Any = None,
-                   batch: Any = 1, runtime: Any = "torch") -> LatencyTarget | None:
+# round_to when latency is targeted in a deploy runtime and none is given: ONNX Runtime's fast
+# (blocked) convolutions want channel counts in multiples of 8 (unaligned, a -30 % FLOPs
+# mobilenetv3 ran 1.7x slower there, benchmarks/README)
+RUNTIME_ROUND_TO = {"fp32": 8, "int8": 8}
+
+
+def default_round_to(timing: Timing) -> int | None:
+    """The ``round_to`` a latency target in ``timing``'s runtime and precision prunes with when
+    none is given (None in torch eager)."""
+    if timing.runtime == "torch":
+        return None
+    return RUNTIME_ROUND_TO[timing.precision]
+
+
+def latency_target(pruned_latency: Any, timing: Timing = Timing()) -> LatencyTarget | None:
     """The checked latency target (None without ``pruned_latency``)."""
     if pruned_latency is None:
         return None
     value = check_latency_target(pruned_latency)
-    return LatencyTarget(value, check_latency_options(device, threads, batch, runtime), threads,
-                         batch, runtime)
+    device = timing.check()
+    return LatencyTarget(value, dataclasses.replace(timing, device=device))
 
 
 def timed_table(adapter: TaskAdapter, model: nn.Module, table: SensitivityRecord, path: Path,
@@ -68,7 +76,7 @@ def timed_table(adapter: TaskAdapter, model: nn.Module, table: SensitivityRecord
     example = adapter.example_inputs(deployed)
     if side_file and path.is_file() and rank_and_world()[0] == 0:
         stored = read_record(path)
-        wanted = latency_setting(example, **target.timing())
+        wanted = latency_setting(example, **target.timing.kwargs())
         if stored.model.get("fingerprint") != table.model.get("fingerprint") or \
                 (stored.latency and setting_differences(stored.extra.get("latency"), wanted)):
             print(f"[autoprune] {path} was timed for another model or setting: timing anew",
@@ -79,7 +87,7 @@ def timed_table(adapter: TaskAdapter, model: nn.Module, table: SensitivityRecord
         return measure_latencies(deployed, example, table.sensitivities, path=path,
                                  criterion=criterion, arch=arch, progress=progress,
                                  ignored_layers=adapter.ignored_layers(deployed),
-                                 **target.timing())
+                                 timing=target.timing)
 
     record = _on_rank0(measure)
     record.metric = dict(table.metric)
@@ -94,12 +102,13 @@ def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRe
     same target reuses them (timing again could choose other shapes than the interrupted
     retraining has)."""
     path = Path(save_dir) / RATIOS_FILE if save_dir is not None else None
-    asked = {"target": asdict(target), "round_to": round_to, "criterion": criterion,
+    asked = {"target": target.record(), "round_to": round_to, "criterion": criterion,
              "max_loss": max_loss}
     if resume and path is not None and path.is_file():
         saved = read_json(path, "delete it and run again without resume (the ratios are then "
                                 "chosen anew), or restore a copy")
-        if {k: saved.get(k) for k in asked} == asked:
+        saved_target = {**Timing().kwargs(), **(saved.get("target") or {})}  # older files
+        if {**{k: saved.get(k) for k in asked}, "target": saved_target} == asked:
             try:
                 return _restore(saved)
             except (KeyError, TypeError, ValueError, AttributeError):
@@ -112,7 +121,7 @@ def latency_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRe
         chosen = ratios_by_latency(deployed, adapter.example_inputs(deployed), record,
                                    target.value, round_to=round_to,
                                    ignored_layers=adapter.ignored_layers(deployed),
-                                   criterion=criterion, max_loss=max_loss, timing=target.timing())
+                                   criterion=criterion, max_loss=max_loss, timing=target.timing)
         if path is not None:
             write_text_atomic(path, json.dumps({**asked, **figures_of(chosen),
                                                 "ratios": dict(chosen)}, indent=1))
@@ -148,7 +157,7 @@ def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
     measured) and ``latency_reduction``, timed in pairs where the target names (for a FLOPs or
     loss target: on the CPU, or ``cpu``, a :func:`paired_reduction` already taken there)."""
     if target is not None:
-        entry = {"kind": "latency", "value": target.value, **target.timing()}
+        entry = {"kind": "latency", **target.record()}
         if eval_metric_loss is not None:
             entry["max_loss_per_group"] = eval_metric_loss
     elif pruned_flops is not None:
@@ -158,8 +167,8 @@ def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
     if target is None and cpu is not None:
         measured = dict(cpu)
     else:
-        timing = target.timing() if target is not None else {"device": "cpu"}
-        measured = paired_reduction(baseline, pruned, example_inputs, **timing)
+        timing = target.timing if target is not None else Timing()
+        measured = paired_reduction(baseline, pruned, example_inputs, **timing.kwargs())
         measured.update(measured.pop("setting"))
     out = {"target": entry, "latency_reduction": measured.pop("reduction"),
            "latency_measured": measured}
@@ -168,22 +177,19 @@ def target_fields(*, eval_metric_loss: float | None, pruned_flops: float | None,
     return out
 
 
-def check_unused_settings(pruned_latency: Any, device: Any, threads: Any, batch: Any,
-                          runtime: Any = "torch", *, switch: str = "pruned_latency",
-                          cli: bool = False) -> None:
-    """Refuse latency settings given without a latency target (they would be ignored);
-    ``switch`` names what turns timing on (``--latency`` for `autoprune sensitivity`), ``cli``
-    names the settings as command-line flags."""
+def check_unused_settings(pruned_latency: Any, timing: Timing, *,
+                          switch: str = "pruned_latency", cli: bool = False) -> None:
+    """Refuse latency settings given without a latency target (they would be ignored):
+    ``timing``'s fields that differ from their defaults; ``switch`` names what turns timing on
+    (``--latency`` for `autoprune sensitivity`), ``cli`` names the settings as flags."""
     if pruned_latency is not None:
         return
-    for name, value, default in (("latency_device", device, "cpu"),
-                                 ("latency_threads", threads, None), ("latency_batch", batch, 1),
-                                 ("latency_runtime", runtime, "torch")):
-        if value != default:
-            shown = "--" + name.replace("_", "-") if cli else name
-            turn_on = switch if cli else f"{switch} (e.g. 0.4)"
-            raise ConfigError(f"{shown}={value!r} is given without {switch}: set {turn_on} or "
-                              f"leave {shown} out")
+    for field, value in timing.changed().items():
+        name = f"latency_{field}"
+        shown = "--" + name.replace("_", "-") if cli else name
+        turn_on = switch if cli else f"{switch} (e.g. 0.4)"
+        raise ConfigError(f"{shown}={value!r} is given without {switch}: set {turn_on} or "
+                          f"leave {shown} out")
 
 
 def _on_rank0(fn):

@@ -2,6 +2,7 @@
 targets, save folder, inputs that the run would overwrite, sensitivity options."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -9,9 +10,11 @@ from typing import Any, Mapping
 
 from ..engine.distributed import process_rank
 from ..errors import ConfigError
-from .config import check_numbers, sensitivity_mode as sens_mode  # noqa: F401 (re-exported)
+from . import config
+from .config import check_numbers
+from .config import sensitivity_mode as sens_mode  # noqa: F401 (re-exported)
 from .layout import STAGE_FILES, STEP_PREFIX, training_stages
-from ..engine.latency import check_latency_options
+from ..engine.timing import Timing
 from ..engine.latency_target import check_latency_target
 from ..engine.sensitivity import check_analysis_options
 
@@ -108,9 +111,25 @@ def check_targets(eval_metric_loss: float | None, pruned_flops: float | None,
     return eval_metric_loss
 
 
-SENSITIVITY_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
-                       "eval_images", "latency", "latency_device", "latency_threads",
-                       "latency_batch", "latency_runtime")
+ANALYSIS_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
+                    "eval_images", "latency")
+
+
+def sensitivity_option_names() -> tuple[str, ...]:
+    """What ``sensitivity_options`` takes: the analysis options, and the timing settings spelled
+    as ``train()`` spells them (``latency_device``, ...: the fields of the flow's timing group)."""
+    return (*ANALYSIS_OPTIONS, *(f"latency_{f.name}" for f in dataclasses.fields(_timing_class())))
+
+
+def _timing_class() -> type:
+    return config.group_class(config.FlowSettings, "latency")
+
+
+def latency_timing(options: Mapping[str, Any]) -> Timing:
+    """The :class:`Timing` that the ``latency_<field>`` keys of ``options`` spell."""
+    fields = {f.name for f in dataclasses.fields(_timing_class())}
+    return _timing_class()(**{k[len("latency_"):]: v for k, v in options.items()
+                              if k.startswith("latency_") and k[len("latency_"):] in fields})
 
 
 def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -119,15 +138,14 @@ def check_sensitivity_options(options: Mapping[str, Any] | None) -> dict[str, An
     each point too), plus ``eval_images`` (measure on that many evaluation images only; training
     and the report keep the whole evaluation set)."""
     options = {k: v for k, v in dict(options or {}).items() if v is not None}
-    unknown = sorted(set(options) - set(SENSITIVITY_OPTIONS))
+    known = sensitivity_option_names()
+    unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown sensitivity option(s) {', '.join(map(repr, unknown))}: use "
-                          f"{', '.join(SENSITIVITY_OPTIONS)}")
+                          f"{', '.join(known)}")
     check_analysis_options(**options)
     if options.get("latency"):
-        check_latency_options(options.get("latency_device", "cpu"),
-                              options.get("latency_threads"), options.get("latency_batch", 1),
-                              options.get("latency_runtime", "torch"))
+        latency_timing(options).check()
     n = options.get("eval_images")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ConfigError(f"eval_images={n!r} must be a positive number of images such as 500")

@@ -25,9 +25,10 @@ from ..engine.store import SensitivityRecord, read_record
 from ..errors import CheckpointError, ConfigError, SensitivityFileError
 from .allocation import Targets, choose_ratios, table_for
 from .checkpoints import checkpoint_meta, load_model, load_weights
-from .config import (FlowSettings, check_flags, check_numbers, run_record, save_run_config)
+from .config import (FlowSettings, check_flags, check_numbers, from_flat, run_record,
+                     save_run_config)
 from .contract import TaskAdapter, TrainResult
-from .latency import check_unused_settings, target_fields
+from .latency import check_unused_settings, default_round_to, target_fields
 from .layout import BASELINE, PRUNED, SIDE_FILE, STEP_PREFIX, old_layout, run_outputs
 from .options import (check_outputs, check_save_dir, check_sensitivity_options,
                       names_a_missing_file, written_by_run)
@@ -37,9 +38,6 @@ from .report import compare_sides, to_console, write_reports
 from .sensitivities import check_sensitivities_file, get_sensitivities
 from .steps import Schedule, check_schedule, combined, step_targets
 from .training import Distill, prepare_teacher
-
-
-RUNTIME_ROUND_TO = 8  # round_to when latency is targeted in a deploy runtime and none is given
 
 
 @dataclass
@@ -77,7 +75,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, flow: FlowSettings | Non
     script, or ``torchrun -m autoprune train``) the process group is started here when it is
     not yet: training runs as DDP, the analysis is shared out over the ranks."""
     init_from_env()
-    run = start(adapter, model, flow or FlowSettings(**keywords), inputs, settings)
+    run = start(adapter, model, flow or from_flat(FlowSettings, keywords), inputs, settings)
     if run.targets is None:
         return plain_training(run)
     base_model(run)
@@ -146,8 +144,7 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
     check_numbers(whole=True, low=1, epochs=flow.epochs, prune_steps=flow.prune_steps)
     check_numbers(whole=True, pretrain_epochs=flow.pretrain_epochs)  # 0: prune as published
     check_flags(progress=flow.progress, resume=flow.resume)
-    check_unused_settings(flow.pruned_latency, flow.latency_device, flow.latency_threads,
-                          flow.latency_batch, flow.latency_runtime)
+    check_unused_settings(flow.pruned_latency, flow.latency)
     distill = adapter.distill_recipe(flow.distill)
     run = Run(adapter, flow, Path(flow.save_dir), mode, distill=distill)
     if mode == "none":
@@ -170,12 +167,9 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
                           f"(epochs={flow.epochs}): each step retrains epochs // prune_steps "
                           f"epochs")
     run.targets = Targets.of(flow.eval_metric_loss, flow.pruned_flops, flow.pruned_latency,
-                             device=flow.latency_device, threads=flow.latency_threads,
-                             batch=flow.latency_batch, runtime=flow.latency_runtime)
-    if flow.round_to is None and flow.latency_runtime != "torch":
-        # ONNX Runtime's fast (blocked) convolutions want channel counts in multiples of 8:
-        # unaligned, a -30 % FLOPs mobilenetv3 ran 1.7x slower there (benchmarks/README)
-        run.flow = dataclasses.replace(flow, round_to=RUNTIME_ROUND_TO)
+                             flow.latency)
+    if flow.round_to is None and default_round_to(flow.latency):
+        run.flow = dataclasses.replace(flow, round_to=default_round_to(flow.latency))
     if not callable(flow.criterion):
         check_criterion(flow.criterion)
     check_sensitivity_options(flow.sensitivity_options)

@@ -15,7 +15,7 @@ from ..errors import ConfigError, SensitivityFileError
 from .contract import TaskAdapter
 from .defaults import find_profile
 from .latency import LatencyTarget, timed_table
-from .options import check_sensitivity_options, sens_mode
+from .options import check_sensitivity_options, latency_timing, sens_mode
 
 
 def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
@@ -70,9 +70,7 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
     # the record as written (every rank reads it after the analysis' last barrier)
     record = read_record(path)
     if timing.get("latency"):  # each point timed too, on the model as the task deploys it
-        target = LatencyTarget(0.0, timing.get("latency_device", "cpu"),
-                               timing.get("latency_threads"), timing.get("latency_batch", 1),
-                               timing.get("latency_runtime", "torch"))
+        target = LatencyTarget(0.0, latency_timing(timing))
         record = timed_table(adapter, model, record, path, target, arch=arch,
                              criterion=criterion, progress=progress)
     return record, path
