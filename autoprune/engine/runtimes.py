@@ -15,6 +15,13 @@ no thread of its own and runs every kernel on the calling thread (thread CPU tim
 process CPU time per pass); OpenVINO with ``INFERENCE_NUM_THREADS=1`` also computes on the calling
 thread (its two helper threads stay idle). So, as in eager, one thread is timed by the thread's
 CPU time and more threads by wall time (``clock`` in the setting).
+
+Precision: ``precision="int8"`` runs the model as the runtime's static INT8 quantization of that
+export (:mod:`autoprune.engine.int8`: ONNX Runtime's quantizer, QDQ, per-channel int8 weights;
+OpenVINO through NNCF), calibrated by the ``quantizer`` given (one :class:`~autoprune.engine.int8.
+Int8Quantizer` for many models: it calibrates the first and reuses its ranges) or, without one, on
+the timed input itself (the scales do not change which kernels run, so the timing holds; the
+accuracy of such a model is not the shipped one's).
 """
 from __future__ import annotations
 
@@ -94,12 +101,44 @@ def _ov_config(threads: int | None) -> dict[str, Any]:
     return config
 
 
-def runtime_setting(name: str, threads: int | None, device: Any = "cpu") -> dict[str, Any]:
+def runtime_setting(name: str, threads: int | None, device: Any = "cpu",
+                    precision: str = "fp32", quantize: Any = None) -> dict[str, Any]:
     """What is recorded with timings taken in runtime ``name`` (``extra.latency.runtime_setting``):
     the runtime and its version, and for ONNX Runtime the providers, graph optimisation level,
     execution mode, opset and intra/inter-op threads; for OpenVINO its device, threads, streams,
-    performance hint and inference precision."""
+    performance hint and inference precision. ``precision="int8"`` adds ``precision`` and
+    ``quantization``: the record of ``quantize`` (an ``Int8Quantizer``, ``QuantizeSettings`` or a
+    record already made; None: the default settings) with the CPU's INT8 features."""
     name = check_runtime(name, device)
+    setting = _runtime_setting(name, threads, device)
+    if _precision(precision, name) == "int8":
+        setting.update(precision="int8", quantization=quantization_record(name, quantize))
+    return setting
+
+
+def _precision(precision: Any, runtime: str) -> str:
+    from .int8.settings import check_precision
+    return check_precision(precision, runtime)
+
+
+def quantization_record(runtime: str, quantize: Any = None) -> dict[str, Any]:
+    """The INT8 record of ``quantize`` (an ``Int8Quantizer``, ``QuantizeSettings``, a record
+    mapping, or None: the default settings) for ``runtime``."""
+    from .int8.quantizer import Int8Quantizer
+    from .int8.settings import QuantizeSettings
+    if isinstance(quantize, dict):
+        return dict(quantize)
+    if runtime == "openvino":
+        from .int8.openvino import openvino_record
+        if not isinstance(quantize, Int8Quantizer):
+            quantize = Int8Quantizer(None, quantize)
+        return openvino_record(quantize)
+    if isinstance(quantize, Int8Quantizer):
+        return quantize.record()
+    return (quantize or QuantizeSettings()).record()
+
+
+def _runtime_setting(name: str, threads: int | None, device: Any) -> dict[str, Any]:
     if name == "torch":
         return {"runtime": "torch", "version": torch.__version__, "threads": threads}
     device = str(device)
@@ -215,10 +254,12 @@ def runtime_error(e: BaseException, runtime: str) -> ConfigError:
 
 class Runner:
     """A model as a runtime runs it, on inputs prepared once: ``runner()`` runs one forward pass
-    and returns the outputs (numpy arrays). Built by :func:`compile_model`."""
+    and returns the outputs (numpy arrays). Built by :func:`compile_model`; ``onnx``: the graph
+    run (for INT8 in ONNX Runtime the quantized one), ``precision``: ``"fp32"`` or ``"int8"``."""
 
     runtime: str
     onnx: bytes
+    precision: str = "fp32"
 
     def __call__(self) -> list[Any]:
         raise NotImplementedError
@@ -261,15 +302,17 @@ class OrtRunner(Runner):
 
 class OpenVinoRunner(Runner):
     """An OpenVINO model compiled for its CPU plugin (``PERFORMANCE_HINT=LATENCY``, one stream,
-    ``INFERENCE_NUM_THREADS=threads``) and an infer request."""
+    ``INFERENCE_NUM_THREADS=threads``) and an infer request. ``data``: ONNX bytes, or an
+    ``openvino.Model`` (an INT8 one from NNCF)."""
 
     runtime = "openvino"
 
-    def __init__(self, data: bytes, args: tuple, *, threads: int | None, device: str = "cpu"):
+    def __init__(self, data: Any, args: tuple, *, threads: int | None, device: str = "cpu"):
         core = _ov_core()
-        self.onnx = data
+        self.onnx = data if isinstance(data, (bytes, bytearray)) else b""
         try:
-            compiled = core.compile_model(core.read_model(data), "CPU", _ov_config(threads))
+            model = core.read_model(data) if isinstance(data, (bytes, bytearray)) else data
+            compiled = core.compile_model(model, "CPU", _ov_config(threads))
             self.request = compiled.create_infer_request()
             self.feeds = {i: a.detach().cpu().numpy() for i, a in enumerate(args)}
             self.request.infer(self.feeds)
@@ -301,17 +344,34 @@ class TorchRunner(Runner):
 
 def compile_model(model: nn.Module, example_inputs: Any, *, runtime: str = "onnxruntime",
                   device: Any = "cpu", threads: int | None = None,
-                  onnx: bytes | None = None) -> Runner:
+                  onnx: bytes | None = None, precision: str = "fp32",
+                  quantizer: Any = None) -> Runner:
     """``model`` on ``example_inputs`` as ``runtime`` runs it (exported by :func:`onnx_model`
-    unless ``onnx`` bytes of it are given): a :class:`Runner`. A model the runtime cannot export
-    or run is a one-line ConfigError naming the operator."""
+    unless ``onnx`` bytes of it, in FP32, are given): a :class:`Runner`. ``precision="int8"``:
+    the export quantized statically by the runtime's quantizer, calibrated by ``quantizer`` (an
+    :class:`~autoprune.engine.int8.Int8Quantizer`; None: one calibrated on ``example_inputs``,
+    for timing). A model the runtime cannot export, quantize or run is a one-line ConfigError
+    naming the operator."""
     runtime = check_runtime(runtime, device)
+    precision = _precision(precision, runtime)
     if runtime == "torch":
         return TorchRunner(model, example_inputs)
     args = _positional(example_inputs, runtime)
     data = onnx if onnx is not None else onnx_model(model, args, runtime=runtime)
     cls = OrtRunner if runtime == "onnxruntime" else OpenVinoRunner
-    return cls(data, args, threads=threads, device=str(device))
+    if precision == "fp32":
+        return cls(data, args, threads=threads, device=str(device))
+    from .int8.quantizer import Int8Quantizer
+    if quantizer is None:
+        quantizer = Int8Quantizer([args], source="the timed input (for timing: the scales do "
+                                                 "not change which kernels run)")
+    if runtime == "onnxruntime":
+        runner = cls(quantizer.quantize(data), args, threads=threads, device=str(device))
+    else:
+        from .int8.openvino import openvino_int8
+        runner = cls(openvino_int8(quantizer, data), args, threads=threads, device=str(device))
+    runner.precision = "int8"
+    return runner
 
 
 def output_difference(model: nn.Module, example_inputs: Any, *, runtime: str = "onnxruntime",
