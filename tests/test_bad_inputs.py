@@ -140,6 +140,28 @@ def _analyze_other_weights_into_complete_file(tmp_path):
     cls.analyze_sensitivity(other, Images(), tmp_path / "own.json", ratios=(0.5,), progress=False)
 
 
+def _csv_with_a_row_outside(tmp_path):
+    """A CSV whose second row names /etc/passwd (a path outside the data root)."""
+    from PIL import Image
+    from autoprune.tasks.classification.formats import read_csv_list
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    read_csv_list(_write(tmp_path, "val.csv", "a.png,cat\n/etc/passwd,dog\n"))
+
+
+def _csv_ids_and_names_across_splits(tmp_path):
+    from autoprune.tasks.classification.formats import read_csv_list
+
+    _write(tmp_path, "train.csv", "a.png,0\nb.png,1\n")
+    read_csv_list(_write(tmp_path, "val.csv", "c.png,cat\nd.png,dog\n"))
+
+
+def _flip_idx_not_in_pairs(tmp_path):
+    from autoprune.tasks.pose.data import kpt_shape_of
+
+    kpt_shape_of({"kpt_shape": [5, 3], "flip_idx": [1, 2, 3, 4, 0]}, tmp_path / "data.yaml")
+
+
 # id: (call(tmp_path), error class, stable part of the message)
 CASES = {
     # checkpoints
@@ -225,6 +247,10 @@ CASES = {
         "was measured on other weights of this model: pass a new file path to measure these"),
     "DEFAULT profile made for another model": (_default_for_another_model, ap.SensitivityFileError,
         "the DEFAULT profile for timm/resnet18 does not match this model's groups"),
+    "sensitivity file whose extra.latency is not a mapping": (lambda t: ap.read_record(
+        _edited_sens(t, lambda s: json.dumps({**json.loads(s), "extra": {"latency": "fast"}}))),
+        ap.SensitivityFileError, "field 'extra.latency' holds 'fast', not a mapping; the file "
+        "is damaged"),
     # metrics
     "NaN metric": (lambda t: _sens(t, eval_fn=lambda m: math.nan), ap.MetricError,
                    "eval_fn returned nan for the unpruned model"),
@@ -272,6 +298,12 @@ CASES = {
                                   "a training label is out of range"),
     "model object with other classes": (lambda t: _cls(t, model=__import__("timm").create_model(
         "resnet18", num_classes=5)), ap.ConfigError, "predicts 5 classes but the data has 3"),
+    "a data file naming a path outside its data root": (_csv_with_a_row_outside, ap.ConfigError,
+        "val.csv line 2: '/etc/passwd' leads outside the data root"),
+    "CSV labels by id in one split, by name in the other": (_csv_ids_and_names_across_splits,
+        ap.ConfigError, "train.csv labels its classes by id but"),
+    "pose flip_idx whose twins do not pair": (_flip_idx_not_in_pairs, ap.ConfigError,
+        "twins go in pairs (flip_idx[flip_idx[i]] == i"),
     # names and paths
     "unknown classification model": (lambda t: _cls(t, model="no_such_net_v9"), ap.ConfigError,
                                      "unknown model name 'no_such_net_v9'"),

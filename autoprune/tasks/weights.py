@@ -12,9 +12,11 @@ torchvision, smp, Ultralytics): the tasks' ``pretrained`` modules do.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 import threading
@@ -22,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
 import torch
@@ -30,7 +32,7 @@ import torch.nn as nn
 
 from ..engine.provenance import SOURCES, Provenance, file_provenance, sha256_of
 from ..engine.store import write_text_atomic
-from ..errors import ConfigError
+from ..errors import AutopruneError, ConfigError
 
 PROBE_TIMEOUT = 2.0  # seconds for the one TCP connect that decides whether to try a download
 PROBE_TTL = 60.0  # seconds a probe's answer is reused
@@ -217,6 +219,90 @@ def first_line(e: BaseException) -> str:
     return ((str(e).strip().splitlines() or [type(e).__name__])[0])[:160]
 
 
+# -- reading what a cache or a user supplies ------------------------------------------------------
+def refetch(what: str, local: str = LOCAL) -> str:
+    """The way out for a damaged cached file: fetch it again, or use a local file."""
+    return f"delete it and fetch {what} again, or pass {local}"
+
+
+def _refused_pickle(e: BaseException | None) -> bool:
+    """Whether ``e`` (or what it was raised from) is torch's weights-only unpickler refusing
+    an object that is not a tensor."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, pickle.UnpicklingError):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def unreadable(path: str | os.PathLike, e: BaseException, fix: str) -> ConfigError:
+    """The one-line error of a weights file that failed to load: a pickle of objects other than
+    tensors is refused (nothing in it ran); anything else is named damaged."""
+    if _refused_pickle(e):
+        return ConfigError(f"refused {path}: it is a pickle holding objects other than tensors "
+                           f"(code could run on loading it), which torch.load(weights_only=True) "
+                           f"does not load; nothing in it ran: {fix}")
+    return ConfigError(f"{path} cannot be read as weights ({type(e).__name__}: {first_line(e)}; "
+                       f"truncated or damaged): {fix}")
+
+
+def read_weights(path: str | os.PathLike, fix: str) -> dict[str, torch.Tensor]:
+    """The tensors of a weights file that a cache or a user supplies (safetensors, or torch's
+    format read weights-only, never unpickling anything else; a ``{"state_dict": ...}`` wrapper
+    unwrapped). A truncated or damaged file, a pickle of other objects or a file of no tensors
+    is a one-line ConfigError naming it and ending with ``fix``."""
+    try:
+        if str(path).endswith(".safetensors"):
+            from safetensors.torch import load_file
+            state: Any = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - each reader has its own errors: all are one line
+        raise unreadable(path, e, fix) from None
+    if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
+        state = state["state_dict"]
+    if not isinstance(state, Mapping) or not state or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise ConfigError(f"{path} holds no weights (a {type(state).__name__}, not a map of "
+                          f"names to tensors): {fix}")
+    return dict(state)
+
+
+def read_json_config(path: str | os.PathLike, fix: str) -> dict[str, Any]:
+    """The JSON object of a cached ``config.json``; a damaged or truncated file, or one that
+    holds no object, is a one-line ConfigError naming it and ending with ``fix``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ConfigError(f"{path} is not a readable config.json ({first_line(e)}): "
+                          f"{fix}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} is not a config.json of settings (it holds a "
+                          f"{type(config).__name__}): {fix}")
+    return config
+
+
+@contextlib.contextmanager
+def loading(path: str | os.PathLike, fix: str) -> Iterator[None]:
+    """A model library loading the weights file ``path`` inside this block: a failure (a size
+    mismatch, a damaged file) becomes a one-line ConfigError naming it; autoprune's own errors
+    pass as they are."""
+    try:
+        yield
+    except AutopruneError:
+        raise
+    except Exception as e:  # noqa: BLE001 - timm, torchvision and smp raise many kinds
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        detail = next((ln for ln in lines if "mismatch" in ln or "Missing" in ln
+                       or "Unexpected" in ln), lines[0] if lines else type(e).__name__)
+        if _refused_pickle(e):
+            raise unreadable(path, e, fix) from None
+        raise ConfigError(f"{path} does not load into the model it is for ({detail[:160]}): "
+                          f"{fix}") from None
+
+
 def _state_of(model: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     state = model.state_dict() if isinstance(model, nn.Module) else dict(model)
     return {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
@@ -372,6 +458,7 @@ def timm_cfg_file(cfg: Mapping[str, Any], *, local: str = LOCAL) -> tuple[Path, 
 
 __all__ = ["HF_WEIGHTS", "LOCAL", "PROBE_TIMEOUT", "Provenance", "SOURCES", "env_flag",
            "file_provenance", "first_line", "hf_cache_dir", "hf_cached", "hf_file",
-           "hf_offline_reason", "hf_repo_folder", "hf_url", "missing_weights_error", "reachable",
+           "hf_offline_reason", "hf_repo_folder", "hf_url", "loading", "missing_weights_error",
+           "read_json_config", "read_weights", "reachable", "refetch", "unreadable",
            "seed_hf_cache", "seed_torch_hub", "sha256_of", "site_root", "timm_cfg_file",
            "torch_hub_dir", "torch_hub_file", "torch_hub_name", "unreachable_reason"]

@@ -29,6 +29,7 @@ from torch.utils.data import Dataset
 
 from ...datasets.formats import check_format_and_split, read_labels_txt
 from ...engine.data import load_image
+from ...engine.paths import confined
 from ...errors import ConfigError
 
 FORMATS = ("imagefolder", "paddlex", "csv")
@@ -118,8 +119,8 @@ def _existing(file: Path, kind: str) -> None:
 
 
 def _image(folder: Path, text: str, where: str) -> str:
-    p = Path(text)
-    p = p if p.is_absolute() else folder / p
+    """The image a list line names (relative to ``folder``, the data root), kept inside it."""
+    p = confined(text, folder, where=where)
     if not p.is_file():
         raise ConfigError(f"{where}: image {p} is missing: add it or fix the line")
     return str(p)
@@ -195,6 +196,16 @@ def _is_id(label: str) -> bool:
     return label.isdigit()
 
 
+def _one_kind(file: Path, rows: list[tuple[int, str, str]]) -> None:
+    """Refuse a CSV (without labels.txt) whose labels mix class ids and class names."""
+    kinds = {_is_id(label): (n, label) for n, _, label in rows}
+    if len(kinds) == 2:
+        (n_id, an_id), (n_name, a_name) = kinds[True], kinds[False]
+        raise ConfigError(f"{file} mixes class ids and class names (line {n_id}: {an_id!r}, line "
+                          f"{n_name}: {a_name!r}) and no labels.txt maps one to the other: use "
+                          f"one kind, or write labels.txt beside it (line k names class k)")
+
+
 def read_csv_list(file: Path) -> tuple[list[tuple[str, int]], list[str]]:
     """(samples, classes) of a CSV of ``path,label`` rows (see the module's rules)."""
     rows = _csv_rows(file)
@@ -203,9 +214,19 @@ def read_csv_list(file: Path) -> tuple[list[tuple[str, int]], list[str]]:
         classes = read_labels_txt(labels_txt)
     else:
         every = [label for _, _, label in rows]
+        _one_kind(file, rows)
         other = {"train.csv": "val.csv", "val.csv": "train.csv"}.get(file.name)
         if other and (file.parent / other).is_file():
-            every += [label for _, _, label in _csv_rows(file.parent / other)]
+            theirs = _csv_rows(file.parent / other)
+            _one_kind(file.parent / other, theirs)
+            if bool(rows and _is_id(rows[0][2])) != bool(theirs and _is_id(theirs[0][2])):
+                ids, names = (file, file.parent / other) if _is_id(rows[0][2]) else \
+                    (file.parent / other, file)
+                raise ConfigError(f"{ids} labels its classes by id but {names} by name (no "
+                                  f"labels.txt maps one to the other): they would count as "
+                                  f"different classes; use one kind in both, or write "
+                                  f"labels.txt beside them (line k names class k)")
+            every += [label for _, _, label in theirs]
         if all(map(_is_id, every)):
             classes = [str(i) for i in range(max(int(x) for x in every) + 1)]
         else:

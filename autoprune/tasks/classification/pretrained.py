@@ -12,7 +12,6 @@ tried and the one-line error when it cannot be.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -126,6 +125,8 @@ def _timm_plan(name: str, text: str | None) -> tuple[dict[str, Any] | None, str 
                 if arch != name:
                     raise _other_arch(text, arch, name)
                 return _registered_cfg(name, tag), None
+            if timm.is_model(arch) and tag:
+                _check_unknown_tag(repo, arch, tag)
         return None, hub_id
     bare = text[len("timm/"):] if text.startswith("timm/") else text
     if "/" in bare or not bare:
@@ -139,14 +140,38 @@ def _timm_plan(name: str, text: str | None) -> tuple[dict[str, Any] | None, str 
     return _registered_cfg(name, tag or None), None
 
 
+def _check_unknown_tag(repo: str, arch: str, tag: str) -> None:
+    """``hf-hub:timm/<arch>.<tag>`` of a tag timm does not list: when the hub cannot be asked
+    and the cache holds no such repo, say so (a typo, most likely) rather than "not cached"."""
+    folder = weights.hf_repo_folder(repo)
+    if folder.is_dir():
+        return  # a repo published after this timm, cached: read it
+    reason = weights.hf_offline_reason()
+    if reason is None:
+        return  # the hub answers: it says whether the repo exists
+    tags = _timm_tags(arch)
+    listed = f"its tags: {', '.join(tags[:6])}{' ...' if len(tags) > 6 else ''}" if tags \
+        else "it lists none"
+    fetch = weights.hf_fetch_command(repo, ("config.json", weights.HF_WEIGHTS[0]), None,
+                                     weights.hf_cache_dir())
+    raise ConfigError(f"timm lists no pretrained tag {tag!r} for {arch!r} ({listed}) and the "
+                      f"Hugging Face cache holds no repo {repo} ({folder}); whether the hub has "
+                      f"one cannot be asked ({reason}): check the tag, e.g. "
+                      f"hf-hub:timm/{arch}.{tags[0] if tags else '<tag>'}, or for a repo "
+                      f"published after this timm fetch it on a connected machine ({fetch})")
+
+
 def _timm(name: str, num_classes: int,
           text: str | None) -> tuple[nn.Module, Provenance, dict[str, Any]]:
     cfg, hub_id = _timm_plan(name, text)
     if cfg is not None:
         path, prov = weights.timm_cfg_file(cfg)
-        model = timm.create_model(f"{name}.{cfg['tag']}" if cfg.get("tag") else name,
-                                  pretrained=True, num_classes=num_classes,
-                                  pretrained_cfg_overlay={"file": str(path)})
+        fix = weights.refetch(str(cfg.get("hf_hub_id") or prov.id))
+        weights.read_weights(path, fix)  # damaged, truncated or a pickle: refused here
+        with weights.loading(path, fix):
+            model = timm.create_model(f"{name}.{cfg['tag']}" if cfg.get("tag") else name,
+                                      pretrained=True, num_classes=num_classes,
+                                      pretrained_cfg_overlay={"file": str(path)})
     else:
         model, prov = _timm_from_hub(name, num_classes, hub_id, text)
     if getattr(model, "num_classes", num_classes) != num_classes:
@@ -165,26 +190,52 @@ def _timm_from_hub(name: str, num_classes: int, hub_id: str,
     what = hub_id
     cfg_file = weights.hf_file(repo, ("config.json",), revision or None, what=what,
                                fetch_files=("config.json", weights.HF_WEIGHTS[0]))
-    try:
-        config = json.loads(cfg_file.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{cfg_file} is not a timm config.json ({e}): fetch {repo} "
-                          f"again") from None
-    arch = config.get("architecture") or (config.get("pretrained_cfg") or {}).get("architecture")
+    fix = weights.refetch(what)
+    config = _hub_config(cfg_file, fix)
+    arch = config.get("architecture") or config["pretrained_cfg"].get("architecture")
     if arch != name:
         raise _other_arch(text, str(arch), name)
-    names = (config.get("pretrained_cfg") or {}).get("hf_hub_filename")
+    names = config["pretrained_cfg"].get("hf_hub_filename")
     path = weights.hf_file(repo, (names,) if names else weights.HF_WEIGHTS, revision or None,
                            what=what)
     if path.parent != cfg_file.parent:
         raise ConfigError(f"{repo}: config.json and {path.name} are cached from different "
                           f"revisions ({cfg_file.parent.name}, {path.parent.name}): fetch the "
                           f"repo again with hf download {repo}")
-    model = timm.create_model(f"local-dir:{cfg_file.parent}", pretrained=True,
-                              num_classes=num_classes)
-    tag = (config.get("pretrained_cfg") or {}).get("tag")
+    _check_head(config, weights.read_weights(path, fix), name, path, fix)
+    with weights.loading(path, fix):
+        model = timm.create_model(f"local-dir:{cfg_file.parent}", pretrained=True,
+                                  num_classes=num_classes)
+    tag = config["pretrained_cfg"].get("tag")
     url = weights.hf_url(repo, path.name, revision or None)
     return model, weights.file_provenance(path, "timm", hub_id, tag, url)
+
+
+def _hub_config(path: Path, fix: str) -> dict[str, Any]:
+    """A cached timm ``config.json`` (its ``pretrained_cfg`` a mapping, ``{}`` when absent)."""
+    config = weights.read_json_config(path, fix)
+    pretrained = config.get("pretrained_cfg")
+    if pretrained is not None and not isinstance(pretrained, dict):
+        raise ConfigError(f"{path} is not a timm config.json ('pretrained_cfg' holds a "
+                          f"{type(pretrained).__name__}): {fix}")
+    return {**config, "pretrained_cfg": pretrained or {}}
+
+
+def _check_head(config: dict[str, Any], state: dict[str, torch.Tensor], name: str, path: Path,
+                fix: str) -> None:
+    """Refuse cached weights whose classifier has another number of classes than the
+    ``config.json`` beside them says (timm would keep that head and fail to load it)."""
+    classes = config.get("num_classes", config["pretrained_cfg"].get("num_classes"))
+    head = config["pretrained_cfg"].get("classifier")
+    if head is None:
+        default = timm.models.get_pretrained_cfg(name)
+        head = default.classifier if default is not None else None
+    heads = [f"{h}.weight" for h in ([head] if isinstance(head, str) else head or [])]
+    found = next((state[k] for k in heads if k in state), None)
+    if isinstance(classes, int) and found is not None and found.shape[0] != classes:
+        raise ConfigError(f"{path.parent / 'config.json'} says num_classes={classes} but "
+                          f"{path} holds a classifier of {found.shape[0]} classes: the cached "
+                          f"repo is inconsistent; {fix}")
 
 
 def pretrained_data_config(arch_key: str, spec: bool | str = True) -> dict[str, Any]:
@@ -204,8 +255,8 @@ def pretrained_data_config(arch_key: str, spec: bool | str = True) -> dict[str, 
         repo, _, revision = hub_id.partition("@")
         path = weights.hf_file(repo, ("config.json",), revision or None, what=hub_id,
                                fetch_files=("config.json", weights.HF_WEIGHTS[0]))
-        config = json.loads(path.read_text())
-        cfg = dict(config.get("pretrained_cfg") or config)
+        config = _hub_config(path, weights.refetch(hub_id))
+        cfg = dict(config["pretrained_cfg"] or config)
         cfg["num_classes"] = config.get("num_classes", cfg.get("num_classes"))  # timm's order
     return {**timm.data.resolve_data_config(pretrained_cfg=dict(cfg)),
             "num_classes": cfg.get("num_classes")}
@@ -271,8 +322,7 @@ def _torchvision(name: str, num_classes: int,
     fetch = (f"python -c \"import torchvision; torchvision.models.get_model('{name}', "
              f"weights='{full}')\"")
     path = weights.torch_hub_file(member.url, what=f"torchvision {full}", fetch=fetch)
-    state = torch.hub.load_state_dict_from_url(member.url, model_dir=str(path.parent),
-                                               map_location="cpu", weights_only=True)
+    state = weights.read_weights(path, weights.refetch(f"torchvision {full} ({fetch})"))
     kwargs = _weights_kwargs(name, member)
     ref = _reference_shapes(name, len(member.meta["categories"]), kwargs)
     theirs = {k: tuple(v.shape) for k, v in state.items()}

@@ -9,8 +9,9 @@ VOC set once into a cache folder of our own (never next to the user's data)::
     <cache_dir>/data.yaml               path: <cache_dir>, train: images/train, val: images/val
     <cache_dir>/autoprune-data.json     written last: the record and the source's fingerprint
 
-A rerun with an unchanged source (sizes and mtimes of its annotation and list files) reuses the
-cache; a changed source, or a conversion that was killed (no marker), converts again.
+A rerun with an unchanged source (the content of its annotation and list files, and where its
+images are found) reuses the cache; a changed source, images moved away, or a conversion that was
+killed (no marker), converts again.
 
 Rules (also in the README's "Your data"):
 
@@ -57,6 +58,8 @@ import numpy as np
 import yaml
 
 from ...datasets.formats import read_labels_txt
+from ...engine.data import image_file
+from ...engine.paths import confined
 from ...engine.store import write_text_atomic
 from ...errors import ConfigError, WriteError
 from .data import label_path, read_data_yaml
@@ -100,13 +103,15 @@ class _Image:
 
 @dataclass
 class _Plan:
-    """What a source is made of, before it is read: its splits (each: what to read) and the files
-    whose sizes and mtimes make its fingerprint."""
+    """What a source is made of, before it is read: its splits (each: what to read), the files
+    whose content makes its fingerprint and where its images are found (``layout``: a moved
+    image folder is another source)."""
 
     format: str
     splits: dict[str, Any]
     inputs: list[Path]
     extra: dict = field(default_factory=dict)
+    layout: list[str] = field(default_factory=list)
 
 
 # -- detecting ----------------------------------------------------------------------------------
@@ -171,13 +176,18 @@ def cache_dir_for(save_dir: str | os.PathLike, path: str | os.PathLike,
 
 def prepare_yolo_data(path: str | os.PathLike, *, data_format: str | None = None,
                       cache_dir: str | os.PathLike, task: str = "detect",
-                      class_names: list[str] | None = None) -> DataSource:
+                      class_names: list[str] | None = None,
+                      model_names: list[str] | None = None) -> DataSource:
     """The data at ``path`` as a YOLO data.yaml Ultralytics reads: a YOLO data.yaml as it is,
     a COCO or VOC set converted once into ``cache_dir`` (reused while the source is unchanged).
 
     data_format: ``"yolo"``, ``"coco"``, ``"voc"`` or None (detected). task: ``"detect"`` (boxes)
     or ``"segment"`` (polygons; COCO or YOLO-seg data). class_names: the VOC class order (else
-    ``labels.txt``, else as first seen). Every problem of the source is a one-line ConfigError
+    ``labels.txt``, else as first seen). model_names: the class names (in id order) of the model
+    the data are used with (a checkpoint's): a COCO or VOC set's classes are mapped to them by
+    name (each must be one of them); an empty list says the model's names are not known, and a
+    VOC set without a class order (no ``class_names``, no ``labels.txt``) is then refused,
+    naming the order it would take. Every problem of the source is a one-line ConfigError
     naming the file and the field or line.
     """
     if task not in TASKS:
@@ -198,17 +208,28 @@ def prepare_yolo_data(path: str | os.PathLike, *, data_format: str | None = None
         raise ConfigError(f"{src} is a Pascal VOC set: its XML holds boxes only; instance "
                           f"segmentation needs COCO polygons/RLE or YOLO-seg labels")
     plan = _plan_coco(src) if fmt == "coco" else _plan_voc(src, class_names)
+    order = [str(n) for n in model_names] if model_names else None
+    if order is not None:
+        plan.extra["class_names_from"] = "the model's names"
+    elif model_names is not None and fmt == "voc" and class_names is None \
+            and plan.splits["labels"] is None:
+        seen = _read_voc(plan, None)[0]
+        raise ConfigError(f"{src} names no class order (no labels.txt, no class_names) and the "
+                          f"model records no class names: its classes as first seen are "
+                          f"{', '.join(seen[:8])}{', …' if len(seen) > 8 else ''}, which need "
+                          f"not be the model's ids; write the model's class names in "
+                          f"labels.txt (one a line, in id order) or pass class_names")
     cache = Path(cache_dir)
     with _writing(cache):
         cache.mkdir(parents=True, exist_ok=True)
-    fingerprint = _fingerprint(plan, src, task, class_names, cache)
+    fingerprint = _fingerprint(plan, src, task, order or class_names, cache)
     with _locked(cache):
         done = _read_marker(cache)
         if done is not None and done.get("fingerprint") == fingerprint \
-                and (cache / "data.yaml").is_file():
+                and (cache / "data.yaml").is_file() and _links_alive(cache):
             return _source_of(cache, done["record"])
-        names, splits = (_read_coco(plan, task) if fmt == "coco"
-                         else _read_voc(plan, class_names))
+        names, splits = (_read_coco(plan, task, order) if fmt == "coco"
+                         else _read_voc(plan, order or class_names, order is not None))
         record = {"source": str(src), "format": fmt, "task": task,
                   "names": {i: n for i, n in enumerate(names)},
                   "splits": {s: len(v if isinstance(v, list) else splits[v])
@@ -238,16 +259,29 @@ def _source_of(cache: Path, record: dict) -> DataSource:
 def _fingerprint(plan: _Plan, src: Path, task: str, class_names: list[str] | None,
                  cache: Path) -> str:
     """The conversion's settings, the source's and the cache's paths (data.yaml names the
-    cache) and the size and mtime of every annotation and list file."""
+    cache), where the images are found, and the content (sha256) of every annotation and list
+    file: an annotation file edited in place with its mtime kept is converted again."""
     h = hashlib.sha256(json.dumps([VERSION, plan.format, task, class_names, str(src.resolve()),
-                                   str(cache.resolve())]).encode())
+                                   str(cache.resolve()), plan.layout]).encode())
     for p in plan.inputs:
+        h.update(f"{p}\0".encode())
         try:
-            st = p.stat()
-            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
         except OSError:
-            h.update(f"{p}\0missing\n".encode())
+            h.update(b"\0missing")
+        h.update(b"\n")
     return h.hexdigest()
+
+
+def _links_alive(cache: Path) -> bool:
+    """Whether every image link of a converted cache still leads to a file (the user's images
+    were not moved or deleted since)."""
+    for folder, _, names in os.walk(cache / "images"):
+        if not all(os.path.isfile(os.path.join(folder, n)) for n in names):
+            return False
+    return True
 
 
 @contextlib.contextmanager
@@ -453,8 +487,10 @@ def _plan_coco(src: Path) -> _Plan:
                                   f"the JSON file to use")
             train, val = train or val, val or train
     splits = {"train": train, "val": val}
+    layout = [f"{s}: {d}" for s, f in splits.items() for d in _coco_folders(f, _split_of(f))
+              if d.is_dir()]
     return _Plan("coco", splits, sorted({train, val}),
-                 {"files": {s: str(f) for s, f in splits.items()}})
+                 {"files": {s: str(f) for s, f in splits.items()}}, layout)
 
 
 def _load_json(path: Path) -> Any:
@@ -487,8 +523,18 @@ def _categories(data: dict, path: Path) -> dict[Any, str]:
                               f"(got {str(c)[:60]})")
         if c["id"] in out:
             raise ConfigError(f"{path}: categories[{i}] repeats category id {c['id']}")
+        twin = next((k for k, n in out.items() if n == c["name"]), None)
+        if twin is not None:
+            raise ConfigError(f"{path}: categories[{i}] (id {c['id']}) repeats the name "
+                              f"{c['name']!r} of category id {twin}: two classes of one name "
+                              f"cannot be told apart; merge them or rename one")
         out[c["id"]] = c["name"]
     return dict(sorted(out.items()))
+
+
+def _coco_root(json_file: Path) -> Path:
+    """The COCO root of an annotation file: the folder above ``annotations/``, else its own."""
+    return json_file.parent.parent if json_file.parent.name == "annotations" else json_file.parent
 
 
 def _coco_folders(json_file: Path, split: str) -> list[Path]:
@@ -498,23 +544,48 @@ def _coco_folders(json_file: Path, split: str) -> list[Path]:
 
 
 class _Finder:
-    """Finds each image of a COCO split among the candidate folders (the last hit tried first)."""
+    """Finds each image of a COCO split among the candidate folders (the last hit tried first),
+    inside the data root ``root`` (:func:`~autoprune.engine.paths.confined`)."""
 
-    def __init__(self, folders: list[Path]):
-        self.folders, self.hit = folders, folders[0]
+    def __init__(self, folders: list[Path], root: Path):
+        self.folders, self.hit, self.root = folders, folders[0], root
 
-    def __call__(self, name: str) -> Path | None:
+    def __call__(self, name: str, where: str) -> Path | None:
         p = Path(name)
-        if p.is_absolute():
-            return p if p.is_file() else None
-        for folder in [self.hit, *self.folders]:
-            if (folder / p).is_file():
-                self.hit = folder
-                return folder / p
+        for folder in [None] if p.is_absolute() else [self.hit, *self.folders]:
+            candidate = p if folder is None else folder / p
+            if candidate.is_file():
+                confined(name, self.root, base=folder, where=where)
+                self.hit = folder or self.hit
+                return candidate
         return None
 
 
-def _read_coco(plan: _Plan, task: str) -> tuple[list[str], dict[str, list[_Image] | str]]:
+def image_size(path: Path) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``((width, height) as stored, as displayed)`` of an image, from its header only (the
+    second swaps the sides when its EXIF orientation turns it by 90 degrees)."""
+    from PIL import Image
+
+    with image_file(path), Image.open(path) as im:
+        w, h = im.size
+        turned = im.getexif().get(0x0112) in (5, 6, 7, 8)
+    return (w, h), ((h, w) if turned else (w, h))
+
+
+def check_image_size(path: Path, w: float, h: float, where: str, fix: str) -> None:
+    """Refuse an annotation's image size (``w`` x ``h``) other than the image file's: its
+    labels would be scaled wrong."""
+    stored, shown = image_size(path)
+    if (w, h) not in (stored, shown):
+        raise ConfigError(f"{where} gives the image size {w:g}x{h:g} but {path} is "
+                          f"{stored[0]}x{stored[1]} pixels: its boxes would be scaled wrong; "
+                          f"{fix}")
+
+
+def _read_coco(plan: _Plan, task: str, order: list[str] | None = None
+               ) -> tuple[list[str], dict[str, list[_Image] | str]]:
+    """The class names and the images of each split; ``order``: the model's class names, the
+    categories mapped to them by name."""
     files: dict[str, Path] = plan.splits
     out: dict[str, list[_Image] | str] = {}
     names = None
@@ -534,10 +605,21 @@ def _read_coco(plan: _Plan, task: str) -> tuple[list[str], dict[str, list[_Image
         elif cats != names:
             raise ConfigError(f"{path} and {first} list different categories: train and val "
                               f"must share one category list")
-        out[split] = _coco_split(data, path, _split_of(path), cats, task, plan.extra)
+        index = None if order is None else _model_ids(cats, order, path)
+        out[split] = _coco_split(data, path, _split_of(path), cats, task, plan.extra, index)
         done[path] = split
     assert names is not None
-    return list(names.values()), {s: out[s] for s in ("train", "val")}
+    return order or list(names.values()), {s: out[s] for s in ("train", "val")}
+
+
+def _model_ids(cats: dict[Any, str], order: list[str], path: Path) -> dict[Any, int]:
+    """Each category id's class id in the model's ``order`` of names."""
+    unknown = [n for n in cats.values() if n not in order]
+    if unknown:
+        raise ConfigError(f"{path}: category {unknown[0]!r} is not a class of the model "
+                          f"({', '.join(order[:8])}{', …' if len(order) > 8 else ''}): evaluate "
+                          f"it on data of its classes, or train a model on these")
+    return {cid: order.index(name) for cid, name in cats.items()}
 
 
 def _coco_images(data: dict, path: Path) -> dict[Any, dict]:
@@ -564,12 +646,13 @@ def _coco_images(data: dict, path: Path) -> dict[Any, dict]:
 
 
 def _coco_split(data: dict, path: Path, split: str, cats: dict[Any, str], task: str,
-                record: dict) -> list[_Image]:
-    """The images of one COCO file with their label lines; counts what was skipped (crowd
-    objects, boxes of no area) or stood in for (a box for a missing polygon) in ``record``."""
+                record: dict, index: dict[Any, int] | None = None) -> list[_Image]:
+    """The images of one COCO file with their label lines (class ids from ``index``, by
+    default the categories in id order); counts what was skipped (crowd objects, boxes of no
+    area) or stood in for (a box for a missing polygon) in ``record``."""
     counts = record.setdefault("skipped", {"crowd": 0, "empty_box": 0, "box_as_polygon": 0})
     images = _coco_images(data, path)
-    index = {cid: k for k, cid in enumerate(cats)}
+    index = index if index is not None else {cid: k for k, cid in enumerate(cats)}
     anns = data.get("annotations")
     if not isinstance(anns, list):
         raise ConfigError(f"{path} has no 'annotations' list: pass an instances_<split>.json "
@@ -613,14 +696,17 @@ def _coco_split(data: dict, path: Path, split: str, cats: dict[Any, str], task: 
     if objects == 0:
         raise ConfigError(f"{path} holds no objects (no annotation that is not a crowd): the "
                           f"{split} split is empty")
-    finder = _Finder(_coco_folders(path, split))
+    finder = _Finder(_coco_folders(path, split), _coco_root(path))
     out = []
     for image_id, im in images.items():
-        found = finder(im["file_name"])
+        where = f"{path}: image id {image_id}"
+        found = finder(im["file_name"], where)
         if found is None:
             raise ConfigError(f"{path}: image {im['file_name']!r} (id {image_id}) is missing: "
                               f"looked in {', '.join(str(d) for d in finder.folders[:3])}; put "
                               f"the images there")
+        check_image_size(found, float(im["width"]), float(im["height"]), where,
+                         "fix its 'width' and 'height' in the annotation file")
         out.append(_Image(found, _safe_name(im["file_name"]), lines[image_id]))
     _check_unique(out, str(path))
     return out
@@ -712,12 +798,14 @@ def _voc_items_imagesets(root: Path, list_file: Path) -> list[tuple[Path | None,
     items = []
     for n, line in _list_lines(list_file):
         image_id = line.split()[0]
-        xml = root / "Annotations" / f"{image_id}.xml"
         where = f"{list_file} line {n} ({image_id!r})"
+        xml = confined(f"Annotations/{image_id}.xml", root, where=where)
         if not xml.is_file():
             raise ConfigError(f"{where}: its annotation {xml} is missing: add it or drop the id")
         image = next((root / "JPEGImages" / f"{image_id}{s}" for s in VOC_SUFFIXES
                       if (root / "JPEGImages" / f"{image_id}{s}").is_file()), None)
+        if image is not None:
+            confined(image.relative_to(root), root, where=where)
         items.append((image, xml, where))
     return items
 
@@ -730,7 +818,7 @@ def _voc_items_paddlex(list_file: Path) -> list[tuple[Path | None, Path, str]]:
         if len(parts) != 2:
             raise ConfigError(f"{where} is not '<image path> <annotation path>.xml': PaddleX's "
                               f"VOC lists hold two paths per line")
-        image, xml = (list_file.parent / p for p in parts)
+        image, xml = (confined(p, list_file.parent, where=where) for p in parts)
         if not xml.is_file():
             raise ConfigError(f"{where}: its annotation {xml} is missing: add it or fix the line")
         if not image.is_file():
@@ -780,7 +868,9 @@ def _plan_voc(src: Path, class_names: list[str] | None) -> _Plan:
     extra = {"lists": {s: str(f) for s, f in lists.items()},
              "class_names_from": "class_names" if class_names is not None else
              str(labels) if labels is not None else "first seen"}
-    return _Plan("voc", {"lists": lists, "items": splits, "labels": labels}, inputs, extra)
+    layout = [str(image) for items in splits.values() for image, _, _ in items]
+    return _Plan("voc", {"lists": lists, "items": splits, "labels": labels}, inputs, extra,
+                 layout)
 
 
 def _text(node: ET.Element, tag: str, where: str) -> str:
@@ -812,20 +902,22 @@ def _parse_xml(xml: Path) -> ET.Element:
 
 
 def _voc_size(tree: ET.Element, xml: Path, image: Path) -> tuple[float, float]:
-    size = tree.find("size")
+    """The image's size: its ``<size>``, checked against the image file's; the file's own
+    when the XML gives none."""
+    size, w, h = tree.find("size"), 0.0, 0.0
     with contextlib.suppress(AttributeError, TypeError, ValueError):
         w, h = float(size.find("width").text), float(size.find("height").text)
-        if w > 0 and h > 0:
-            return w, h
-    from PIL import Image  # no <size>: the image's own
-
-    from ...engine.data import image_file
-    with image_file(image), Image.open(image) as im:
-        return float(im.size[0]), float(im.size[1])
+    if w > 0 and h > 0:  # (NaN is not)
+        check_image_size(image, w, h, f"{xml} <size>", "fix <width> and <height> there")
+        return w, h
+    stored, _ = image_size(image)  # no <size>: the image's own
+    return float(stored[0]), float(stored[1])
 
 
-def _read_voc(plan: _Plan, class_names: list[str] | None) -> tuple[list[str],
-                                                                    dict[str, list[_Image] | str]]:
+def _read_voc(plan: _Plan, class_names: list[str] | None, of_model: bool = False
+              ) -> tuple[list[str], dict[str, list[_Image] | str]]:
+    """The class names and the images of each split; ``class_names`` (the model's names when
+    ``of_model``) fixes the class ids, else ``labels.txt``, else the names as first seen."""
     labels: Path | None = plan.splits["labels"]
     names = list(map(str, class_names)) if class_names is not None else \
         read_labels_txt(labels) if labels is not None else None
@@ -849,6 +941,8 @@ def _read_voc(plan: _Plan, class_names: list[str] | None) -> tuple[list[str],
                     raise ConfigError(f"{where}: its image is missing (looked for JPEGImages/"
                                       f"{xml.stem}.jpg/.jpeg/.png and <filename> {filename!r}): "
                                       f"add the image")
+                confined(f"JPEGImages/{filename}", xml.parent.parent,
+                         where=f"{xml} <filename>")
             w, h = _voc_size(tree, xml, image)
             lines = []
             for k, obj in enumerate(tree.iter("object"), 1):
@@ -856,7 +950,8 @@ def _read_voc(plan: _Plan, class_names: list[str] | None) -> tuple[list[str],
                 name = _text(obj, "name", at)
                 if name not in index:
                     if fixed:
-                        source = "class_names" if class_names is not None else str(labels)
+                        source = "the model" if of_model else "class_names" \
+                            if class_names is not None else str(labels)
                         raise ConfigError(f"{at} is a {name!r}, a class {source} does not name "
                                           f"({', '.join(names[:8])}): add it there or fix the "
                                           f"annotation")

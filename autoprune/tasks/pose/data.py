@@ -66,11 +66,19 @@ def kpt_shape_of(cfg: dict[str, Any], data_yaml: Path) -> list[int]:
                           f"e.g. [17, 3]")
     k = shape[0]
     flip = cfg.get("flip_idx")
-    if flip is not None and (not isinstance(flip, (list, tuple))
-                             or sorted(flip) != list(range(k))):
+    whole = isinstance(flip, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in flip)
+    if flip is not None and (not whole or sorted(flip) != list(range(k))):
         raise ConfigError(f"{data_yaml}: flip_idx: {flip!r:.60} must list each of the {k} "
                           f"keypoints' twin in a flipped image once (a permutation of "
                           f"0..{k - 1}), or be left out (no flipped training images)")
+    if flip is not None:
+        odd = next((i for i in range(k) if flip[flip[i]] != i), None)
+        if odd is not None:
+            raise ConfigError(f"{data_yaml}: flip_idx: {flip!r:.60} says keypoint {odd}'s twin "
+                              f"is {flip[odd]}, but keypoint {flip[odd]}'s twin is "
+                              f"{flip[flip[odd]]}: twins go in pairs (flip_idx[flip_idx[i]] == "
+                              f"i; a keypoint on the axis is its own twin); fix flip_idx")
     sigmas = cfg.get("kpt_oks_sigmas")
     if sigmas is not None and (not isinstance(sigmas, (list, tuple)) or len(sigmas) != k or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in sigmas)):

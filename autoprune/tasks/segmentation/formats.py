@@ -33,6 +33,7 @@ from PIL import Image
 
 from ...datasets.formats import check_format_and_split, read_labels_txt
 from ...engine.data import image_file, load_image
+from ...engine.paths import confined
 from ...errors import ConfigError
 from ...engine.data import first_items
 from .data import (DEFAULT_SCENES, SCENES, CheckedSegmentation, ImageMaskFolder,
@@ -141,8 +142,8 @@ def detect_format(path: str | os.PathLike) -> str:
             return "masks"
         if (p / "SegmentationClass").is_dir() and (p / "ImageSets" / "Segmentation").is_dir():
             return "voc"
-        if (p / "leftImg8bit").is_dir() and (p / "gtFine").is_dir():
-            return "cityscapes"
+        if (p / "leftImg8bit").is_dir() or (p / "gtFine").is_dir():
+            return "cityscapes"  # a missing half is named by the reader
         if any((p / f"{s}_list.txt").is_file() for s in ("train", "val")):
             return "paddlex"
     elif not p.exists():
@@ -221,12 +222,14 @@ def _voc_pairs(root: Path, split: str) -> tuple[list[tuple[Path, Path]], str]:
     pairs = []
     for n, line in _lines(file):
         image_id = line.split()[0]
+        where = f"{file} line {n} ({image_id!r})"
         image = next((root / "JPEGImages" / f"{image_id}{s}" for s in IMAGE_SUFFIXES
                       if (root / "JPEGImages" / f"{image_id}{s}").is_file()), None)
         if image is None:
-            raise ConfigError(f"{file} line {n} ({image_id!r}): its image JPEGImages/{image_id}"
-                              f".jpg (or .png) is missing: add it or drop the id")
-        mask = root / "SegmentationClass" / f"{image_id}.png"
+            raise ConfigError(f"{where}: its image JPEGImages/{image_id}.jpg (or .png) is "
+                              f"missing: add it or drop the id")
+        confined(image.relative_to(root), root, where=where)
+        mask = confined(f"SegmentationClass/{image_id}.png", root, where=where)
         if not mask.is_file():
             raise ConfigError(f"{file} line {n} ({image_id!r}): its mask {mask} is missing: add "
                               f"it or drop the id")
@@ -235,6 +238,12 @@ def _voc_pairs(root: Path, split: str) -> tuple[list[tuple[Path, Path]], str]:
 
 
 def _cityscapes_pairs(root: Path, split: str) -> tuple[list[tuple[Path, Path]], str]:
+    for part in ("leftImg8bit", "gtFine"):
+        if not (root / part).is_dir():
+            raise ConfigError(f"{root} is read as a Cityscapes root but has no {part}/: "
+                              f"Cityscapes holds leftImg8bit/<split>/<city>/*_leftImg8bit.png "
+                              f"and gtFine/<split>/<city>/*_gtFine_labelIds.png; add {part}/ "
+                              f"(or pass data_format= for another layout)")
     images = root / "leftImg8bit" / split
     if not images.is_dir():
         raise ConfigError(f"{images} does not exist: a Cityscapes root holds leftImg8bit/{split}/"
@@ -259,7 +268,7 @@ def _paddlex_pairs(file: Path) -> list[tuple[Path, Path]]:
         if len(parts) != 2:
             raise ConfigError(f"{file} line {n} ({line[:50]!r}) is not '<image path> <mask "
                               f"path>': PaddleX's segmentation lists hold two paths per line")
-        image, mask = (Path(x) if Path(x).is_absolute() else file.parent / x for x in parts)
+        image, mask = (confined(x, file.parent, where=f"{file} line {n}") for x in parts)
         for kind, q in (("image", image), ("mask", mask)):
             if not q.is_file():
                 raise ConfigError(f"{file} line {n}: its {kind} {q} is missing: add it or fix "

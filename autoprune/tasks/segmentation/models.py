@@ -23,8 +23,8 @@ import timm
 from .. import timm_rules
 from ...engine.attributes import output_channels, register_metadata_sync
 from ...engine.provenance import Provenance, file_provenance
-from ...errors import ConfigError
-from .pretrained import build_with_encoder_weights
+from ...errors import AutopruneError, ConfigError
+from .pretrained import build_with_encoder_weights, read_encoder_file
 
 STRIDE = 32  # smp encoders downsample 32x: input sides must be multiples of this
 ARCH_ALIASES = {"unet++": "unetplusplus", "deeplabv3+": "deeplabv3plus", "deeplab": "deeplabv3"}
@@ -196,14 +196,16 @@ def build_segmenter(arch: str, num_classes: int, in_channels: int = 3,
         else:
             model = smp.create_model(name, encoder_name=encoder, in_channels=in_channels,
                                      encoder_weights=None, classes=num_classes, **kwargs)
+    except AutopruneError:
+        raise  # one line already (weights not cached, a damaged file): as it is
     except (TypeError, ValueError, KeyError, AssertionError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ConfigError(f"smp cannot build {arch} with {kwargs or 'these settings'} "
                           f"({first}): check model_kwargs") from None
     if local:
-        state = torch.load(encoder_weights, map_location="cpu", weights_only=True)
+        state = read_encoder_file(encoder_weights, encoder)  # weights-only, one line if bad
         try:
-            model.encoder.load_state_dict(state.get("state_dict", state))
+            model.encoder.load_state_dict(state)
         except (RuntimeError, KeyError, AttributeError) as e:
             first = str(e).strip().splitlines()[0][:160]
             raise ConfigError(f"encoder_weights {encoder_weights} do not fit the {encoder} "

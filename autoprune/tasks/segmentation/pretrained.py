@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import threading
 from pathlib import Path
@@ -116,11 +115,22 @@ def encoder_data_config(encoder: str, weights_name: str | bool = "imagenet") -> 
         cfg = timm.models.get_pretrained_cfg(name[3:]).to_dict()
         return {"input_space": "RGB", "input_range": [0, 1], "mean": list(cfg["mean"]),
                 "std": list(cfg["std"])}
-    path, _ = encoder_weights_file(name, weights_name)
-    settings = json.loads((path.parent / "config.json").read_text())
-    return {"input_space": settings.get("input_space", "RGB"),
-            "input_range": list(settings.get("input_range", [0, 1])),
-            "mean": list(settings["mean"]), "std": list(settings["std"])}
+    path, prov = encoder_weights_file(name, weights_name)
+    return _preprocessing(path.parent / "config.json", weights.refetch(str(prov.id), LOCAL))
+
+
+def _preprocessing(path: Path, fix: str) -> dict[str, Any]:
+    """The input settings in smp's cached ``config.json`` (mean, std: lists of numbers)."""
+    settings = weights.read_json_config(path, fix)
+    out = {"input_space": settings.get("input_space", "RGB"),
+           "input_range": settings.get("input_range", [0, 1]),
+           "mean": settings.get("mean"), "std": settings.get("std")}
+    for key in ("input_range", "mean", "std"):
+        value = out[key]
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"{path} gives {key}={value!r:.40}, not a list of numbers: {fix}")
+    return out
 
 
 @contextlib.contextmanager
@@ -143,14 +153,26 @@ def build_with_encoder_weights(arch: str, encoder: str, encoder_weights: str | b
     by smp's own loader; returns the model and where its encoder weights came from."""
     path, prov = encoder_weights_file(encoder, encoder_weights)
     name = smp_encoder_name(encoder)
+    fix = weights.refetch(str(prov.id), LOCAL)
+    weights.read_weights(path, fix)  # damaged, truncated or a pickle: refused before smp reads
     if name.startswith("tu-"):  # timm loads them: point its pretrained config at the file
-        model = smp.create_model(arch, encoder_name=encoder, encoder_weights=True,
-                                 pretrained_cfg_overlay={"file": str(path)}, **create_kwargs)
+        with weights.loading(path, fix):
+            model = smp.create_model(arch, encoder_name=encoder, encoder_weights=True,
+                                     pretrained_cfg_overlay={"file": str(path)}, **create_kwargs)
         return model, prov
-    with _pinned_hub(weights.hf_cache_dir()):
+    _preprocessing(path.parent / "config.json", fix)  # smp reads it too
+    with _pinned_hub(weights.hf_cache_dir()), weights.loading(path, fix):
         model = smp.create_model(arch, encoder_name=encoder, encoder_weights=prov.tag,
                                  **create_kwargs)
     return model, prov
+
+
+def read_encoder_file(path: str | os.PathLike, encoder: str) -> dict[str, torch.Tensor]:
+    """The state dict of a local file of ``encoder`` weights (safetensors or torch's format,
+    read weights-only; a ``{"state_dict": ...}`` wrapper unwrapped); a damaged file or a pickle
+    of other objects is a one-line ConfigError."""
+    return weights.read_weights(path, f"pass a state_dict of the {encoder} encoder (torch.save "
+                                      f"or safetensors), or encoder_weights=None")
 
 
 def seed_smp_cache(encoder_module: nn.Module | dict[str, torch.Tensor], encoder: str,
@@ -169,4 +191,4 @@ def seed_smp_cache(encoder_module: nn.Module | dict[str, torch.Tensor], encoder:
 
 
 __all__ = ["LOCAL", "build_with_encoder_weights", "encoder_data_config", "encoder_weight_names",
-           "encoder_weights_file", "seed_smp_cache", "smp_encoder_name"]
+           "encoder_weights_file", "read_encoder_file", "seed_smp_cache", "smp_encoder_name"]
