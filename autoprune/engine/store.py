@@ -64,12 +64,17 @@ def file_mode() -> int:
 
 def atomic_write(path: PathLike, write: Callable[[str], None]) -> Path:
     """Write ``path`` atomically: ``write(tmp)`` fills a temp file next to it (named after this
-    process's id), which then replaces ``path``. On any failure the temp file is removed and
-    ``path`` is left as it was; a failed write (full disk, no permission) is a one-line
-    :class:`WriteError` naming ``path``."""
+    process's id; temp files of ``path`` that a killed writer left are removed first, see
+    :func:`remove_stale_temp_files`), which then replaces ``path``. On any failure the temp
+    file is removed and ``path`` is left as it was; a failed write (full disk, no permission)
+    is a one-line :class:`WriteError` naming ``path``."""
     path = Path(path)
     tmp = None
     try:
+        try:
+            remove_stale_temp_files(path)  # a killed writer's leftovers, of this very pattern
+        except OSError:
+            pass  # one that cannot be removed (another user's) is left
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
                                    dir=path.parent)
         os.close(fd)
@@ -307,6 +312,45 @@ def read_record(path: PathLike) -> SensitivityRecord:
     return record_from_json(data, path)
 
 
+_TEXT, _WHOLE, _MAP, _LIST = (str,), (int,), (Mapping,), (list,)
+# the shape of the fields consumers read (section, key, the kinds it may hold besides None)
+FIELD_KINDS = (("model", "arch", _TEXT), ("model", "fingerprint", _TEXT),
+               ("model", "groups", _MAP), ("model", "weights_sha256", _TEXT),
+               ("metric", "name", _TEXT), ("metric", "higher_is_better", (bool,)),
+               ("extra", "latency", _MAP), ("extra", "how", _MAP),
+               ("extra", "evaluation", _MAP), ("extra", "eval_images", _WHOLE),
+               ("extra", "non_finite_points", _LIST), ("extra", "date", _TEXT))
+LATENCY_KINDS = {"device": _TEXT, "runtime": _TEXT, "precision": _TEXT, "threads": _WHOLE,
+                 "batch": _WHOLE, "baseline_ms": (int, float)}
+
+
+def check_fields(data: Mapping[str, Any], path: Path) -> None:
+    """Refuse a file whose fields that consumers read hold another kind of value (a string
+    where ``extra.latency`` holds a mapping, ...): one SensitivityFileError here, where the file
+    is read, instead of an AttributeError in whichever consumer reads it first."""
+    found = [(f"{section}.{key}", data[section][key], kinds)
+             for section, key, kinds in FIELD_KINDS
+             if isinstance(data.get(section), Mapping) and key in data[section]]
+    latency = (data.get("extra") or {}).get("latency")
+    if isinstance(latency, Mapping):
+        found += [(f"extra.latency.{k}", latency[k], kinds) for k, kinds in LATENCY_KINDS.items()
+                  if k in latency]
+    for name, value, kinds in found:
+        bad = value is not None and (not isinstance(value, kinds) or (
+            isinstance(value, bool) and bool not in kinds) or (
+            name == "extra.latency.baseline_ms" and not (math.isfinite(value) and value > 0)))
+        if bad:
+            raise SensitivityFileError(f"{path}: field {name!r} holds {value!r:.40}, not "
+                                       f"{_kind_words(kinds)}; the file is damaged (restore a "
+                                       f"copy, or delete it to measure it again)")
+
+
+def _kind_words(kinds: tuple[type, ...]) -> str:
+    words = {str: "a string", int: "a whole number", float: "a number", bool: "true or false",
+             Mapping: "a mapping", list: "a list"}
+    return " or ".join(words.get(k, k.__name__) for k in kinds)
+
+
 def record_from_json(data: Any, path: PathLike = "<memory>") -> SensitivityRecord:
     """Validate the JSON form of a sensitivity file and build the record."""
     path = Path(path)
@@ -321,6 +365,7 @@ def record_from_json(data: Any, path: PathLike = "<memory>") -> SensitivityRecor
         if key in data and not isinstance(data[key], kind):
             raise SensitivityFileError(f"{path}: field {key!r} must be a {kind.__name__}; "
                                        f"the file is damaged")
+    check_fields(data, path)
     record = SensitivityRecord(
         sensitivities=parse_points(path, data.get("sensitivities", {})),
         model=data.get("model", {}), criterion=data.get("criterion", "l1_norm"),
