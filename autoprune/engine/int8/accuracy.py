@@ -106,7 +106,7 @@ def exclude_for_accuracy(quantizer: Int8Quantizer, fp32_onnx: bytes,
 
     def measure(nodes: Sequence[str]) -> float:
         count[0] += 1
-        data = quantizer.quantize(fp32_onnx, exclude=base + tuple(nodes))
+        data = quantizer.quantize(fp32_onnx, exclude=base + tuple(nodes), fresh=True)
         return _check_metric(evaluate(data), "the INT8 model")
 
     def loss_of(value: float) -> float:
@@ -118,7 +118,8 @@ def exclude_for_accuracy(quantizer: Int8Quantizer, fp32_onnx: bytes,
                        higher_is_better)
     layers = [n for n in quantizer.layer_nodes(fp32_onnx) if n not in base]
     if len(layers) > max_layers:
-        layers = noise_order(quantizer, fp32_onnx, quantizer.quantize(fp32_onnx, exclude=base),
+        layers = noise_order(quantizer, fp32_onnx,
+                             quantizer.quantize(fp32_onnx, exclude=base, fresh=True),
                              layers)[:max_layers]
     alone = {n: measure((n,)) for n in layers}
     sensitivity = {n: loss_of(v) for n, v in alone.items()}
