@@ -101,7 +101,10 @@ class DetectionAdapter(TaskAdapter):
         :class:`~.settings.YoloSettings` (where they are documented): ``settings=``, or its
         fields as keywords. ``num_classes`` (``nc``, its former name): when there are no data;
         ``workers``: the former name of ``num_workers``; ``cache_root``: where COCO / VOC data
-        are converted; ``class_names``: a checkpoint's, when there are no data."""
+        are converted; ``class_names``: the class names (in id order) of the checkpoint the data
+        are used with, or the names of a checkpoint when there are no data: COCO / VOC classes
+        are mapped to them by name, YOLO data must name them so (an empty list: a checkpoint
+        that records no names, with which a VOC set of no class order is refused)."""
         nc, workers = given.pop("nc", None), given.pop("workers", None)  # the former names
         s = settings_of(YoloSettings, settings, given, self.task)
         nc = num_classes if num_classes is not None else nc
@@ -124,8 +127,18 @@ class DetectionAdapter(TaskAdapter):
         self.eval_limit = s.eval_limit
         self.sources: dict[str, Any] = {}  # COCO / VOC data converted to YOLO (formats.py)
         self._start_weights: dict[str, Any] | None = None  # where pretrained weights came from
-        data = self._as_yolo("data", data, s.data_format, cache_root)
-        eval_data = self._as_yolo("eval_data", eval_data, s.data_format, cache_root)
+        self._given = (data, eval_data, s.data_format, cache_root, nc)
+        self._read_data(class_names)
+        self._tmpdir: tempfile.TemporaryDirectory | None = None  # validator outputs, val subset
+        self._val_yaml: Path | None = None
+        self._loader = None
+
+    def _read_data(self, model_names: Sequence[str] | None) -> None:
+        """Read (converting COCO / VOC once) the data and eval data given to the constructor,
+        their classes mapped to ``model_names`` (see ``class_names`` there)."""
+        data, eval_data, data_format, cache_root, nc = self._given
+        data = self._as_yolo("data", data, data_format, cache_root, model_names)
+        eval_data = self._as_yolo("eval_data", eval_data, data_format, cache_root, model_names)
         self.data = read_data_yaml(data, check_labels=self.check_labels) \
             if data is not None else None
         self.eval_data = self.data if eval_data is None or (
@@ -141,19 +154,45 @@ class DetectionAdapter(TaskAdapter):
         self.num_classes = nc if nc is not None else found
         # the data's class names, else a checkpoint's (class_names: read back from its metadata)
         self.names = (self.data or self.eval_data or {}).get("names") or \
-            (dict(enumerate(map(str, class_names))) if class_names else None)
+            (dict(enumerate(map(str, model_names))) if model_names else None)
         self.eval_set = None
         if self.eval_data is not None:
-            self.eval_set = EvalImages(self.eval_data["val"][:s.eval_limit])
-        self._tmpdir: tempfile.TemporaryDirectory | None = None  # validator outputs, val subset
-        self._val_yaml: Path | None = None
-        self._loader = None
+            self.eval_set = EvalImages(self.eval_data["val"][:self.eval_limit])
+        self._check_names(model_names)
+
+    def _check_names(self, model_names: Sequence[str] | None) -> None:
+        """Refuse data whose class names (YOLO's, in its order) are not the model's."""
+        data = self.data or self.eval_data
+        if not model_names or data is None:
+            return
+        mine = [str(data["names"][i]) for i in sorted(data["names"])]
+        theirs = [str(n) for n in model_names]
+        if mine != theirs and len(mine) == len(theirs):  # (another count is named elsewhere)
+            same = "the same classes in another order" if sorted(mine) == sorted(theirs) \
+                else "other classes"
+            raise ConfigError(f"the model was trained on {same} ({', '.join(theirs[:6])}"
+                              f"{', …' if len(theirs) > 6 else ''}) than {data['yaml']} names "
+                              f"({', '.join(mine[:6])}{', …' if len(mine) > 6 else ''}): their "
+                              f"ids would be evaluated one for one; list the model's names in "
+                              f"that order in the data.yaml (and its labels), or pass the data "
+                              f"as COCO / VOC to have it mapped by name")
+
+    def use_model_names(self, model_names: Sequence[str] | None) -> None:
+        """Map the data's classes to the names (in id order) of the checkpoint they are used
+        with, once it is known (an analysis of a checkpoint): COCO / VOC data are converted again
+        in that order; YOLO data must name them so (see ``class_names`` of the constructor)."""
+        if model_names is None or (model_names and self.names and [
+                self.names[i] for i in sorted(self.names)] == [str(n) for n in model_names]):
+            return
+        self.sources = {}
+        self._read_data(model_names)
 
     def _as_yolo(self, key: str, path: Any, data_format: str | None,
-                 cache_root: str | os.PathLike | None) -> Any:
+                 cache_root: str | os.PathLike | None,
+                 model_names: Sequence[str] | None = None) -> Any:
         """The YOLO data.yaml of ``path``: itself, or a COCO / VOC set converted once into a
         cache under ``cache_root`` (the run's save_dir; a temp folder without one), never next
-        to the user's data."""
+        to the user's data, its classes mapped to ``model_names``."""
         if path is None:
             return None
         if data_format not in (None, "yolo") and self.yolo_task not in formats.TASKS:
@@ -166,7 +205,8 @@ class DetectionAdapter(TaskAdapter):
             Path(tempfile.gettempdir()) / f"autoprune-data-{os.getuid()}"
         source = formats.prepare_yolo_data(
             path, data_format=data_format, task=self.yolo_task,
-            cache_dir=formats.cache_dir_for(root, path, self.yolo_task))
+            cache_dir=formats.cache_dir_for(root, path, self.yolo_task),
+            model_names=None if model_names is None else [str(n) for n in model_names])
         self.sources[key] = source
         return source.yaml
 
@@ -174,9 +214,20 @@ class DetectionAdapter(TaskAdapter):
     def from_settings(cls, settings: YoloSettings, inputs: Mapping[str, Any],
                       flow: Any) -> "DetectionAdapter":
         """The adapter of a ``train`` call (COCO / VOC data converted under the run's
-        save_dir)."""
+        save_dir, their classes mapped to those of the checkpoint it starts from)."""
         return cls(**{k: v for k, v in inputs.items() if k != "model"}, settings=settings,
-                   cache_root=flow.save_dir, seed=flow.seed, progress=flow.progress)
+                   cache_root=flow.save_dir, seed=flow.seed, progress=flow.progress,
+                   class_names=cls._names_of(inputs.get("model"), flow.pretrain_weights))
+
+    @classmethod
+    def _names_of(cls, *starts: Any) -> list[str] | None:
+        """The class names of the first of ``starts`` that is an autoprune checkpoint of this
+        task (an empty list when it records none); None when none is."""
+        for start in starts:
+            if is_checkpoint_file(start) and (meta := autoprune_meta(start)) is not None \
+                    and meta.get("task") in (None, cls.task):
+                return cls.checkpoint_settings(meta)["class_names"]
+        return None
 
     def loaded_weights(self, provenance: dict[str, Any] | None) -> None:
         """Record where the weights :meth:`prepare_model` started from came from."""
@@ -214,8 +265,9 @@ class DetectionAdapter(TaskAdapter):
         """The class count (``nc`` in older files) and class names a checkpoint was built with."""
         build = meta.get("build") or {}
         names = (meta.get("data") or {}).get("class_names")
+        known = isinstance(names, list) and bool(names) and all(isinstance(n, str) for n in names)
         return {"num_classes": build.get("num_classes", build.get("nc")),
-                "class_names": names if isinstance(names, list) else None}
+                "class_names": list(names) if known else []}
 
     def data_settings(self) -> dict[str, Any]:
         """The data's class names (in id order), kept with the checkpoints: a model loaded later
@@ -231,6 +283,7 @@ class DetectionAdapter(TaskAdapter):
         """A YOLO object or an Ultralytics .pt as its (patched) module, checked against the data;
         an autoprune checkpoint or a name as it is."""
         if is_checkpoint_file(model) and self.is_own_checkpoint(model):
+            self.use_model_names(self._names_of(model))
             return model
         module, _ = as_module(model)
         if module is None:
