@@ -94,7 +94,8 @@ def test_precision_is_part_of_the_recorded_setting():
 
 
 @pytest.mark.parametrize("timing, message", [
-    (Timing(precision="int4"), "latency_precision='int4' is not a precision autoprune times: "
+    (Timing(precision="int4"), "latency_precision='int4' is not a precision autoprune quantizes to "
+                               "and times: "
                                "pick 'fp32' or 'int8'"),
     (Timing(precision="int8"), "latency_precision='int8' times the model as the deploy runtime "
                                "quantizes it: pass latency_runtime='onnxruntime'"),

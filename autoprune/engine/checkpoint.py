@@ -16,7 +16,7 @@ import json
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 import torch.nn as nn
@@ -284,7 +284,8 @@ def check_opset(opset_version: Any) -> int:
 
 
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
-                opset_version: int = 17, dynamic_batch: bool = True) -> Path:
+                opset_version: int = 17, dynamic_batch: bool = True,
+                metadata: Mapping[str, Any] | None = None) -> Path:
     """Export ``model`` (in eval mode) to ONNX at ``path``; the model's mode is kept. The inputs
     are named ``input`` (``input0``, ``input1``... for several), the outputs ``output``
     (``output0``...). ``dynamic_batch`` (default) lets every input and output take any batch
@@ -320,7 +321,7 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                 raise ConfigError(f"the model cannot be exported to ONNX at opset "
                                   f"{opset_version} ({first}): try a newer opset (up to "
                                   f"{opset_range()[1]}), e.g. 17") from None
-            _declare_output_shapes(Path(tmp), shapes, dynamic_batch)
+            _declare_output_shapes(Path(tmp), shapes, dynamic_batch, metadata)
 
         atomic_write(path, write)
     finally:
@@ -328,9 +329,11 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
     return path
 
 
-def _declare_output_shapes(path: Path, shapes: list[tuple[int, ...]], dynamic_batch: bool) -> None:
-    """:func:`declare_output_shapes` on the ONNX file at ``path`` (left as exported without the
-    ``onnx`` package, or over 2 GB: then it holds external data)."""
+def _declare_output_shapes(path: Path, shapes: list[tuple[int, ...]], dynamic_batch: bool,
+                           metadata: Mapping[str, Any] | None = None) -> None:
+    """:func:`declare_output_shapes` on the ONNX file at ``path``, and ``metadata`` written into
+    it (left as exported without the ``onnx`` package, or over 2 GB: then it holds external
+    data)."""
     try:
         import onnx
     except ImportError:
@@ -339,6 +342,9 @@ def _declare_output_shapes(path: Path, shapes: list[tuple[int, ...]], dynamic_ba
         return
     graph_model = onnx.load(str(path))
     declare_output_shapes(graph_model, shapes, dynamic_batch)
+    for key, value in (metadata or {}).items():
+        entry = graph_model.metadata_props.add()
+        entry.key, entry.value = str(key), str(value)
     onnx.save(graph_model, str(path))
 
 

@@ -106,7 +106,8 @@ def latency_setting(example_inputs: Any, *, device: Any = "cpu", threads: int | 
             "clock": "thread cpu time" if threads == 1 else "wall",
             "torch": torch.__version__, "hardware": hardware_name(device),
             "runtime": runtime, "precision": check_precision(precision, runtime),
-            "runtime_setting": runtime_setting(runtime, threads, device), **more}
+            "runtime_setting": runtime_setting(runtime, threads, device, precision=precision),
+            **more}
 
 
 def setting_value(setting: Mapping[str, Any] | None, key: str) -> Any:
@@ -186,6 +187,7 @@ class PairedTimer:
         self.last_ratios: list[float] = []
         self._base_runner: Runner | None = None  # the unpruned model in the runtime, once
         self._exports = ExportCache()
+        self._quantizer: Any = None  # INT8: calibrated on the unpruned model, its ranges reused
         flush_denormals()
         warm_allocator()  # a fresh process times like one that has run for a while
 
@@ -213,9 +215,17 @@ class PairedTimer:
         return min(times)
 
     def _runner(self, model: nn.Module) -> Runner:
+        if self.precision == "int8" and self._quantizer is None:
+            from .int8.quantizer import Int8Quantizer
+
+            self._quantizer = Int8Quantizer(
+                [_positional_inputs(self.inputs)],
+                source="the timed input, ranges of the unpruned model reused (the scales do not "
+                       "change which kernels run)")
         compile_ = lambda onnx=None: compile_model(model, self.inputs, runtime=self.runtime,
                                                    device=self.device, threads=self.threads,
-                                                   onnx=onnx)
+                                                   onnx=onnx, precision=self.precision,
+                                                   quantizer=self._quantizer)
         if model is self.base:
             if self._base_runner is None:
                 self._base_runner = compile_()
@@ -272,6 +282,11 @@ class PairedTimer:
         if not self.base_rounds:
             self.compare(self.base)
         return statistics.median(self.base_rounds)
+
+
+def _positional_inputs(inputs: Any) -> tuple:
+    """The timed inputs as the positional tuple an exported model takes."""
+    return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
 
 
 def check_latency_table(record: SensitivityRecord, wanted: Mapping[str, Any], path: Any) -> None:

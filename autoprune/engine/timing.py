@@ -8,6 +8,7 @@ import numbers
 from typing import Any, Mapping
 
 from ..errors import ConfigError
+from .int8.settings import PRECISIONS  # noqa: F401 - what a model is timed as (torch-free)
 
 
 def _timing_field(default: Any, help: str, kind: str) -> Any:
@@ -16,7 +17,6 @@ def _timing_field(default: Any, help: str, kind: str) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, "kind": kind})
 
 
-PRECISIONS = ("fp32", "int8")  # what a model is timed as (int8: quantized in the runtime)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +105,8 @@ def check_latency_options(device: Any = "cpu", threads: Any = None, batch: Any =
 
 
 def check_precision(precision: Any, runtime: Any = "onnxruntime") -> str:
-    """Refuse a precision autoprune cannot time (``"int4"``), or INT8 in torch eager (the INT8
-    model is the runtime's quantized graph): one-line ConfigError; returns the precision."""
-    if not isinstance(precision, str) or precision.lower() not in PRECISIONS:
-        raise ConfigError(f"latency_precision={precision!r} is not a precision autoprune times: "
-                          f"pick {' or '.join(repr(p) for p in PRECISIONS)}")
-    if precision.lower() == "int8" and runtime == "torch":
-        raise ConfigError("latency_precision='int8' times the model as the deploy runtime "
-                          "quantizes it: pass latency_runtime='onnxruntime' (or 'openvino')")
-    return precision.lower()
+    """``precision`` in lower case, or a one-line ConfigError (``"int4"``; INT8 in torch eager;
+    INT8 in OpenVINO without NNCF): :func:`autoprune.engine.int8.settings.check_precision`."""
+    from .int8.settings import check_precision as check
+
+    return check(precision, runtime)

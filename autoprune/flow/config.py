@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar
 
 from ..engine.timing import Timing
+from .precision import Int8Settings
 from ..errors import ConfigError, ResumeMismatchError
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # engine.sensitivity's
@@ -146,6 +147,8 @@ class FlowSettings:
     latency: Timing = group(Timing, "where latency is timed and targeted (latency_device, "
                             "latency_threads, ...: the fields of autoprune.Timing)",
                             prefix="latency_")
+    int8: Int8Settings = group(Int8Settings, "INT8 in the deploy runtime (quantize, "
+                               "calibration_images, calibration_method, int8_metric_loss)")
     pretrain_epochs: int | None = setting(None, "epochs of the base model (default: epochs)",
                                           kind="int")
     criterion: Any = setting("l1_norm", "which channels go: l1_norm, l2_norm, fpgm, bn_scale, "

@@ -212,6 +212,29 @@ class TaskAdapter(ABC):
         export head); what a deploy runtime times. The default: ``model`` itself."""
         return model
 
+    def onnx_metadata(self, model: nn.Module) -> dict[str, str]:
+        """Key / value pairs written into the ONNX files of ``model`` (FP32 and INT8), e.g. what
+        Ultralytics' ``YOLO("model.onnx")`` reads (names, stride, image size); none by default."""
+        return {}
+
+    # --- INT8 in the deploy runtime (quantize="int8") -----------------------------------------
+    def calibration_inputs(self, limit: int) -> list[Any]:
+        """Up to ``limit`` images of the *train* split through the task's evaluation transforms,
+        as batches of model inputs: what an INT8 model is calibrated on. The default: the task
+        cannot quantize (a one-line ConfigError)."""
+        raise ConfigError(f"quantize='int8' is not available for the {self.task} task: it has "
+                          f"no calibration data reader; leave quantize out")
+
+    def evaluate_deployed(self, onnx: bytes | Path, threads: int | None = None
+                          ) -> dict[str, float]:
+        """Metrics of an exported model (FP32 or INT8 ONNX, bytes or a file) as ONNX Runtime
+        runs it, on the evaluation data, with the task's own metric. The default: :meth:`evaluate`
+        of the session dressed as a module (:class:`~autoprune.engine.onnx_module.OnnxModule`),
+        on the same batches as the torch model."""
+        from ..engine.onnx_module import OnnxModule
+
+        return self.evaluate(OnnxModule(onnx, threads))
+
     @abstractmethod
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
                     dynamic_batch: bool = True) -> Path:

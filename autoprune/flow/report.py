@@ -97,6 +97,55 @@ def _rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def int8_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """``(model, precision, size, latency, metric, speed-up)`` rows of a report's ``int8``
+    section (FP32 / INT8 x base / pruned, timed together in the deploy runtime; the speed-up
+    against the FP32 base model); none without one."""
+    section = report.get("int8")
+    if not isinstance(section, Mapping):
+        return []
+    ms = (section.get("latency") or {}).get("ms") or {}
+    base_ms = ms.get("baseline_fp32") or next(iter(ms.values()), None)
+    metric = section.get("metric")
+    rows = []
+    for side in ("baseline", "pruned"):
+        if side not in section:
+            continue
+        for precision, figures in (("FP32", (section.get("fp32") or {}).get(side) or {}),
+                                   ("INT8", section[side])):
+            t = ms.get(f"{side}_{precision.lower()}")
+            value = (figures.get("metrics") or {}).get(metric) if metric else None
+            rows.append((side, precision, f"{figures.get('size_mb', 0):.2f} MB",
+                         "n/a" if t is None else f"{t:.2f} ms",
+                         "n/a" if value is None else f"{value:.4f}",
+                         "n/a" if t is None or not base_ms else f"{base_ms / t:.2f}x"))
+    return rows
+
+
+def int8_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the ``int8`` section says in words: where it was timed, the layers kept in FP32,
+    the CPU and the verdicts."""
+    section = report.get("int8")
+    if not isinstance(section, Mapping):
+        return []
+    setting = (section.get("latency") or {}).get("setting") or {}
+    quant = section.get("quantization") or {}
+    lines = [f"INT8: ONNX Runtime, {describe(setting, with_input=False)}; "
+             f"{quant.get('format', 'QDQ')} {quant.get('types', '')}, per-channel "
+             f"{quant.get('per_channel')}, reduce_range {quant.get('reduce_range')}, "
+             f"{quant.get('method')} calibration on "
+             f"{(quant.get('calibration') or {}).get('images')} train images"]
+    if quant.get("cpu_summary"):
+        lines.append(f"CPU: {quant['cpu_summary']}")
+    for side in ("baseline", "pruned"):
+        kept = (section.get(side) or {}).get("excluded") or []
+        if kept:
+            lines.append(f"{side}: {len(kept)} node(s) kept in FP32: "
+                         f"{', '.join(kept[:6])}{', ...' if len(kept) > 6 else ''}")
+    lines += list(section.get("verdicts") or [])
+    return lines
+
+
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{value * 100:.1f} %"
 
@@ -162,6 +211,12 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     data = report.get("data")
     if data:
         lines += ["", f"Data: {data}."]
+    precision = int8_rows(report)
+    if precision:
+        lines += ["", "| model | precision | size | latency | metric | vs FP32 base |",
+                  "|---|---|---:|---:|---:|---:|"]
+        lines += ["| " + " | ".join(r) + " |" for r in precision]
+        lines += [""] + [f"- {line}" for line in int8_lines(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -193,6 +248,14 @@ def to_console(report: Mapping[str, Any]) -> str:
     start = start_line(report)
     if start:
         lines.append(f"starting weights: {start}")
+    precision = int8_rows(report)
+    if precision:
+        head = ("model", "precision", "size", "latency", "metric", "vs FP32 base")
+        widths = [max(len(r[i]) for r in [head] + precision) for i in range(6)]
+        line = lambda r: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(r, widths)))
+        lines += ["-" * (sum(widths) + 10), line(head)] + [line(r) for r in precision]
+        lines += int8_lines(report)
     return "\n".join(lines)
 
 
@@ -204,6 +267,9 @@ def to_csv(report: Mapping[str, Any]) -> str:
     writer.writerow(["metric", "baseline", "pruned", "change"])
     writer.writerows(_rows(report))
     writer.writerows((f"target: {a}", b, c, "") for a, b, c in target_rows(report))
+    for model, precision, size, latency, metric, speedup in int8_rows(report):
+        writer.writerow([f"{model} {precision}: size, latency, metric, vs FP32 base", size,
+                         latency, f"{metric} ({speedup})"])
     return buf.getvalue()
 
 

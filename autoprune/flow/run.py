@@ -28,6 +28,7 @@ from .checkpoints import checkpoint_meta, load_model, load_weights
 from .config import (FlowSettings, check_flags, check_numbers, from_flat, run_record,
                      save_run_config)
 from .contract import TaskAdapter, TrainResult
+from .int8 import quantize_sides
 from .latency import check_unused_settings, default_round_to, target_fields
 from .layout import BASELINE, PRUNED, SIDE_FILE, STEP_PREFIX, old_layout, run_outputs
 from .options import (check_outputs, check_save_dir, check_sensitivity_options,
@@ -144,7 +145,9 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
     check_numbers(whole=True, low=1, epochs=flow.epochs, prune_steps=flow.prune_steps)
     check_numbers(whole=True, pretrain_epochs=flow.pretrain_epochs)  # 0: prune as published
     check_flags(progress=flow.progress, resume=flow.resume)
-    check_unused_settings(flow.pruned_latency, flow.latency)
+    if not flow.int8.wanted():  # quantize="int8" times with latency_threads and latency_batch
+        check_unused_settings(flow.pruned_latency, flow.latency)
+    flow.int8.check(flow.latency)
     distill = adapter.distill_recipe(flow.distill)
     run = Run(adapter, flow, Path(flow.save_dir), mode, distill=distill)
     if mode == "none":
@@ -293,8 +296,9 @@ def finish(run: Run) -> TrainResult:
 def write_report(run: Run) -> dict[str, Any]:
     """``report.json|md|csv`` and ``sensitivity.png`` of a finished run; the report printed."""
     adapter, flow, targets = run.adapter, run.flow, run.targets
+    pruned_metrics = adapter.evaluate(run.model)
     sides = compare_sides(adapter, run.baseline_model, run.model, run.base_metrics,
-                          adapter.evaluate(run.model))
+                          pruned_metrics)
     report = {"task": adapter.task, "arch": run.arch, "data": adapter.describe_data(),
               "start_weights": run.meta["start_weights"],
               "sensitivities_file": str(run.sens_path),
@@ -310,6 +314,11 @@ def write_report(run: Run) -> dict[str, Any]:
                               example_inputs=adapter.example_inputs(run.model),
                               chosen=run.chosen, cpu=sides["latency_paired"]["cpu"]),
               **sides}
+    if flow.int8.wanted(flow.latency):  # FP32 / INT8 x base / pruned, in the runtime
+        report["int8"] = quantize_sides(
+            adapter, {"baseline": run.baseline_model, "pruned": run.model},
+            {"baseline": run.save_dir / BASELINE, "pruned": run.save_dir / PRUNED},
+            {"baseline": run.base_metrics, "pruned": pruned_metrics}, flow.int8, flow.latency)
     write_reports(report, run.save_dir)
     plot_sensitivities(run.record.sensitivities, run.save_dir / "sensitivity.png",
                        title=f"Sensitivity: {run.arch or 'model'}",

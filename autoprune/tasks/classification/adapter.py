@@ -15,6 +15,7 @@ from torchvision import datasets
 from torch.utils.data import Dataset
 
 from ...flow.config import settings_of
+from ...flow.int8 import batches_of
 from ...flow.options import check_numbers
 from ...engine.checkpoint import read_pruned_metadata
 from ...engine.data import (CachedBatches, check_limits, first_items, load_image, make_loader,
@@ -148,9 +149,10 @@ DEFAULT_DATA = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD, "interpolation": "bi
 
 
 def _folder_data(path: Path, size: int, train: bool, data_config: dict[str, Any],
-                 data_format: str | None) -> Dataset:
+                 data_format: str | None, split: str | None = None) -> Dataset:
     """The images under ``path`` in its layout (told from it, or ``data_format``): an ImageFolder,
-    PaddleX / ImageNet file lists or a CSV, with timm's transforms for ``data_config``."""
+    PaddleX / ImageNet file lists or a CSV, with timm's transforms for ``data_config`` (training
+    ones when ``train``); a list's ``split`` (train or val) follows ``train`` unless given."""
     transform = data_transforms(data_config, train, size)
     found = data_format or _layout(path)
     if found not in formats.FORMATS:
@@ -158,7 +160,7 @@ def _folder_data(path: Path, size: int, train: bool, data_config: dict[str, Any]
                           f"of {', '.join(formats.FORMATS)}, or leave it out")
     if found != "imagefolder":
         return formats.read_classification_data(path, transform=transform, data_format=found,
-                                                 split="train" if train else "val")
+                                                 split=split or ("train" if train else "val"))
     if not path.is_dir():
         raise ConfigError(f"data path {path} is not a folder: an ImageFolder is a folder of "
                           f"class folders; pass data_format= for a file list")
@@ -199,10 +201,12 @@ def _targets(ds: Dataset) -> list[int] | None:
 
 def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | None = None,
                     root: str | None = None, data_config: dict[str, Any] | None = None,
-                    data_format: str | None = None) -> Dataset:
+                    data_format: str | None = None, split: str | None = None) -> Dataset:
     """``"fashion-mnist"``, a folder or file in one of the layouts of :mod:`.formats`
     (ImageFolder, PaddleX lists, CSV), or a torch Dataset of (image, label); ``data_config``:
-    the normalisation, interpolation and crop of the model (a pretrained one's)."""
+    the normalisation, interpolation and crop of the model (a pretrained one's). ``train``:
+    training transforms and split; ``split="train"`` with ``train=False``: the training split
+    through the evaluation transforms (what an INT8 model is calibrated on)."""
     data_config = data_config or DEFAULT_DATA
     if isinstance(spec, Dataset):
         targets = _targets(spec) if limit is not None and limit < len(spec) else None
@@ -211,7 +215,8 @@ def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | Non
         return subset(spec, balanced_indices(targets, limit))
     if isinstance(spec, str) and spec.lower() == FASHION_MNIST:
         own = data_config is not DEFAULT_DATA  # a pretrained model's normalisation
-        return FashionMNIST("train" if train else "test", root=root, size=input_size, channels=3,
+        fm_split = "train" if train or split == "train" else "test"
+        return FashionMNIST(fm_split, root=root, size=input_size, channels=3,
                             limit=limit, mean=data_config["mean"] if own else None,
                             std=data_config["std"] if own else None)
     if isinstance(spec, (str, os.PathLike)):
@@ -220,7 +225,7 @@ def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | Non
             raise ConfigError(f"data path {path} does not exist: pass an ImageFolder root "
                               f"(<root>/<class>/<image>), a PaddleX list or CSV, a Dataset or "
                               f"'{FASHION_MNIST}'")
-        ds = _folder_data(path, input_size, train, data_config, data_format)
+        ds = _folder_data(path, input_size, train, data_config, data_format, split)
         if limit is not None:  # a folder lists class by class: take from every class
             ds = subset(ds, balanced_indices(ds.targets, limit))
         return ds
@@ -339,6 +344,7 @@ class ClassificationAdapter(SupervisedFit):
                                for k, v in data_config.items()
                                if k in ("mean", "std", "interpolation")} if own else {}
         self._data = (train_data, eval_data)
+        self._data_root, self._data_format = data_root, s.data_format
         self._eval_batches = None
 
     @classmethod
@@ -496,6 +502,17 @@ class ClassificationAdapter(SupervisedFit):
         targets = _targets(self.eval_set)
         return balanced_indices(targets, limit) if targets is not None else \
             super()._eval_indices(limit)
+
+    def calibration_inputs(self, limit: int) -> list[torch.Tensor]:
+        """Up to ``limit`` images of the train split (every class in turn) through the
+        evaluation transforms, in batches (an INT8 model's calibration data)."""
+        train_data = self._data[0]
+        if train_data is None:
+            raise ConfigError("quantize='int8' calibrates on the train split: pass train_data")
+        ds = resolve_dataset(train_data, train=False, split="train", limit=limit,
+                             input_size=self.input_size, root=self._data_root,
+                             data_config=self.data_config, data_format=self._data_format)
+        return batches_of(ds, self.batch_size, limit)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:

@@ -22,7 +22,7 @@ from ...engine.distributed import barrier, rank_and_world
 from ...errors import CheckpointError, ConfigError
 from ...flow.training import Distill, pick_device
 from ...flow.contract import TaskAdapter
-from . import formats, models as yolo
+from . import deployed, formats, models as yolo
 from .data import check_label_file, read_data_yaml
 from .names import FAMILIES, canonical_arch, model_stem, resolve_arch
 from .stages import (RUN, FinishedRun, ResumeStep, load_checkpoint, resume_step,
@@ -532,7 +532,22 @@ class DetectionAdapter(TaskAdapter):
         net = self.deploy_module(model)
         size = self.input_size
         return export_onnx(net, torch.zeros(1, 3, size, size), path, opset_version=opset_version,
-                           dynamic_batch=dynamic_batch)
+                           dynamic_batch=dynamic_batch, metadata=self.onnx_metadata(model))
+
+    def onnx_metadata(self, model: nn.Module) -> dict[str, Any]:
+        """What Ultralytics' exporter writes into an ONNX file (``YOLO("model.onnx")`` reads
+        the names, stride and input size back): :func:`.deployed.ultralytics_metadata`."""
+        return deployed.ultralytics_metadata(model, task=self.yolo_task, names=self.names,
+                                             input_size=self.input_size)
+
+    def calibration_inputs(self, limit: int) -> list[torch.Tensor]:
+        """Train images letterboxed as the validator feeds them (:mod:`.deployed`)."""
+        return deployed.calibration_images(self, limit)
+
+    def evaluate_deployed(self, onnx: Any, threads: int | None = None) -> dict[str, float]:
+        """The metrics of an ONNX file (FP32 or INT8) from Ultralytics' validator, run by ONNX
+        Runtime (:func:`.deployed.validate_onnx`)."""
+        return deployed.validate_onnx(self, onnx)
 
     def deploy_module(self, model: nn.Module) -> nn.Module:
         """A float CPU copy of ``model`` with Ultralytics' export head (one output tensor per

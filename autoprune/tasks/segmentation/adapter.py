@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from ...flow.config import settings_of
+from ...flow.int8 import batches_of, without_augmentation
 from ...flow.options import check_numbers
 from ...engine.data import CachedBatches, check_limits, make_loader
 from ...errors import ConfigError
@@ -259,6 +260,13 @@ class SegmentationAdapter(SupervisedFit):
             if "Attention" in type(m).__name__:
                 ignored.extend(m.modules())
         return list({id(m): m for m in ignored}.values())
+
+    def calibration_inputs(self, limit: int) -> list[torch.Tensor]:
+        """The first ``limit`` training images without their augmentation (an INT8 model's
+        calibration data)."""
+        if self.train_set is None:
+            raise ConfigError("quantize='int8' calibrates on the train split: pass train_data")
+        return batches_of(without_augmentation(self.train_set), self.batch_size, limit)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self.eval_set is None:

@@ -1,0 +1,198 @@
+"""INT8 in the deploy runtime (``quantize="int8"``): after retraining, the deploy form of the base
+and of the pruned model is quantized statically by ONNX Runtime's own quantizer (QDQ, per-channel
+weights, calibrated on the user's train split through the task's evaluation transforms), layers
+whose quantization makes the runtime slower are kept in FP32 (chosen by timing), and layers kept
+in FP32 for accuracy when the INT8 model loses more than ``int8_metric_loss`` (chosen by measured
+per-layer sensitivity); the INT8 model's metric is measured in the runtime on the val split, and
+the four models (FP32 / INT8 x base / pruned) are timed together in paired rounds.
+
+The settings are one group of :class:`~autoprune.flow.config.FlowSettings` (:class:`Int8Settings`:
+``quantize``, ``calibration_images``, ``calibration_method``, ``int8_metric_loss``); the quantizer
+is :mod:`autoprune.engine.int8`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.nn as nn
+
+from ..engine.data import make_loader
+from ..engine.latency import timed_inputs
+from ..engine.timing import Timing
+from ..errors import ConfigError
+from .contract import TaskAdapter
+from .precision import Int8Settings
+
+INT8_FILE = "model_int8.onnx"  # in each stage folder (baseline/, pruned/)
+
+
+def batches_of(dataset: Any, batch_size: int | None, limit: int) -> list[torch.Tensor]:
+    """The model inputs of the first ``limit`` items of ``dataset`` (``(input, target)`` pairs or
+    inputs), in batches."""
+    loader = make_loader(dataset, max(1, min(int(batch_size or 32), limit)), shuffle=False)
+    out, seen = [], 0
+    for batch in loader:
+        inputs = batch[0] if isinstance(batch, (list, tuple)) else batch
+        out.append(inputs[:limit - seen])
+        seen += len(out[-1])
+        if seen >= limit:
+            break
+    return out
+
+
+def without_augmentation(dataset: Any) -> Any:
+    """``dataset`` as its evaluation twin where it says how: a copy with ``train=False`` (the
+    segmentation datasets flip only in training), through ``Subset`` wrappers; as it is
+    otherwise."""
+    import copy
+
+    from torch.utils.data import Subset
+
+    if isinstance(dataset, Subset):
+        view = copy.copy(dataset)
+        view.dataset = without_augmentation(dataset.dataset)
+        return view
+    if getattr(dataset, "train", None) is True:
+        view = copy.copy(dataset)
+        view.train = False
+        return view
+    return dataset
+
+
+def _onnx_bytes(adapter: TaskAdapter, model: nn.Module) -> bytes:
+    """``model`` exported as the task deploys it (FP32 ONNX, dynamic batch), with the task's
+    metadata."""
+    with tempfile.TemporaryDirectory(prefix="autoprune-int8-") as folder:
+        path = adapter.export_onnx(model, Path(folder) / "model.onnx")
+        return Path(path).read_bytes()
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+def quantize_sides(adapter: TaskAdapter, models: Mapping[str, nn.Module],
+                   folders: Mapping[str, Path], metrics: Mapping[str, Mapping[str, float]],
+                   settings: Int8Settings, timing: Timing = Timing(), *,
+                   log: Callable[[str], None] = _log) -> dict[str, Any]:
+    """Quantize each model of ``models`` (``{"baseline": ..., "pruned": ...}``, the trained FP32
+    models) into ``folders[side]/model_int8.onnx`` and measure it (see the module): the report's
+    ``int8`` section. ``metrics``: each side's FP32 metrics; ``timing``: the threads and batch
+    the paired latencies are taken with (in ONNX Runtime)."""
+    from ..engine.int8.accuracy import exclude_for_accuracy
+    from ..engine.int8.quantizer import Int8Quantizer, write_int8
+    from ..engine.int8.speed import exclude_for_speed
+
+    settings = settings.check(timing)
+    threads = timing.threads or torch.get_num_threads()
+    start = time.perf_counter()
+    calibration = adapter.calibration_inputs(settings.calibration_images)
+    images = sum(len(b) for b in calibration)
+    if images == 0:
+        raise ConfigError("calibration on an empty split: the train data holds no images to "
+                          "calibrate the INT8 model on; pass train data with images")
+    log(f"[autoprune] INT8: quantizing {', '.join(models)} in ONNX Runtime (calibration on "
+        f"{images} train images, {settings.calibration_method})")
+    out: dict[str, Any] = {"metric": adapter.metric}
+    fp32_onnx: dict[str, bytes] = {}
+    for side, model in models.items():
+        fp32 = fp32_onnx[side] = _onnx_bytes(adapter, model)
+        quantizer = Int8Quantizer(calibration, settings.quantizer_settings(),
+                                  source=f"{images} images of the train split")
+        speed = exclude_for_speed(quantizer, fp32, threads=threads)
+        excluded = tuple(speed.excluded)
+        accuracy = None
+        if settings.int8_metric_loss is not None:
+            metric = adapter.metric
+            accuracy = exclude_for_accuracy(
+                quantizer, fp32, lambda data: adapter.evaluate_deployed(data, threads)[metric],
+                metrics[side][metric], settings.int8_metric_loss,
+                higher_is_better=adapter.higher_is_better, exclude=excluded)
+            excluded += tuple(n for n in accuracy.excluded if n not in excluded)
+            log(f"[autoprune] INT8 {side}: {accuracy.message}")
+        path = Path(folders[side]) / INT8_FILE
+        written = write_int8(fp32, path, quantizer=quantizer, exclude=excluded, fresh=False)
+        out[side] = {"file": str(path), "size_mb": written.size_mb,
+                     "metrics": adapter.evaluate_deployed(path, threads),
+                     "excluded": list(excluded), "excluded_for_speed": list(speed.excluded),
+                     "excluded_for_accuracy": list(accuracy.excluded) if accuracy else [],
+                     "speed": speed.message, "costly_ops": speed.costly_ops,
+                     "accuracy": accuracy.message if accuracy else None,
+                     "accuracy_reached": accuracy.reached if accuracy else None,
+                     "int8_faster": speed.int8_faster}
+        out.setdefault("quantization", written.record)
+        log(f"[autoprune] INT8 {side}: {speed.message}")
+    out["fp32"] = {side: {"size_mb": len(data) / 1e6, "metrics": dict(metrics[side])}
+                   for side, data in fp32_onnx.items()}
+    out["latency"] = paired_latencies(adapter, models, fp32_onnx,
+                                      {side: Path(out[side]["file"]) for side in models},
+                                      timing)
+    for side in models:
+        out["fp32"][side]["latency_ms"] = out["latency"]["ms"][f"{side}_fp32"]
+        out[side]["latency_ms"] = out["latency"]["ms"][f"{side}_int8"]
+    out["verdicts"] = verdicts(out, list(models))
+    for line in out["verdicts"]:
+        log(f"[autoprune] INT8: {line}")
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+def paired_latencies(adapter: TaskAdapter, models: Mapping[str, nn.Module],
+                     fp32_onnx: Mapping[str, bytes], int8_files: Mapping[str, Path],
+                     timing: Timing) -> dict[str, Any]:
+    """Every model's milliseconds in ONNX Runtime, FP32 and INT8, timed together in alternating
+    rounds on the adapter's timing batch (``timing``'s threads and batch; one thread: the
+    thread's CPU time), relative to the FP32 base model: ``{"ms": {"<side>_<precision>": ms},
+    "setting": ...}``."""
+    from ..engine.int8.speed import paired_ms
+    from ..engine.latency import latency_setting
+    from ..engine.runtimes import OrtRunner
+
+    threads = timing.threads or torch.get_num_threads()
+    first = next(iter(models.values()))
+    inputs = timed_inputs(adapter.timing_inputs(first), timing.batch)
+    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    args = tuple(a.detach().cpu() for a in args)
+    names, runners = [], []
+    for side in models:
+        for precision, data in (("fp32", fp32_onnx[side]),
+                                ("int8", Path(int8_files[side]).read_bytes())):
+            names.append(f"{side}_{precision}")
+            runners.append(OrtRunner(data, args, threads=threads))
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    ms = paired_ms(runners, rounds=9, clock=clock)
+    setting = latency_setting(args[0], threads=threads, batch=timing.batch,
+                              runtime="onnxruntime")
+    setting.pop("precision", None)  # both precisions are timed here
+    return {"ms": dict(zip(names, ms)), "setting": setting}
+
+
+def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
+    """What the INT8 figures say, in words: each side's INT8 speed-up over its FP32 model, and
+    a side whose INT8 model is slower than FP32 on this CPU (with the operators that cost most:
+    ship the FP32 model there)."""
+    lines = []
+    ms = section["latency"]["ms"]
+    for side in sides:
+        fp32, int8 = ms[f"{side}_fp32"], ms[f"{side}_int8"]
+        if int8 >= fp32:
+            ops = ", ".join(f"{op} {t:.2f} ms" for op, t in
+                            list(section[side].get("costly_ops", {}).items())[:3])
+            lines.append(f"the {side} model runs slower in INT8 than in FP32 on this CPU "
+                         f"({int8:.2f} ms against {fp32:.2f}; costliest INT8 operators: {ops}): "
+                         f"ship its FP32 model")
+        else:
+            lines.append(f"{side}: INT8 {fp32 / int8:.2f}x faster than FP32 "
+                         f"({fp32:.2f} -> {int8:.2f} ms)")
+    if "baseline" in sides and "pruned" in sides:
+        base = ms["baseline_fp32"]
+        best = min(ms["pruned_fp32"], ms["pruned_int8"])
+        lines.append(f"pruned {'INT8' if ms['pruned_int8'] < ms['pruned_fp32'] else 'FP32'} "
+                     f"against the FP32 base model: {base / best:.2f}x faster "
+                     f"({base:.2f} -> {best:.2f} ms)")
+    return lines
