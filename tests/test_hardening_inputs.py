@@ -615,7 +615,6 @@ def _image_folder(root: Path) -> Path:
 
 def test_a_renamed_run_folder_resumes_in_the_folder_it_is_given(tmp_path, capsys):
     from autoprune import classification as cls
-    from autoprune.flow.config import follow_folder
 
     data = _image_folder(tmp_path / "data")
     cls.train("resnet18", data, data, epochs=1, batch_size=4, input_size=32, progress=False,
@@ -625,6 +624,11 @@ def test_a_renamed_run_folder_resumes_in_the_folder_it_is_given(tmp_path, capsys
     run2 = tmp_path / "run2"
     assert not (tmp_path / "run1").exists() and (run2 / "baseline" / "best.pt").is_file()
     assert __import__("yaml").safe_load((run2 / "args.yaml").read_text())["save_dir"] == str(run2)
+
+
+def test_the_settings_that_named_paths_in_a_renamed_run_folder_follow_it():
+    from autoprune.flow.config import follow_folder
+
     stored = {"save_dir": "runs/a", "sensitivities_file": "runs/a/s.json", "model": "resnet18",
               "data": "runs/ab/x"}
     assert follow_folder(stored, "runs/b") == {**stored, "save_dir": "runs/b",
