@@ -2,7 +2,7 @@
 tolerated share of the FP32 model's metric, each layer (Conv / Gemm / MatMul node) is kept in FP32
 alone and the model evaluated (its quantization sensitivity); then the fewest layers that bring
 the metric within the tolerance are kept in FP32, added greedily from the most helpful one,
-evaluating again after each.
+evaluating again after each (when none does, the best set measured is returned, and said so).
 
 At most ``max_layers`` layers are measured. Where a model has more, the ones measured first are
 those whose quantization adds the most noise (ONNX Runtime's ``qdq_loss_debug``: the
@@ -126,13 +126,16 @@ def exclude_for_accuracy(quantizer: Int8Quantizer, fp32_onnx: bytes,
     helpful = sorted((n for n in layers if sensitivity[n] < loss_of(int8_metric)),
                      key=lambda n: sensitivity[n])
     chosen: list[str] = []
-    metric = int8_metric
+    best: tuple[tuple[str, ...], float] = ((), int8_metric)
     for node in helpful:
         chosen.append(node)
         metric = alone[node] if len(chosen) == 1 else measure(chosen)
+        if loss_of(metric) < loss_of(best[1]):
+            best = (tuple(chosen), metric)
         if loss_of(metric) <= tolerance:
             break
-    return _choice(tuple(chosen), fp32_metric, int8_metric, metric, tolerance, sensitivity,
+    # within the tolerance: the first (fewest) set that reached it; else the best one measured
+    return _choice(best[0], fp32_metric, int8_metric, best[1], tolerance, sensitivity,
                    count[0], higher_is_better, measured=len(layers))
 
 

@@ -50,7 +50,7 @@ def quiet() -> Iterator[None]:
     them (errors still raise)."""
     root = logging.getLogger()
     level = root.level
-    root.setLevel(logging.ERROR)
+    root.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
