@@ -332,6 +332,29 @@ def test_accuracy_tolerance_zero_measures_each_layer_and_keeps_the_helpful_in_fp
         assert "cannot reach" in choice.message and "\n" not in choice.message
 
 
+class _StubQuantizer:
+    """A quantizer whose 'INT8 model' is the set of layers kept in FP32 (logic tests only)."""
+
+    def layer_nodes(self, fp32_onnx):
+        return ["a", "b", "c"]
+
+    def quantize(self, fp32_onnx, *, exclude=(), fresh=False):
+        return ",".join(sorted(exclude)).encode()
+
+
+@pytest.mark.parametrize("tolerance,excluded,metric,reached", [
+    (0.06, ("a",), 0.95, True),       # the most helpful layer alone is enough: the fewest
+    (0.01, ("a",), 0.95, False)])     # none reaches: the best set measured, not the last
+def test_accuracy_greedy_keeps_the_fewest_helpful_layers(tolerance, excluded, metric, reached):
+    metrics = {"": 0.90, "a": 0.95, "b": 0.93, "c": 0.80, "a,b": 0.94}
+    choice = exclude_for_accuracy(_StubQuantizer(), b"", lambda d: metrics[d.decode()], 1.0,
+                                  tolerance)
+    assert (choice.excluded, choice.metric, choice.reached) == (excluded, metric, reached)
+    assert choice.sensitivity == pytest.approx({"a": 0.05, "b": 0.07, "c": 0.20})
+    assert choice.evaluations == (4 if reached else 5)  # all-INT8, 3 alone, (a, b) if needed
+    assert ("cannot reach" in choice.message) != reached
+
+
 def test_accuracy_measures_at_most_max_layers_ordered_by_quantization_noise(toy):
     _, _, data, calibration = toy
     evaluate, _ = _agreement(data, make_input(batch=4, size=SIZE, seed=5))
