@@ -161,6 +161,37 @@ def test_an_operator_the_quantizer_does_not_handle_stays_in_fp32(toy):
     assert _run(int8, x).shape == (1, 8, SIZE, SIZE)
 
 
+class _TwoScales(nn.Module):
+    """Two heads concatenated into one output, one in the hundreds, one in hundredths (a YOLO
+    head's boxes in pixels beside its class scores)."""
+
+    def __init__(self):
+        super().__init__()
+        self.big, self.small = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, padding=1)
+        with torch.no_grad():
+            self.big.weight.mul_(300.0)
+            self.small.weight.mul_(0.03)
+
+    def forward(self, t):
+        return torch.cat([self.big(t), torch.sigmoid(self.small(t)) * 0.01], 1)
+
+
+@pytest.mark.parametrize("tail_fp32", [True, False])
+def test_the_output_tail_stays_fp32_so_small_outputs_survive_beside_large_ones(toy, tmp_path,
+                                                                               tail_fp32):
+    _, x, _, calibration = toy
+    data = runtimes.onnx_model(_TwoScales().eval(), x)
+    info = write_int8(data, tmp_path / "m.onnx", calibration,
+                      QuantizeSettings(tail_fp32=tail_fp32))
+    fp32, int8 = _run(data, x), _run((tmp_path / "m.onnx").read_bytes(), x)
+    small = np.abs(int8[:, 4:] - fp32[:, 4:]).max() / np.abs(fp32[:, 4:]).max()
+    if tail_fp32:
+        assert small < 0.2 and {"Concat", "Sigmoid", "Mul"} <= set(info.graph["float_ops"])
+        assert info.tail and not info.excluded and info.record["tail_fp32"] is True
+    else:  # one 8-bit scale over both: the small half is lost
+        assert small > 0.5 and info.tail == ()
+
+
 def test_an_operator_onnx_runtime_cannot_run_is_one_line(toy, tmp_path):
     from onnx import TensorProto, helper
     _, _, _, calibration = toy

@@ -99,6 +99,22 @@ def layer_nodes(model: Any) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type in LAYER_OPS and n.name]
 
 
+def output_tail(model: Any) -> list[str]:
+    """The nodes between the last layers (Conv / ConvTranspose / Gemm / MatMul) and the graph's
+    outputs: what a model does after its last weights (activations, box decoding, the
+    concatenation of differently scaled outputs), in graph order."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    seen: set[str] = set()
+    frontier = [producer[o.name] for o in model.graph.output if o.name in producer]
+    while frontier:
+        node = frontier.pop()
+        if node.name in seen or node.op_type in LAYER_OPS:
+            continue
+        seen.add(node.name)
+        frontier += [producer[i] for i in node.input if i in producer]
+    return [n.name for n in model.graph.node if n.name in seen]
+
+
 def needed_ranges(model: Any) -> set[str]:
     """The activation tensors ONNX Runtime's calibrator would calibrate in ``model`` (a
     preprocessed ModelProto): the float inputs and outputs of every node of a type it quantizes
@@ -250,10 +266,10 @@ class Int8Quantizer:
         settings') kept in FP32. Its activation ranges: its own if it was calibrated before;
         else the first model's when ``fresh`` is False and they cover its tensors; else it is
         calibrated now (and its ranges kept). See the module."""
-        exclude = tuple(dict.fromkeys(tuple(self.settings.exclude) + tuple(exclude)))
         sha = _sha(fp32_onnx)
         prepared = self.prepare(fp32_onnx)
         model = load(prepared)
+        exclude = self.excluded(model, exclude)
         own = self._own.fetch(sha)
         first = (own is None and not fresh and self.ranges is not None
                  and needed_ranges(model) <= set(self.ranges.keys()))
@@ -276,6 +292,12 @@ class Int8Quantizer:
             if self.ranges is None:
                 self.ranges = calibrated
         return self._done.put(key, data)
+
+    def excluded(self, model: Any, exclude: Sequence[str] = ()) -> tuple[str, ...]:
+        """The nodes of the prepared ``model`` kept in FP32: the settings' and ``exclude``, and
+        its output tail (:func:`output_tail`) when ``settings.tail_fp32``."""
+        tail = output_tail(model) if self.settings.tail_fp32 else []
+        return tuple(dict.fromkeys(tuple(self.settings.exclude) + tuple(exclude) + tuple(tail)))
 
     def _run(self, prepared: bytes, names: list[str], exclude: tuple[str, ...],
              ranges: Any) -> tuple[bytes, Any]:
@@ -318,12 +340,15 @@ class Int8Quantizer:
 
 @dataclasses.dataclass(frozen=True)
 class Int8File:
-    """An INT8 model written by :func:`write_int8`: its ``path``, size, the nodes kept in FP32,
-    the graph's facts (:func:`graph_summary`) and the quantization record."""
+    """An INT8 model written by :func:`write_int8`: its ``path``, size, the nodes kept in FP32
+    (``excluded``: asked, or chosen by measurement; ``tail``: the output tail, see
+    :func:`output_tail`), the graph's facts (:func:`graph_summary`) and the quantization
+    record."""
 
     path: Path
     size_mb: float
     excluded: tuple[str, ...]
+    tail: tuple[str, ...]
     graph: dict[str, Any]
     record: dict[str, Any]
 
@@ -373,6 +398,8 @@ def write_int8(fp32_onnx: Any, out_path: str | os.PathLike, calibration: Any = N
             os.fsync(f.fileno())
 
     atomic_write(out, write)
-    excluded = tuple(dict.fromkeys(tuple(quantizer.settings.exclude) + tuple(exclude)))
-    return Int8File(out, len(int8) / 1e6, excluded, graph_summary(int8, excluded),
-                    {**quantizer.record(), "exclude": list(excluded)})
+    model = load(quantizer.prepare(data))
+    asked = tuple(dict.fromkeys(tuple(quantizer.settings.exclude) + tuple(exclude)))
+    tail = tuple(n for n in quantizer.excluded(model, exclude) if n not in asked)
+    return Int8File(out, len(int8) / 1e6, asked, tail, graph_summary(int8, asked + tail),
+                    {**quantizer.record(), "exclude": list(asked), "tail": list(tail)})

@@ -53,7 +53,9 @@ class QuantizeSettings:
     ``calibration_images`` images; per-channel weight scales (``per_channel``; depthwise layers
     need them); ``reduce_range`` (7-bit weights) and the ``activations``' type (``"int8"``:
     S8S8, ``"uint8"``: U8S8) decided from the CPU when None (:meth:`resolved`); ``exclude``: node
-    names kept in FP32."""
+    names kept in FP32; ``tail_fp32``: the nodes after the last layers on the way to the outputs
+    stay FP32 too (they hold no weights, so INT8 saves nothing there, and one 8-bit scale over a
+    YOLO head's concatenated boxes, in pixels, and class scores, 0 to 1, zeroes the scores)."""
 
     method: str = "minmax"
     calibration_images: int = 128
@@ -61,6 +63,7 @@ class QuantizeSettings:
     reduce_range: bool | None = None
     activations: str | None = None
     exclude: tuple[str, ...] = ()
+    tail_fp32: bool = True
 
     def check(self) -> "QuantizeSettings":
         """These settings, checked (a one-line ConfigError for a bad field)."""
@@ -71,7 +74,7 @@ class QuantizeSettings:
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ConfigError(f"calibration_images={n!r} must be a positive number of images "
                               f"such as 128")
-        for key in ("per_channel", "reduce_range"):
+        for key in ("per_channel", "reduce_range", "tail_fp32"):
             value = getattr(self, key)
             if not isinstance(value, bool) and not (key == "reduce_range" and value is None):
                 raise ConfigError(f"{key}={value!r} must be True or False")
@@ -106,7 +109,7 @@ class QuantizeSettings:
                 "calibration_images": done.calibration_images,
                 "reduce_range": done.reduce_range,
                 "why": why + (f"; set by the caller: {asked}" if asked else ""),
-                "exclude": list(done.exclude), "quantizer": "onnxruntime.quantization "
+                "exclude": list(done.exclude), "tail_fp32": done.tail_fp32, "quantizer": "onnxruntime.quantization "
                 "(quant_pre_process, quantize_static)", "onnxruntime": _ort_version(),
                 "cpu": features, "cpu_summary": summary(features)}
 
