@@ -236,6 +236,18 @@ def test_write_int8_is_atomic_when_interrupted_mid_write(toy, tmp_path, monkeypa
     assert [f.name for f in tmp_path.iterdir()] == ["model_int8.onnx"]  # no temp file
 
 
+@pytest.mark.parametrize("source", ["missing.onnx", b"not a model"])
+def test_a_model_that_cannot_be_read_is_one_line_and_writes_nothing(toy, tmp_path, source):
+    _, _, _, calibration = toy
+    if isinstance(source, str):
+        source = tmp_path / source
+    out = tmp_path / "model_int8.onnx"
+    with pytest.raises(ConfigError) as e:
+        write_int8(source, out, calibration)
+    assert "export" in assert_one_line(e)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("calibration", [[], [torch.empty(0, 3, SIZE, SIZE)], None])
 def test_calibration_on_an_empty_split_is_one_line_and_writes_nothing(toy, tmp_path,
                                                                       calibration):
