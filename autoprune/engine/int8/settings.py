@@ -109,8 +109,9 @@ class QuantizeSettings:
                 "calibration_images": done.calibration_images,
                 "reduce_range": done.reduce_range,
                 "why": why + (f"; set by the caller: {asked}" if asked else ""),
-                "exclude": list(done.exclude), "tail_fp32": done.tail_fp32, "quantizer": "onnxruntime.quantization "
-                "(quant_pre_process, quantize_static)", "onnxruntime": _ort_version(),
+                "exclude": list(done.exclude), "tail_fp32": done.tail_fp32,
+                "quantizer": "onnxruntime.quantization (quant_pre_process, quantize_static)",
+                "onnxruntime": _ort_version(),
                 "cpu": features, "cpu_summary": summary(features)}
 
     def ort_method(self) -> Any:
