@@ -205,9 +205,20 @@ def sensitivity(args: argparse.Namespace) -> None:
                                    sensitivity_options={"early_stop": args.early_stop,
                                                         "evaluation": args.evaluation,
                                                         "batch_variants": args.batch_variants,
-                                                        **latency})
-    if rank_and_world()[0] == 0:
+                                                        **latency, **_adaptive(args)})
+    if rank_and_world()[0] == 0 and not args.plan:
         print(f"wrote {args.output}: {len(sens)} groups")
+
+
+def _adaptive(args: argparse.Namespace) -> dict:
+    """The adaptive-analysis options of `autoprune sensitivity` (--adaptive, --plan)."""
+    if args.target is not None and not args.adaptive:
+        raise ConfigError("--target tells --adaptive where to measure: add --adaptive")
+    out = {"plan": True} if args.plan else {}
+    if args.adaptive:
+        out.update(adaptive=True, target=args.target or "loss=0.05", bound=args.bound,
+                   confidence=args.confidence)
+    return out
 
 
 def _latency(args: argparse.Namespace) -> dict:

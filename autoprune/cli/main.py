@@ -155,6 +155,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ratios of one group per forward pass with masked variants (default 8)")
     se.add_argument("--latency", action="store_true", help="also time each point's pruned model "
                     "(for --pruned-latency); resumable, recorded with the device it ran on")
+    se.add_argument("--adaptive", action="store_true", help="measure only the points and images "
+                    "the allocation for --target needs (decided points recorded with their "
+                    "interval)")
+    se.add_argument("--target", help="what the ratios will be chosen for: loss=0.05 (default), "
+                    "flops=0.5 or latency=0.4 (with --adaptive)")
+    se.add_argument("--bound", choices=("confidence", "exact"), default="confidence",
+                    help="how --adaptive decides a point on part of the images: confidence "
+                    "(--confidence, default 0.999) or exact (never differs from the full "
+                    "evaluation)")
+    se.add_argument("--confidence", type=float, default=0.999,
+                    help="the confidence of --bound confidence (default 0.999)")
+    se.add_argument("--plan", "--dry-run", action="store_true", help="print the expected cost "
+                    "(points, images, seconds per image timed here, ETA) and exit")
     _latency_options(se)
     se.set_defaults(func="sensitivity")
 

@@ -72,6 +72,7 @@ class FlopsModel:
     def __init__(self, graph: PruningGraph, example_inputs: Any, round_to: int | None = None):
         self.round_to = round_to
         self.total, layer = count_flops(graph.model, example_inputs, layer_wise=True)
+        self.layers = layer  # {leaf module: MACs}
         self.channels = {g.name: g.channels for g in graph.groups}
         self.affected: dict[str, list[tuple[nn.Module, int]]] = {}
         for g in graph.groups:

@@ -85,7 +85,8 @@ def _first_call(model: nn.Module, eval_fn: EvalFn) -> tuple[tuple, dict] | None:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode under no_grad for the block (its mode restored after)."""
     was_training = model.training
     model.eval()
     try:
@@ -154,6 +155,22 @@ class PointRunner:
                 if self.cache:
                     self.cache.repeat = 1
 
+    @contextlib.contextmanager
+    def pruned(self, name: str, ratio: float) -> Iterator[bool]:
+        """Group ``name`` pruned at ``ratio`` for real (and its unchanged prefix replayed), the
+        model in eval mode under no_grad, for the length of the block; yields False (nothing
+        pruned) when the ratio removes no channel. For an evaluation the caller drives itself
+        (the adaptive analysis)."""
+        group = self.graph.group(name)
+        idxs = self.graph.channels_to_remove(group, ratio, self.criterion)
+        if not idxs:
+            yield False
+            return
+        self.counts["pruned"] += 1
+        with pruned_temporarily(self.graph, group, idxs), self._skipping(group), \
+                eval_mode(self.model):
+            yield True
+
     # -- per group ---------------------------------------------------------------------------
     def _maskable(self, group: PrunableGroup, idxs: list[int]) -> bool:
         if self.call is None:
@@ -161,9 +178,9 @@ class PointRunner:
             if self.call is None:
                 self.masking = False
                 return False
-            with _eval_mode(self.model):
+            with eval_mode(self.model):
                 self.reference = self._forward()
-        with _eval_mode(self.model):
+        with eval_mode(self.model):
             return masked_matches_pruned(self.model, self.graph, group, idxs, self._forward,
                                          self.reference, lambda: self._pruned_forward(group, idxs))
 

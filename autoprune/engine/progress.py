@@ -1,6 +1,6 @@
-"""Progress: a tqdm bar on a terminal; in a log file or a pipe, a plain line per finished part
-(a group of the sensitivity analysis, a whole bar) instead of a bar redrawn at every update,
-which would keep every frame in the log."""
+"""Progress: a tqdm bar on a terminal (with its ETA); in a log file or a pipe, a plain line per
+finished part (a group of the sensitivity analysis, a whole bar), with the ETA at the rate so far,
+instead of a bar redrawn at every update, which would keep every frame in the log."""
 from __future__ import annotations
 
 import sys
@@ -45,8 +45,10 @@ class PlainProgress:
 
     def _line(self, what: str) -> None:
         total = f"/{self.total}" if self.total is not None else ""
-        print(f"{self.desc}: {self.n}{total} {self.unit} {what} "
-              f"({time.monotonic() - self.start:.0f} s)",
+        elapsed = time.monotonic() - self.start
+        left = remaining(elapsed, self.n, self.total)
+        eta = f", ETA {duration(left)}" if left is not None and not self.closed else ""
+        print(f"{self.desc}: {self.n}{total} {self.unit} {what} ({elapsed:.0f} s{eta})",
               file=self.stream if self.stream is not None else sys.stderr, flush=True)
 
     def update(self, n: int = 1) -> None:
@@ -64,6 +66,23 @@ class PlainProgress:
         if not self.closed:
             self.closed = True
             self._line("done")
+
+
+def remaining(elapsed: float, done: float, total: float | None) -> float | None:
+    """Seconds left at the rate so far (None before any progress or without a total)."""
+    if total is None or done <= 0 or done >= total:
+        return None
+    return elapsed / done * (total - done)
+
+
+def duration(seconds: float) -> str:
+    """``1 h 05 min``, ``4 min 10 s`` or ``12 s``."""
+    seconds = max(0.0, seconds)
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{seconds:.0f} s"
 
 
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",

@@ -22,13 +22,20 @@ from .groups import PruningGraph
 from .keywords import regroup
 from .latency import (Timing, check_latency_table, latency_points, latency_setting,
                       measure_point_latencies, setting_differences)
+from .adaptive import Target, check_bound, check_target
+from .adaptive import PointMeter, Thresholds
+from .adaptive_run import AdaptiveRun, unpruned_scores
+from .allocate import FlopsModel
+from .cost import adaptive_shares, estimate
+from .progress import progress_bar
+from .incremental import CountingEval, images_of
 from .measure import flush_denormals
 from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
 from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
 from .prefix_cache import PrefixCache
 from .distributed import barrier, broadcast, gather, rank_and_world, shard
 from .store import (Sensitivities, SensitivityRecord, SensitivityTable, absorb_shards,
-                    check_fingerprint, ratio_key, read_record, record_from_json,
+                    check_fingerprint, merge_points, ratio_key, read_record, record_from_json,
                     remove_stale_temp_files, shard_path, write_record)
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -47,8 +54,20 @@ def check_ratios(ratios: Iterable[float]) -> list[float]:
 
 
 def check_analysis_options(*, evaluation: str = "auto", batch_variants: int = 8,
-                           early_stop: float | None = None, **_: Any) -> None:
-    """Refuse a bad ``evaluation``, ``batch_variants`` or ``early_stop`` (one-line ConfigError)."""
+                           early_stop: float | None = None, adaptive: bool = False,
+                           target: Any = None, bound: str = "confidence",
+                           confidence: float = 0.999, plan: bool = False, **_: Any) -> None:
+    """Refuse a bad ``evaluation``, ``batch_variants``, ``early_stop`` or adaptive setting
+    (``adaptive``, ``target``, ``bound``, ``confidence``, ``plan``): a one-line ConfigError."""
+    for name, flag in (("adaptive", adaptive), ("plan", plan)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{name}={flag!r} must be True or False")
+    if target is not None:
+        check_target(target)
+    check_bound(bound, confidence)
+    if adaptive and early_stop is not None:
+        raise ConfigError(f"early_stop={early_stop!r} and adaptive=True both cut the analysis "
+                          f"short: pass one (adaptive measures only what the allocation needs)")
     if evaluation not in EVALUATIONS:
         raise ConfigError(f"evaluation={evaluation!r} is not one of {', '.join(EVALUATIONS)}")
     if isinstance(batch_variants, bool) or not isinstance(batch_variants, int) or batch_variants < 1:
@@ -61,9 +80,12 @@ def check_analysis_options(*, evaluation: str = "auto", batch_variants: int = 8,
 
 # how the points are measured (``sensitivity(options=...)``) and the defaults
 ANALYSIS_DEFAULTS = {"early_stop": None, "prefix_cache": True, "evaluation": "auto",
-                     "batch_variants": 8}
+                     "batch_variants": 8, "adaptive": False, "target": None,
+                     "bound": "confidence", "confidence": 0.999, "plan": False}
+DEFAULT_TARGET = Target("loss", 0.05)  # an adaptive analysis's target when none is given
 # sensitivity()'s former keywords: the argument that holds each now, and its field there
-SENSITIVITY_RENAMED = {**{k: ("options", k) for k in ANALYSIS_DEFAULTS},
+SENSITIVITY_RENAMED = {**{k: ("options", k) for k in ("early_stop", "prefix_cache", "evaluation",
+                                                      "batch_variants")},
                        **{f"latency_{k}": ("latency", k)
                           for k in ("device", "threads", "batch", "runtime")}}
 
@@ -188,9 +210,11 @@ def _check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
 
 def _missing(record: SensitivityRecord, names: list[str], ratios: list[float],
              early_stop: float | None) -> list[tuple[str, float]]:
-    """The points still to measure: not in ``record``, and not skipped by an early stop."""
+    """The points still to measure: not in ``record`` (or only as an adaptive analysis's
+    interval: a full analysis measures it on every image), and not skipped by an early stop."""
     return [(n, r) for n in names for r in ratios
-            if not record.has_point(n, r) and not _stopped_early(record, n, r, early_stop)]
+            if (not record.has_point(n, r) or record.is_interval(n, r))
+            and not _stopped_early(record, n, r, early_stop)]
 
 
 def _add_counts(before: Any, now: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +231,15 @@ def _add_counts(before: Any, now: dict[str, Any]) -> dict[str, Any]:
     old, new = before.get("unmaskable_groups"), now.get("unmaskable_groups")
     if isinstance(old, list) and isinstance(new, list):
         out["unmaskable_groups"] = old + [g for g in new if g not in old]
+    number = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
+    for key in COUNTERS:  # counted over every session and rank
+        if number(before.get(key)) and number(now.get(key)):
+            out[key] = before[key] + now[key]
     return out
+
+
+# what each session and rank adds up in ``extra["evaluation"]``
+COUNTERS = ("images_evaluated", "evaluations", "decided_early")
 
 
 def _note_non_finite(extra: dict[str, Any], points: list[str]) -> None:
@@ -231,6 +263,11 @@ def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
     with cache.skipping_before(first) as skipped:
         replayed = _evaluate(model, eval_fn, "for the unpruned model")
     return cache if skipped and replayed == recorded else None
+
+
+def _table(record: SensitivityRecord, names: list[str], ratios: list[float]) -> Sensitivities:
+    return {n: {r: record.sensitivities[n][r] for r in ratios
+                if r in record.sensitivities.get(n, {})} for n in names}
 
 
 def _by_group(points: list[tuple[str, float]]) -> dict[str, list[float]]:
@@ -296,6 +333,10 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     former = regroup("sensitivity", renamed, SENSITIVITY_RENAMED)
     opts = analysis_options({**dict(options or {}), **former.get("options", {})})
     early_stop, evaluation = opts["early_stop"], opts["evaluation"]
+    adaptive, plan = opts["adaptive"], opts["plan"]
+    goal = check_target(opts["target"]) if opts["target"] is not None else DEFAULT_TARGET
+    eval_fn = CountingEval(eval_fn, images_of(eval_fn, (extra or {}).get("eval_images")))
+    scores = None  # adaptive, incremental: (the unpruned model's per-image scores, cache)
     timing = Timing.of(latency, **former.get("latency", {})) if latency else None
     ratios = check_ratios(ratios)
     check_criterion(criterion)
@@ -331,15 +372,27 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         if pending or record.metric.get("baseline") is None:
             _check_weights(record, weights, path)
         if record.metric.get("baseline") is None:
-            baseline = _evaluate(model, eval_fn, "for the unpruned model")
+            if adaptive and eval_fn.incremental is not None:  # with the per-image scores
+                scores = unpruned_scores(model, eval_fn, graph, shard(names, rank, world),
+                                         opts["prefix_cache"])
+                baseline = scores[1]
+            else:
+                baseline = _evaluate(model, eval_fn, "for the unpruned model")
             if baseline == 0:
                 raise MetricError("the unpruned model scores 0: a relative loss needs a non-zero "
                                   "baseline; evaluate a trained model or use another metric")
             record.metric["baseline"] = baseline
-        if path is not None:
+        if path is not None and not plan:
             write_record(record, path)
     record = record_from_json(broadcast(record.to_json() if record else None))
     baseline = float(record.metric["baseline"])
+    if adaptive:
+        summary, own = _adaptive(model, example_inputs, eval_fn, graph, record, names, ratios,
+                                 baseline, higher_is_better, opts, goal, scores, criterion,
+                                 None if plan else path, progress)
+        return _finish(record, summary, None if plan else path, names, ratios,
+                       None if plan else timing, model, example_inputs, graph, criterion,
+                       progress, own=own)
 
     missing = _missing(record, names, ratios, early_stop)
     # with early stop a group's ratios must be measured in order, by one rank; batched variants
@@ -352,11 +405,18 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
 
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
+    calls = eval_fn.calls
     cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if opts["prefix_cache"] \
         and len(mine) >= 4 else None
     runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation,
-                         opts["batch_variants"], len(mine), progress,
+                         opts["batch_variants"], 0 if plan else len(mine), progress,
                          f" [rank {rank}/{world}]" if world > 1 else "")
+    if (progress or plan) and rank == 0 and missing:  # the expected cost, before the points
+        timed = eval_fn.seconds[calls] if eval_fn.calls > calls else None
+        _announce(model, example_inputs, eval_fn, graph, runner, missing, timed)
+    if plan:
+        runner.close()
+        return _table(record, names, ratios)
     for name, ratios_left in _by_group(mine).items():
         for ratio, loss in runner.run(name, ratios_left, baseline, higher_is_better,
                                       skip=lambda r: _stopped_early(record, name, r, early_stop)):
@@ -366,21 +426,133 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
             if target is not None:
                 write_record(record if rank == 0 else own, target)
     runner.close()
-    summary = runner.summary() if mine else None
+    summary = {**runner.summary(), **eval_fn.counts()} if mine or eval_fn.calls else None
+    return _finish(record, summary, path, names, ratios, timing, model, example_inputs, graph,
+                   criterion, progress, own=own, non_finite=runner.non_finite)
+
+
+def _announce(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, graph: PruningGraph,
+              runner: PointRunner, points: list[tuple[str, float]], timed: float | None,
+              adaptive: dict[str, Any] | None = None, images: int | None = None) -> Any:
+    """Print what the analysis of ``points`` is expected to cost here (and return it)."""
+    images = images or eval_fn.per_call
+    if not images:  # an eval_fn that does not say how many images it evaluates: one call timed
+        images = 1
+    cost = estimate(model, example_inputs, eval_fn, graph, runner, points, images, timed=timed,
+                    adaptive=adaptive)
+    print(cost.describe(), flush=True)
+    return cost
+
+
+def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, graph: PruningGraph,
+              record: SensitivityRecord, names: list[str], ratios: list[float], baseline: float,
+              higher_is_better: bool, opts: Mapping[str, Any], goal: Target,
+              scores: tuple | None, criterion: str, path: Any, progress: bool
+              ) -> tuple[dict[str, Any] | None, SensitivityRecord]:
+    """The adaptive analysis (:mod:`autoprune.engine.adaptive`) of ``names`` over the grid
+    ``ratios`` into ``record``; returns this rank's evaluation counts (None when nothing was
+    measured) and its own points."""
+    rank, world = rank_and_world()
+    own = SensitivityRecord(model=record.model, metric=record.metric, criterion=criterion,
+                            extra=record.extra)
+    target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
+    write = (lambda: write_record(record if rank == 0 else own, target)) if target else \
+        (lambda: None)
+    desc = "sensitivity (adaptive)" + (f" [rank {rank}/{world}]" if world > 1 else "")
+    bar = progress_bar(total=None, desc=desc, unit="img", enabled=False)
+    seen = [eval_fn.images]
+
+    def tick(name: str) -> None:
+        bar.set_postfix_str(name)
+        bar.update(eval_fn.images - seen[0])
+        seen[0] = eval_fn.images
+        if bar.total is not None and bar.n > bar.total:
+            bar.total = int(bar.n * 1.25)
+
+    bound = {"bound": opts["bound"], **({"confidence": opts["confidence"]}
+                                        if opts["bound"] == "confidence" else {})}
+    run = AdaptiveRun(model, Thresholds(goal, lambda: FlopsModel(graph, example_inputs)), bound,
+                      record=record, own=own, names=names, grid=ratios, write=write, tick=tick)
+    if run.done() and not opts["plan"]:
+        return (eval_fn.counts() if eval_fn.calls or eval_fn.images else None), own
+    flush_denormals()
+    mine = shard(names, rank, world)
+    base, cache, total = None, None, eval_fn.per_call
+    if eval_fn.incremental is not None:
+        base, _, cache = scores or unpruned_scores(model, eval_fn, graph, mine,
+                                                   opts["prefix_cache"])
+        total = len(base) if base is not None else total
+        if not total:
+            raise ConfigError("an incremental evaluation of a metric that is not a mean of "
+                              "per-image scores must say how many images it covers (images)")
+    elif opts["prefix_cache"] and mine:
+        cache = _prepare_cache(model, eval_fn, graph, [(n, 0.0) for n in mine], baseline)
+    run.runner = PointRunner(model, eval_fn, graph, criterion, cache, "prune", 1, 0, False, "")
+    if eval_fn.incremental is not None:
+        run.meter = PointMeter(eval_fn, base, total, baseline, higher_is_better,
+                               bound=opts["bound"], confidence=opts["confidence"],
+                               resumable=eval_fn.resumable, random_order=eval_fn.random_order)
+    else:
+        run.meter = WholeMeter(eval_fn, run.runner, baseline, higher_is_better)
+    todo = [(n, r) for n in names for r in ratios
+            if not record.has_point(n, r) or record.is_interval(n, r)]
+    if (progress or opts["plan"]) and rank == 0 and todo:
+        shares = adaptive_shares(goal.kind, run.meter.bound, len(ratios))
+        cost = _announce(model, example_inputs, eval_fn, graph, run.runner, todo, None,
+                         adaptive={"target": goal.describe(), "bound": run.meter.bound,
+                                   **shares}, images=total)
+        bar = progress_bar(total=cost.expected_images, desc=desc, unit="img",
+                           enabled=progress and not opts["plan"])
+    if opts["plan"]:
+        return None, own
+    run.run()
+    bar.close()
+    summary = {**run.runner.summary(), "mode": "adaptive", **eval_fn.counts(),
+               "decided_early": run.decided_early}
+    return summary, own
+
+
+class WholeMeter:
+    """A point's metric from one whole ``eval_fn`` call (an evaluation that cannot report as it
+    goes: only the choice of points is adaptive)."""
+
+    bound = "none"
+    confidence = None
+
+    def __init__(self, eval_fn: EvalFn, runner: PointRunner, baseline: float,
+                 higher_is_better: bool):
+        self.eval_fn, self.runner = eval_fn, runner
+        self.baseline, self.higher_is_better = baseline, higher_is_better
+
+    def measure(self, model: nn.Module, thresholds: list[float], before: Any = None,
+                where: tuple[str, float] = ("?", 0.0)) -> dict[str, Any]:
+        metric = as_metric(self.eval_fn(model), f"for group {where[0]} at ratio "
+                                                f"{where[1]:.2f}", finite=False)
+        return {"loss": self.runner._loss(where[0], where[1], self.baseline, metric,
+                                          self.higher_is_better)}
+
+
+def _finish(record: SensitivityRecord, summary: dict[str, Any] | None, path: Any,
+            names: list[str], ratios: list[float], timing: Timing | None, model: nn.Module,
+            example_inputs: Any, graph: PruningGraph, criterion: str, progress: bool, *,
+            own: SensitivityRecord | None = None, non_finite: list[str] = ()) -> Sensitivities:
+    """This session's counts into the file, every rank's points merged (rank 0 writes the file
+    and removes the shards), the points timed when asked; the table of ``names`` x ``ratios``."""
+    rank, world = rank_and_world()
+    own = own if own is not None else SensitivityRecord(extra=record.extra)
+    target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
     if summary:
         record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), summary)
         if target is not None:
             write_record(record if rank == 0 else own, target)
 
     if world > 1:
-        for r, (points, counts, non_finite) in enumerate(
-                gather((own.sensitivities, summary, runner.non_finite))):
-            for name, pts in points.items():
-                for ratio, loss in pts.items():
-                    record.set_point(name, ratio, loss)
+        for r, (points, intervals, counts, bad) in enumerate(
+                gather((own.sensitivities, own.intervals, summary, list(non_finite)))):
+            merge_points(record, SensitivityRecord(sensitivities=points, intervals=intervals))
             if r != rank and counts:  # this rank's own counts are in already
                 record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), counts)
-            _note_non_finite(record.extra, non_finite)
+            _note_non_finite(record.extra, bad)
         if rank == 0 and path is not None:
             write_record(record, path)
             for r in range(1, world):
@@ -393,8 +565,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                                 write=None if path is None else lambda r: write_record(r, path))
     if timing is not None and world > 1:
         barrier()
-    table = {n: {r: record.sensitivities[n][r] for r in ratios
-                 if r in record.sensitivities.get(n, {})} for n in names}
+    table = _table(record, names, ratios)
     if timing is None:
         return table
     timed = SensitivityTable(table)

@@ -15,6 +15,11 @@ Ratio keys are written with two decimals; losses are ``(baseline - metric) / |ba
 flipped for lower-is-better metrics). Files are written to a temporary file and renamed, so a crash
 at any moment leaves either the old or the new complete file.
 
+``intervals`` is optional (points an adaptive analysis decided before seeing every image, see
+:mod:`autoprune.engine.adaptive`): ``{group: {ratio: {"low", "high", "images", "of", "bound",
+...}}}``, the loss interval and the images it rests on; such a point's entry in ``sensitivities``
+is its ``high`` (the conservative end: every allocation reads it as at least that harmful).
+
 ``latency`` is optional (a table measured with ``sensitivity(..., latency=True)``): for each point
 the pruned model's latency over the unpruned model's (``ratio``, timed in pairs) and
 ``latency_ms`` = ratio x ``extra.latency.baseline_ms``; ``extra.latency`` records where it was
@@ -169,9 +174,27 @@ class SensitivityRecord:
     created: str = field(default_factory=now)
 
     latency: dict[str, dict[float, float]] = field(default_factory=dict)  # pruned / unpruned
+    # points decided before every image was seen: {group: {ratio: {"low", "high", ...}}}
+    intervals: dict[str, dict[float, dict[str, Any]]] = field(default_factory=dict)
 
     def set_point(self, group: str, ratio: float, loss: float) -> None:
+        """Record a point measured on every image (an interval it had is dropped)."""
         self.sensitivities.setdefault(group, {})[ratio_key(ratio)] = float(loss)
+        points = self.intervals.get(group)
+        if points is not None:
+            points.pop(ratio_key(ratio), None)
+            if not points:
+                del self.intervals[group]
+
+    def set_interval(self, group: str, ratio: float, interval: Mapping[str, Any]) -> None:
+        """Record a point decided on part of the images: its loss interval (``low``, ``high``)
+        and how it was bounded; the table holds ``high``."""
+        self.sensitivities.setdefault(group, {})[ratio_key(ratio)] = float(interval["high"])
+        self.intervals.setdefault(group, {})[ratio_key(ratio)] = dict(interval)
+
+    def is_interval(self, group: str, ratio: float) -> bool:
+        """True for a point decided on part of the images (see :meth:`set_interval`)."""
+        return ratio_key(ratio) in self.intervals.get(group, {})
 
     def has_point(self, group: str, ratio: float) -> bool:
         return ratio_key(ratio) in self.sensitivities.get(group, {})
@@ -198,6 +221,9 @@ class SensitivityRecord:
             "sensitivities": {g: {f"{r:.2f}": loss for r, loss in sorted(points.items())}
                               for g, points in self.sensitivities.items()},
         }
+        if self.intervals:
+            out["intervals"] = {g: {f"{r:.2f}": info for r, info in sorted(points.items())}
+                                for g, points in self.intervals.items()}
         if self.latency:
             ms = self.latency_ms()
             out["latency"] = {g: {f"{r:.2f}": {"ratio": v, "latency_ms": ms.get(g, {}).get(r)}
@@ -291,6 +317,24 @@ def parse_latency(path: Path, raw: Any) -> dict[str, dict[float, float]]:
     return out
 
 
+def parse_intervals(path: Path, raw: Any) -> dict[str, dict[float, dict[str, Any]]]:
+    """The ``intervals`` section: per point a mapping with finite ``low`` <= ``high``."""
+    out: dict[str, dict[float, dict[str, Any]]] = {}
+    for group, points in (raw.items() if isinstance(raw, Mapping) else [(None, None)]):
+        for r, info in (points.items() if isinstance(points, Mapping) else [(None, None)]):
+            try:
+                ratio, low, high = float(r), float(info["low"]), float(info["high"])
+            except (TypeError, ValueError, KeyError):
+                ratio = low = high = math.nan
+            if not 0.0 < ratio < 1.0 or not math.isfinite(low) or not math.isfinite(high) \
+                    or low > high:
+                raise SensitivityFileError(f"{path}: 'intervals' has an invalid point "
+                                           f"{group!r} {r!r}; the file is damaged (delete the "
+                                           f"'intervals' section and the points it names)")
+            out.setdefault(str(group), {})[ratio_key(ratio)] = dict(info)
+    return out
+
+
 def read_record(path: PathLike) -> SensitivityRecord:
     """Load and validate a sensitivity file (JSON only; never unpickles)."""
     path = Path(path)
@@ -370,7 +414,8 @@ def record_from_json(data: Any, path: PathLike = "<memory>") -> SensitivityRecor
         sensitivities=parse_points(path, data.get("sensitivities", {})),
         model=data.get("model", {}), criterion=data.get("criterion", "l1_norm"),
         extra=data.get("extra", {}), created=data.get("created") or now(),
-        latency=parse_latency(path, data["latency"]) if "latency" in data else {})
+        latency=parse_latency(path, data["latency"]) if "latency" in data else {},
+        intervals=parse_intervals(path, data["intervals"]) if "intervals" in data else {})
     record.metric.update(data.get("metric", {}))
     baseline = record.metric.get("baseline")
     if baseline is not None and (isinstance(baseline, bool) or not isinstance(baseline, (int, float))
@@ -399,10 +444,26 @@ def absorb_shards(record: SensitivityRecord, path: PathLike,
         for shard, shard_record in records:
             check(shard, shard_record)
     for _, shard_record in records:
-        for group, points in shard_record.sensitivities.items():
-            for ratio, loss in points.items():
-                record.set_point(group, ratio, loss)
+        merge_points(record, shard_record)
     return shards
+
+
+def merge_points(record: SensitivityRecord, other: SensitivityRecord) -> None:
+    """``other``'s points into ``record``: the later wins, but an interval (a point decided on
+    part of the images) never replaces a point measured on every image, nor one on more images."""
+    for group, points in other.sensitivities.items():
+        for ratio, loss in points.items():
+            if not other.is_interval(group, ratio):
+                record.set_point(group, ratio, loss)
+                continue
+            new = other.intervals[group][ratio_key(ratio)]
+            if record.has_point(group, ratio):
+                if not record.is_interval(group, ratio):
+                    continue
+                if record.intervals[group][ratio_key(ratio)].get("images", 0) > \
+                        new.get("images", 0):
+                    continue
+            record.set_interval(group, ratio, new)
 
 
 def check_fingerprint(record: SensitivityRecord, path: PathLike, fingerprint: str) -> None:

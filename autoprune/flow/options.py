@@ -112,7 +112,7 @@ def check_targets(eval_metric_loss: float | None, pruned_flops: float | None,
 
 
 ANALYSIS_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
-                    "eval_images", "latency")
+                    "eval_images", "latency", "adaptive", "target", "bound", "confidence", "plan")
 
 
 def sensitivity_option_names() -> tuple[str, ...]:

@@ -49,24 +49,31 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
 def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, *,
                       arch: str | None, criterion: str = "l1_norm",
                       ratios: Iterable[float] = DEFAULT_RATIOS, progress: bool = True,
-                      options: Mapping[str, Any] | None = None
+                      options: Mapping[str, Any] | None = None,
+                      target: Mapping[str, float] | None = None
                       ) -> tuple[SensitivityRecord, Path]:
     """The sensitivity record for ``model`` and its file: the DEFAULT profile, or a file
-    completed on the adapter's evaluation data (only missing points are computed)."""
+    completed on the adapter's evaluation data (only missing points are computed).
+    ``target`` (``{"loss": 0.05}``, ``{"flops": 0.5}`` or ``{"latency": 0.4}``: the run's
+    allocation target) tells an adaptive analysis (``options={"adaptive": True}``) where to
+    measure, unless ``options`` names its own ``target``."""
     path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     if sens_mode(sensitivities_file) == "default":
         return read_record(path), path
     options = check_sensitivity_options(options)
     subset = options.pop("eval_images", None)
     timing = {k: options.pop(k) for k in list(options) if k.startswith("latency")}
+    if options.get("adaptive") and options.get("target") is None and target:
+        options["target"] = dict(target)
     measure_on = adapter.with_eval_limit(subset) if subset else adapter
-    sensitivity(model, adapter.example_inputs(model),
-                lambda m: measure_on.evaluate(m)[adapter.metric], ratios=ratios,
+    sensitivity(model, adapter.example_inputs(model), TaskEval(measure_on), ratios=ratios,
                 sensitivities_file=path, criterion=criterion,
                 ignored_layers=adapter.ignored_layers(model),
                 higher_is_better=adapter.higher_is_better, metric_name=adapter.metric,
                 arch=arch, extra={"task": adapter.task, "eval_images": _eval_size(measure_on)},
                 options=options, progress=progress)
+    if options.get("plan"):  # a dry run: the estimate was printed, nothing was measured
+        return (read_record(path) if path.is_file() else SensitivityRecord()), path
     # the record as written (every rank reads it after the analysis' last barrier)
     record = read_record(path)
     if timing.get("latency"):  # each point timed too, on the model as the task deploys it
@@ -74,6 +81,25 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
         record = timed_table(adapter, model, record, path, target, arch=arch,
                              criterion=criterion, progress=progress)
     return record, path
+
+class TaskEval:
+    """The adapter's metric as the analysis' eval function: ``eval(model)`` is
+    ``adapter.evaluate(model)[adapter.metric]``; ``images`` how many it evaluates; and, where the
+    adapter has one (``incremental_eval()``), an evaluation that reports image by image, for
+    the adaptive analysis's early stop (:mod:`autoprune.engine.incremental`)."""
+
+    def __init__(self, adapter: TaskAdapter):
+        self.adapter, self.images = adapter, _eval_size(adapter)
+        make = getattr(adapter, "incremental_eval", None)  # an optional hook
+        steps = make() if callable(make) else None
+        if steps is not None:
+            self.incremental = steps.incremental
+            self.random_order = bool(getattr(steps, "random_order", False))
+            self.resumable = bool(getattr(steps, "resumable", False))
+
+    def __call__(self, model: nn.Module) -> float:
+        return self.adapter.evaluate(model)[self.adapter.metric]
+
 
 def _eval_size(adapter: TaskAdapter) -> int | None:
     """How many evaluation samples the sensitivities are measured on (recorded in the file)."""

@@ -27,6 +27,7 @@ from . import models as torchvision_models
 from .. import timm_rules
 from ..supervised import SupervisedFit
 from . import formats
+from .incremental import ShuffledTop1
 from .settings import ClassificationSettings
 from .pretrained import (create_pretrained, data_transforms, is_hub_spec,
                          pretrained_data_config)
@@ -524,6 +525,12 @@ class ClassificationAdapter(SupervisedFit):
         k = min(5, self.num_classes or 5)
         return evaluate_topk(model, self._eval_batches, device=self.device,
                              topk=(1, k) if k > 1 else (1,))
+
+    def incremental_eval(self) -> ShuffledTop1 | None:
+        """Top-1 image by image in a seeded random order, for the adaptive analysis's early
+        stop (:mod:`.incremental`)."""
+        return ShuffledTop1(self) if self.eval_set is not None and self.metric == "top1" \
+            else None
 
 
 def _is_class_index(label: Any) -> bool:

@@ -1,0 +1,353 @@
+"""Adaptive sensitivity analysis: measure only the points, and only the images, that the
+allocation for a given target needs.
+
+Every allocation reads a group's loss curve only near a loss threshold: ``eval_metric_loss``
+takes, per group, the highest ratio whose loss is within the tolerance and interpolates to the
+next (:func:`~autoprune.engine.allocate.ratios_by_loss`); a FLOPs target bisects one threshold
+common to all groups (:func:`~autoprune.engine.allocate.ratios_by_flops`), and so does the
+threshold family of a latency target. So, per group, the analysis finds the *bracket* of each
+threshold that matters on the ratio grid, as every allocation reads a curve (the first point
+over the threshold ends it: pruning more never counts as less harmful): the points up to the
+last one within the threshold and the next grid point, decided over it, measured (or every point
+up to the top ratio within it). It probes the ratio where the curve is expected to cross (a chord
+through the points measured so far, from the middle of the grid: it only orders the work),
+assuming loss grows with the ratio. The choice depends on the group's points and the thresholds
+only, so a resumed or torchrun-sharded analysis measures exactly what an uninterrupted one does.
+
+- ``{"loss": 0.05}``: the one threshold is the tolerance.
+- ``{"flops": 0.5}``: a coarse pass probes every group once (decided against a ladder of
+  thresholds); then the common threshold is estimated from the table with the allocator's own
+  bisection (layer-wise MACs, :class:`~autoprune.engine.allocate.FlopsModel`), each group's
+  bracket is resolved at it, and again with the new estimate until no group needs a point
+  (brackets kept at the last two estimates: the band widens when the threshold moves).
+- ``{"latency": 0.4}``: as FLOPs, over the band of FLOPs targets from the latency target to
+  ``target / 0.7`` (latency lags FLOPs: measured CPU efficiency 0.68-0.76); the latency
+  allocation then lands on the target by measurement as usual.
+
+A point's images are evaluated until its loss interval (:mod:`autoprune.engine.bounds`) lies
+wholly below or above every threshold that matters, or every image is seen. Such a point is
+written with its interval, images used and bound (``intervals`` in the file); its entry in the
+table is the interval's *upper* end, so every allocation reads it conservatively (at least as
+harmful as it can be: a ratio interpolated across it comes out no larger than from the true
+value, and a point decided over a threshold stays over it). A later analysis with another
+target refines a point an interval no longer decides (continuing from the images already
+counted when the evaluation allows it). Every number is measured on the user's evaluation
+data; no proxy replaces a loss.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+import torch.nn as nn
+
+from ..errors import ConfigError, MetricError
+from .allocate import FlopsModel, ratio_for_loss, threshold_curve
+from .bounds import BOUNDS, PairedCounts, look_points, mean_interval
+from .incremental import Step
+from .points import relative_loss
+from .store import SensitivityRecord
+
+TARGETS = {"loss": "eval_metric_loss", "flops": "pruned_flops", "latency": "pruned_latency"}
+LADDER = (0.02, 0.05, 0.1, 0.2, 0.5)  # the coarse pass decides a point between these
+LATENCY_EFFICIENCY = 0.7  # latency saved per FLOPs saved on CPUs (0.68-0.76 measured)
+MAX_ROUNDS = 12
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the allocation will be asked for: ``kind`` (loss, flops or latency) and ``value``."""
+
+    kind: str
+    value: float
+
+    def to_json(self) -> dict[str, float]:
+        return {self.kind: self.value}
+
+    def describe(self) -> str:
+        return {"loss": f"eval_metric_loss {self.value:g}", "flops": f"-{self.value:.0%} FLOPs",
+                "latency": f"-{self.value:.0%} latency"}[self.kind]
+
+
+def check_target(target: Any) -> Target:
+    """A :class:`Target` from ``{"loss": 0.05}`` (also ``eval_metric_loss``, ``flops`` /
+    ``pruned_flops``, ``latency`` / ``pruned_latency``), ``"flops=0.5"`` or a Target; a bad one is
+    a one-line ConfigError."""
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str) and "=" in target:
+        key, _, value = target.partition("=")
+        try:
+            target = {key.strip(): float(value)}
+        except ValueError:
+            target = {key.strip(): value}
+    names = {**{k: k for k in TARGETS}, **{v: k for k, v in TARGETS.items()}}
+    if not isinstance(target, Mapping) or len(target) != 1 or next(iter(target)) not in names:
+        raise ConfigError(f"adaptive target {target!r} must name one target, e.g. "
+                          f"{{'loss': 0.05}}, {{'flops': 0.5}} or {{'latency': 0.4}}")
+    key, value = next(iter(target.items()))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+            not 0.0 < float(value) < 1.0:
+        raise ConfigError(f"adaptive target {key}={value!r} must be a fraction in (0, 1), e.g. "
+                          f"{key}=0.05")
+    return Target(names[key], float(value))
+
+
+def check_bound(bound: Any, confidence: Any) -> None:
+    """Refuse a ``bound`` other than ``exact``/``confidence`` or a confidence outside (0.5, 1)."""
+    if bound not in BOUNDS:
+        raise ConfigError(f"bound={bound!r} is not one of {', '.join(BOUNDS)}")
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or \
+            not 0.5 < float(confidence) < 1.0:
+        raise ConfigError(f"confidence={confidence!r} must lie in (0.5, 1), e.g. 0.999")
+
+
+# --- where to measure -----------------------------------------------------------------------
+Interval = tuple[float, float]
+
+
+def known_points(record: SensitivityRecord, group: str, grid: list[float]) -> dict[float, Interval]:
+    """The grid points of ``group`` in ``record`` as loss intervals (a measured point: its
+    value twice)."""
+    out = {}
+    for r, loss in record.sensitivities.get(group, {}).items():
+        if r in grid:
+            info = record.intervals.get(group, {}).get(r)
+            out[r] = (float(info["low"]), float(info["high"])) if info else (loss, loss)
+    return out
+
+
+def undecided(interval: Interval, thresholds: Iterable[float]) -> bool:
+    """True while some threshold lies in the interval (``low <= t < high``)."""
+    low, high = interval
+    return any(low <= t < high for t in thresholds)
+
+
+class Planner:
+    """Which point of a group to measure next so that each threshold's bracket is found. It
+    depends on the group's own points and the thresholds only, so a resumed or sharded analysis
+    measures the same points as an uninterrupted one."""
+
+    def __init__(self, grid: list[float]):
+        self.grid = sorted(grid)
+
+    def first(self) -> float:
+        """A group's first probe: the middle of the grid."""
+        return self.grid[len(self.grid) // 2]
+
+    def next_point(self, known: Mapping[float, Interval], thresholds: Iterable[float]
+                   ) -> float | None:
+        """The ratio to measure or refine next, or None when every threshold's bracket is
+        resolved."""
+        for t in sorted(thresholds):
+            need = self._need(known, t)
+            if need is not None:
+                return need
+        return None
+
+    def _bracket(self, known: Mapping[float, Interval], t: float) -> tuple[int, int]:
+        """``(a, b)``: ``b`` the first measured point not decided within ``t`` (its upper end
+        over ``t``: over it, or undecided), ``a`` the last measured point before ``b`` (-1:
+        ratio 0; ``len(grid)`` for ``b``: none)."""
+        grid, m = self.grid, len(self.grid)
+        over = [i for i, r in enumerate(grid) if r in known and known[r][1] > t]
+        b = min(over) if over else m
+        before = [i for i, r in enumerate(grid[:b]) if r in known]
+        return (max(before) if before else -1), b
+
+    def _need(self, known: Mapping[float, Interval], t: float) -> float | None:
+        """The bracket of ``t`` as every allocation reads a curve (the first point over ``t``
+        ends it: pruning more never counts as less harmful): resolved when the points up to
+        the last one within ``t`` and the next grid point, decided over ``t``, are measured."""
+        grid, m = self.grid, len(self.grid)
+        a, b = self._bracket(known, t)
+        if b == m:
+            return None if a == m - 1 else self._probe(known, t, a, b)
+        if b > a + 1:
+            return self._probe(known, t, a, b)
+        return grid[b] if known[grid[b]][0] <= t else None  # undecided: more images
+
+    def _probe(self, known: Mapping[float, Interval], t: float, a: int, b: int) -> float:
+        """The unmeasured grid point between ``a`` and ``b`` nearest the expected crossing."""
+        grid = self.grid
+        guess = self._guess(known, t, a, b)
+        return grid[min(range(a + 1, min(b, len(grid))), key=lambda i: (abs(grid[i] - guess), i))]
+
+    def _guess(self, known: Mapping[float, Interval], t: float, a: int, b: int) -> float:
+        """Where the curve is expected to cross ``t``: a chord between the bracket's ends
+        (interval middles; ratio 0 loses 0); with nothing over ``t`` measured, a curve through
+        the origin growing as the ratio squared (sensitivity curves bend upward)."""
+        grid, m = self.grid, len(self.grid)
+        mid = lambda r: sum(known[r]) / 2
+        ra, la = (0.0, 0.0) if a < 0 else (grid[a], mid(grid[a]))
+        if b < m:
+            rb, lb = grid[b], mid(grid[b])
+            return ra + (t - la) * (rb - ra) / (lb - la) if lb > la else (ra + rb) / 2
+        if a < 0:
+            return self.first()
+        return ra * math.sqrt(t / la) if la > 0 else grid[-1]
+
+
+def threshold_for(flops: FlopsModel, table: Mapping[str, Mapping[float, float]], goal: float,
+                  max_ratio: float = 0.9) -> float:
+    """The common loss threshold at which :func:`ratios_by_flops`' allocation of ``table``
+    (predicted MACs) removes ``goal`` of the FLOPs; the largest loss of the table when even that
+    removes less."""
+    anchored = {g: threshold_curve(p) for g, p in table.items() if p}
+    losses = [v for c in anchored.values() for v in c.values()]
+    if not losses:
+        return math.inf
+
+    def reduction(t: float) -> float:
+        ratios = {g: min(ratio_for_loss(c, t), max_ratio) for g, c in anchored.items()}
+        return 1.0 - flops.predict(ratios) / flops.total
+
+    lo, hi = min(losses) - 1.0, max(losses)
+    if reduction(hi) < goal:
+        return hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if reduction(mid) < goal else (lo, mid)
+    return hi
+
+
+class Thresholds:
+    """The loss thresholds the allocation for ``target`` needs, estimated from the table."""
+
+    def __init__(self, target: Target, flops: Callable[[], FlopsModel]):
+        self.target = target
+        self._flops, self._model = flops, None
+        self.history: list[list[float]] = []
+
+    def goals(self) -> list[float]:
+        v = self.target.value
+        if self.target.kind == "latency":
+            return [v, min(0.95, v / LATENCY_EFFICIENCY)]
+        return [v]
+
+    def estimate(self, table: Mapping[str, Mapping[float, float]]) -> list[float]:
+        """The thresholds at which the current table meets the target (the tolerance itself for
+        a loss target)."""
+        if self.target.kind == "loss":
+            return [self.target.value]
+        if self._model is None:
+            self._model = self._flops()
+        return sorted({threshold_for(self._model, table, g) for g in self.goals()})
+
+
+# --- one point ------------------------------------------------------------------------------
+class PointMeter:
+    """Evaluates a point's images until its loss is decided against the thresholds.
+
+    ``eval_fn.incremental`` gives the steps; ``base``: the unpruned model's score of every
+    image (None for a bounded metric, whose steps carry sure ``low``/``high``)."""
+
+    def __init__(self, eval_fn: Any, base: torch.Tensor | None, total: int, baseline: float,
+                 higher_is_better: bool, *, bound: str, confidence: float, resumable: bool,
+                 random_order: bool):
+        self.eval_fn, self.base, self.total = eval_fn, base, total
+        self.baseline, self.higher_is_better = baseline, higher_is_better
+        self.resumable = resumable and base is not None
+        self.bound = bound if (random_order and base is not None) else "exact"
+        self.binary = base is not None and bool(((base == 0) | (base == 1)).all())
+        self.confidence = confidence
+        self.looks = look_points(total)
+        self.alpha = (1.0 - confidence) / (4 * max(1, len(self.looks)))
+
+    def _loss_interval(self, low: float, high: float) -> Interval:
+        a = relative_loss(self.baseline, low, self.higher_is_better)
+        b = relative_loss(self.baseline, high, self.higher_is_better)
+        return (min(a, b), max(a, b))
+
+    def measure(self, model: nn.Module, thresholds: list[float],
+                before: Mapping[str, Any] | None = None,
+                where: tuple[str, float] = ("?", 0.0)) -> dict[str, Any]:
+        """``{"loss"}`` for a point seen on every image, else its interval: ``{"low", "high",
+        "images", "of", "bound", ...}`` (see :mod:`autoprune.engine.store`)."""
+        if self.base is not None:
+            return self._mean(model, thresholds, before)
+        return self._bounded(model, thresholds)
+
+    def _mean(self, model: nn.Module, thresholds: list[float],
+              before: Mapping[str, Any] | None) -> dict[str, Any]:
+        counts = PairedCounts()
+        if before and self.resumable and isinstance(before.get("counts"), Mapping):
+            counts = PairedCounts.of(before["counts"])
+        binary = self.binary and bool(before.get("binary", True) if before else True)
+        looks = [n for n in self.looks if n > counts.seen]
+        interval: Interval = (-math.inf, math.inf)
+        steps = self.eval_fn.incremental(model, start=counts.seen)
+        try:
+            for step in steps:
+                scores = _scores(step)
+                n = len(scores)
+                counts.add(scores, self.base[counts.seen:counts.seen + n])
+                binary = binary and bool(((scores == 0) | (scores == 1)).all())
+                if counts.seen >= self.total:
+                    break
+                if looks and counts.seen >= looks[0]:
+                    while looks and counts.seen >= looks[0]:
+                        looks.pop(0)
+                    low, high = mean_interval(counts, self.base, bound=self.bound,
+                                              alpha=self.alpha, binary=binary)
+                    interval = self._loss_interval(low, high)
+                    if not undecided(interval, thresholds):
+                        break
+        finally:
+            close = getattr(steps, "close", None)
+            if close is not None:
+                close()
+        if counts.seen >= self.total:
+            return {"loss": relative_loss(self.baseline, counts.score / self.total,
+                                          self.higher_is_better)}
+        if counts.seen < 1 or not math.isfinite(interval[0]):
+            raise MetricError(f"the incremental evaluation stopped after {counts.seen} of "
+                              f"{self.total} images: it must cover every image")
+        out = {"low": interval[0], "high": interval[1], "images": counts.seen,
+               "of": self.total, "bound": self.bound if binary else "exact",
+               "decided_for": list(thresholds), "counts": counts.to_json()}
+        if out["bound"] == "confidence":
+            out["confidence"] = self.confidence
+        if not binary:
+            out["binary"] = False
+        return out
+
+    def _bounded(self, model: nn.Module, thresholds: list[float]) -> dict[str, Any]:
+        seen, interval, value = 0, None, None
+        steps = self.eval_fn.incremental(model, start=0)
+        try:
+            for step in steps:
+                seen += int(step.images)
+                if step.low is None or step.high is None:
+                    raise MetricError("an incremental evaluation step holds neither scores nor "
+                                      "low/high bounds of the metric")
+                if seen >= self.total:
+                    value = step.value if step.value is not None else step.low
+                    break
+                interval = self._loss_interval(float(step.low), float(step.high))
+                if not undecided(interval, thresholds):
+                    break
+        finally:
+            close = getattr(steps, "close", None)
+            if close is not None:
+                close()
+        if value is not None:
+            return {"loss": relative_loss(self.baseline, float(value), self.higher_is_better)}
+        if interval is None:
+            raise MetricError(f"the incremental evaluation stopped after {seen} of {self.total} "
+                              f"images: it must cover every image")
+        return {"low": interval[0], "high": interval[1], "images": seen, "of": self.total,
+                "bound": "exact", "decided_for": list(thresholds)}
+
+
+def _scores(step: Step) -> torch.Tensor:
+    if step.scores is None:
+        raise MetricError("an incremental evaluation step of a mean metric holds no scores")
+    scores = step.scores.detach().double().cpu().reshape(-1)
+    if len(scores) != int(step.images):
+        raise MetricError(f"an incremental evaluation step says {step.images} images but holds "
+                          f"{len(scores)} scores")
+    return scores

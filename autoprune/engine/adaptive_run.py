@@ -1,0 +1,167 @@
+"""The rounds of an adaptive analysis (:mod:`autoprune.engine.adaptive` says what is measured and
+why): per round, the thresholds are estimated from the table, every group that still needs a
+point is resolved against them (groups shared out over torchrun ranks), and the ranks' points
+are merged; the file is written after every point, so a killed run resumes where it stopped."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from .adaptive import LADDER, MAX_ROUNDS, Planner, PointMeter, Thresholds, known_points
+from .distributed import gather, rank_and_world, shard
+from .groups import PruningGraph
+from .incremental import full_scores
+from .points import PointRunner, eval_mode
+from .prefix_cache import PrefixCache
+from .store import SensitivityRecord, merge_points
+
+
+class AdaptiveRun:
+    """One adaptive analysis over ``names`` x ``grid`` into ``record`` (every rank's copy) and
+    ``own`` (this rank's points, for its shard file); ``write()`` saves after each point;
+    ``tick(group)`` reports progress."""
+
+    def __init__(self, model: nn.Module, thresholds: Thresholds, bound: dict[str, Any], *,
+                 record: SensitivityRecord, own: SensitivityRecord, names: list[str],
+                 grid: list[float], write: Callable[[], Any],
+                 tick: Callable[[str], None] = lambda name: None):
+        self.model, self.bound = model, bound
+        self.runner: PointRunner | None = None  # set before :meth:`run`
+        self.meter: PointMeter | Any = None
+        self.thresholds, self.record, self.own = thresholds, record, own
+        self.names, self.grid = names, sorted(grid)
+        self.rank, self.world = rank_and_world()
+        self.write, self.tick = write, tick
+        self.planner = Planner(self.grid)
+        self.rounds, self.final = 0, []  # rounds that measured something; the last thresholds
+        self.decided_early = 0
+
+    def known(self, name: str):
+        return known_points(self.record, name, self.grid)
+
+    def settings(self) -> dict[str, Any]:
+        """What decides which points are measured (a stored round is continued only for the
+        same): the target, the bound asked for and the ratio grid."""
+        return {"target": self.thresholds.target.to_json(), **self.bound, "ratios": self.grid}
+
+    def stored(self) -> dict[str, Any] | None:
+        """The state a previous session of this same analysis left in the file, else None."""
+        state = self.record.extra.get("adaptive")
+        if not isinstance(state, dict) or \
+                {k: state.get(k) for k in self.settings()} != self.settings():
+            return None
+        return state
+
+    def done(self) -> bool:
+        """True when the file holds this very analysis, finished (nothing to measure)."""
+        state = self.stored()
+        return bool(state and state.get("done") and set(self.names) <= set(state["groups"]))
+
+    def run(self) -> None:
+        """Rounds until no group needs a point (or :data:`MAX_ROUNDS`); a round left unfinished
+        by a killed session is continued as it was planned."""
+        state = self.stored()
+        now = state.get("round") if state and not state.get("done") else None
+        index = now["index"] if now else 0
+        previous = now["previous"] if now else []
+        for _ in range(MAX_ROUNDS):
+            if now is None:
+                now = self._plan(index, previous)
+                if now is None:
+                    break
+                self._save(now)
+            for name in shard(now["work"], self.rank, self.world):
+                self._resolve(name, now["thresholds"], now["coarse"])
+            self._share()
+            index, previous, now = index + 1, now["now"], None
+        self.rounds = index
+        self._save(None)
+
+    def _plan(self, index: int, previous: list[float]) -> dict[str, Any] | None:
+        """The next round: the thresholds to resolve and the groups that need a point; None
+        when none does."""
+        if self.thresholds.target.kind != "loss" and index == 0 and \
+                any(not self.known(n) for n in self.names):  # one probe per group: a ladder
+            work = [n for n in self.names if not self.known(n)]
+            return {"index": index, "coarse": True, "thresholds": list(LADDER),
+                    "now": [], "previous": [], "work": work}
+        now = self.thresholds.estimate(self._table())
+        self.final = now
+        work = [n for n in self.names if self.planner.next_point(self.known(n), now) is not None]
+        if not work:
+            return None
+        return {"index": index, "coarse": False, "now": now, "previous": previous,
+                "thresholds": sorted(set(now) | set(previous)),  # widened while it moves
+                "work": work}
+
+    def _save(self, now: dict[str, Any] | None) -> None:
+        """The round under way (None: finished) into the file's ``extra["adaptive"]``."""
+        self.record.extra["adaptive"] = {
+            **self.settings(), "bound_used": getattr(self.meter, "bound", None),
+            "groups": list(self.names), "done": now is None,
+            "rounds": self.rounds if now is None else now["index"],
+            **({"round": now} if now is not None else
+               {"thresholds": [t for t in self.final if t == t]})}
+        self.write()
+
+    def _table(self) -> dict[str, dict[float, float]]:
+        return {n: {r: v for r, v in self.record.sensitivities.get(n, {}).items()
+                    if r in self.grid} for n in self.names}
+
+    def _resolve(self, name: str, thresholds: list[float], coarse: bool) -> None:
+        if coarse:
+            if not self.known(name):
+                self._measure(name, self.planner.first(), thresholds)
+            return
+        while True:
+            ratio = self.planner.next_point(self.known(name), thresholds)
+            if ratio is None:
+                return
+            self._measure(name, ratio, thresholds)
+
+    def _measure(self, name: str, ratio: float, thresholds: list[float]) -> None:
+        before = self.record.intervals.get(name, {}).get(ratio)
+        with self.runner.pruned(name, ratio) as pruned:
+            result = self.meter.measure(self.model, thresholds, before, (name, ratio)) \
+                if pruned else {"loss": 0.0}
+        for rec in (self.record, self.own):
+            if "loss" in result:
+                rec.set_point(name, ratio, result["loss"])
+            else:
+                rec.set_interval(name, ratio, result)
+        if "loss" not in result:
+            self.decided_early += 1
+        self.write()
+        self.tick(name)
+
+    def _share(self) -> None:
+        """Every rank's points of this round merged into every rank's record (rank order)."""
+        if self.world == 1:
+            return
+        for points, intervals in gather((self.own.sensitivities, self.own.intervals)):
+            merge_points(self.record, SensitivityRecord(sensitivities=points,
+                                                        intervals=intervals))
+        self.write()
+
+def unpruned_scores(model: nn.Module, eval_fn: Any, graph: PruningGraph, groups: list[str],
+                    use_cache: bool) -> tuple[torch.Tensor | None, float, PrefixCache | None]:
+    """One whole incremental evaluation of the unpruned model: ``(per-image scores or None,
+    metric, prefix cache)``. With ``use_cache`` the pass records the prefix cache, which a second
+    pass then checks (replaying the stages before the deepest of ``groups``' first touched
+    layers must give the same scores), or it is dropped."""
+    if not use_cache or not groups:
+        with eval_mode(model):
+            scores, value = full_scores(eval_fn, model)
+        return scores, value, None
+    cache = PrefixCache(model)
+    with eval_mode(model), cache.recording():
+        scores, value = full_scores(eval_fn, model)
+    if not cache.enabled:
+        return scores, value, None
+    first = max(cache.first_touched(graph.touched_modules(graph.group(n))) for n in groups)
+    with eval_mode(model), cache.skipping_before(first) as skipped:
+        replayed, again = full_scores(eval_fn, model) if skipped else (None, None)
+    same = skipped and again == value and (scores is None or torch.equal(replayed, scores))
+    return scores, value, cache if same else None

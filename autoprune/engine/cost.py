@@ -1,0 +1,168 @@
+"""What an analysis will cost on this machine, said before it starts: points, images, seconds per
+image (timed on a few batches of the unpruned model) and an ETA.
+
+A point's images cost what the unpruned model's do, scaled by the share of the model's MACs the
+point still computes: the group's layers are narrower, and the stages before its first touched
+layer are replayed from the prefix cache (:mod:`autoprune.engine.prefix_cache`) instead of
+computed. An adaptive analysis's count of points and images depends on what it measures; its
+estimate uses the typical share measured by ``benchmarks/analysis_cost.py`` (at most the full
+analysis's), and the progress bar's ETA follows the images actually evaluated.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch.nn as nn
+
+from .allocate import FlopsModel
+from .groups import PruningGraph
+from .points import PointRunner, eval_mode
+from .prefix_cache import PrefixCache
+from .progress import duration
+from .removal import pruned_temporarily
+
+# an adaptive analysis's typical points per group (ratio grid of 9) and share of a point's images,
+# by target and bound (benchmarks/analysis_cost.py, benchmarks/README.md "Analysis cost")
+ADAPTIVE_POINTS = {"loss": 3.0, "flops": 4.5, "latency": 5.0}
+ADAPTIVE_IMAGES = {"confidence": 0.45, "exact": 0.8, "none": 1.0}
+
+
+def point_shares(graph: PruningGraph, example_inputs: Any, points: Iterable[tuple[str, float]],
+                 cache: PrefixCache | None, criterion: str = "l1_norm",
+                 flops: FlopsModel | None = None) -> dict[tuple[str, float], float]:
+    """Per point, the share of the unpruned model's MACs it computes (pruned layers narrower,
+    replayed stages not computed)."""
+    flops = flops or FlopsModel(graph, example_inputs)
+    skipped: dict[str, float] = {}
+    out = {}
+    for name, ratio in points:
+        if name not in skipped:
+            skipped[name] = _replayed_macs(graph, flops, cache, name)
+        left = flops.predict({name: ratio}) - skipped[name]
+        out[(name, ratio)] = max(0.02, left / max(1, flops.total))
+    return out
+
+
+def _replayed_macs(graph: PruningGraph, flops: FlopsModel, cache: PrefixCache | None,
+                   name: str) -> float:
+    if cache is None or not cache.enabled:
+        return 0.0
+    first = cache.first_touched(graph.touched_modules(graph.group(name)))
+    macs = 0.0
+    for stage, module in cache.stages:
+        if stage in cache.span and cache.span[stage][1] < first:
+            macs += sum(flops.layers.get(m, 0.0) for m in module.modules())
+    return macs
+
+
+@dataclass
+class Estimate:
+    """An analysis's expected cost: ``points`` x ``images`` each at ``seconds_per_image`` scaled
+    by each point's share (``shares``), plus ``overhead`` seconds a point (prune, restore);
+    ``adaptive``: the expected share of points and images an adaptive analysis evaluates."""
+
+    points: int
+    images: int
+    seconds_per_image: float
+    shares: list[float] = field(default_factory=list)
+    overhead: float = 0.0
+    adaptive: dict[str, Any] | None = None
+
+    @property
+    def full_images(self) -> int:
+        return self.points * self.images
+
+    @property
+    def full_seconds(self) -> float:
+        return sum(self.shares) * self.images * self.seconds_per_image + \
+            self.points * self.overhead
+
+    @property
+    def expected_images(self) -> int:
+        if not self.adaptive:
+            return self.full_images
+        return int(self.full_images * self.adaptive["points_share"] * self.adaptive["image_share"])
+
+    @property
+    def seconds(self) -> float:
+        """The expected wall time of the points (the ETA)."""
+        if not self.adaptive:
+            return self.full_seconds
+        per_point = self.full_seconds / max(1, self.points)
+        points = self.points * self.adaptive["points_share"]
+        return points * (per_point - self.overhead) * self.adaptive["image_share"] + \
+            points * self.overhead
+
+    def describe(self) -> str:
+        """The estimate in one or two lines (what the analysis prints before it starts)."""
+        head = (f"[autoprune] analysis cost: {self.points} points x {self.images:,} images = "
+                f"{self.full_images:,} images, {self.seconds_per_image * 1e3:.2f} ms/image here "
+                f"(timed on a few batches)")
+        if not self.adaptive:
+            return f"{head}, ETA {duration(self.full_seconds)}"
+        a = self.adaptive
+        return (f"{head}; the full analysis would take {duration(self.full_seconds)}.\n"
+                f"[autoprune] adaptive ({a['target']}, bound {a['bound']}): expected about "
+                f"{self.points * a['points_share']:.0f} points and {self.expected_images:,} "
+                f"images, ETA {duration(self.seconds)} (at most the full analysis)")
+
+
+def adaptive_shares(target_kind: str, bound: str, grid: int) -> dict[str, float]:
+    """The expected share of a full analysis's points and of each point's images that an
+    adaptive analysis evaluates (``grid``: ratios per group)."""
+    points = min(1.0, ADAPTIVE_POINTS[target_kind] * math.log2(grid + 1) / math.log2(10) / grid)
+    return {"points_share": points, "image_share": ADAPTIVE_IMAGES.get(bound, 1.0)}
+
+
+def time_steps(steps: Iterable[Any], min_seconds: float = 0.5, max_steps: int = 4
+               ) -> float | None:
+    """Seconds per image over a few steps of an incremental evaluation (the first, which warms
+    up, not timed); None when there are too few steps."""
+    images, start = 0, None
+    for k, step in enumerate(steps):
+        if k == 0:
+            start = time.perf_counter()
+            continue
+        images += int(step.images)
+        if k >= max_steps or time.perf_counter() - start >= min_seconds:
+            break
+    close = getattr(steps, "close", None)
+    if close is not None:
+        close()
+    return (time.perf_counter() - start) / images if images else None
+
+
+
+
+def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: PruningGraph,
+             runner: PointRunner, points: list[tuple[str, float]], images: int, *,
+             timed: float | None = None, adaptive: dict[str, Any] | None = None) -> Estimate:
+    """The cost of evaluating ``points`` on ``images`` images each: seconds per image timed on a
+    few batches of the unpruned model (for an ``adaptive`` analysis, of its incremental
+    evaluation), else ``timed`` (seconds of one whole evaluation already made), else one
+    evaluation timed now; a point's prune and restore timed once."""
+    per_image = None
+    if adaptive and getattr(eval_fn, "incremental", None) is not None:
+        with eval_mode(model):
+            per_image = time_steps(eval_fn.incremental(model, start=0))
+    if per_image is None:
+        if timed is None:
+            start = time.perf_counter()
+            with eval_mode(model):
+                eval_fn(model)
+            timed = time.perf_counter() - start
+        per_image = timed / max(1, images)
+    name, ratio = points[len(points) // 2]
+    group = graph.group(name)
+    idxs = graph.channels_to_remove(group, ratio, runner.criterion)
+    start = time.perf_counter()
+    if idxs:
+        with pruned_temporarily(graph, group, idxs):
+            pass
+    overhead = time.perf_counter() - start
+    shares = point_shares(graph, example_inputs, points, runner.cache, runner.criterion)
+    return Estimate(len(points), images, per_image, [shares[p] for p in points], overhead,
+                    adaptive)

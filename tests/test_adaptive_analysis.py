@@ -1,0 +1,292 @@
+"""Adaptive sensitivity analysis (issue 41): only the points and images the allocation for a
+target needs, a point decided early recorded with its interval, resumable and mergeable like the
+full analysis (which stays as it was), images counted, the cost said before it starts."""
+import json
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import TensorDataset
+
+import autoprune
+from autoprune.engine.adaptive import Planner, check_target
+from autoprune.engine.bounds import (PairedCounts, hypergeom_cdf, look_points, mean_interval,
+                                     successes_interval)
+from autoprune.engine.incremental import Step
+from autoprune.engine.store import read_record
+from autoprune.errors import ConfigError
+from conftest import ToyNet, assert_one_line
+
+RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
+STEP = 0.2  # the ratio grid's step
+
+
+def _patterns_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A learnable 10-class task: a fixed pattern per class under noise."""
+    patterns = torch.randn(10, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 10, (n,), generator=g)
+    return torch.randn(n, 3, 16, 16, generator=g) * 1.5 + patterns[y], y
+
+
+def _trained_toy() -> ToyNet:
+    x, y = _patterns_data(1024, 1)
+    torch.manual_seed(0)
+    model = ToyNet()
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    for _ in range(2):
+        for i in range(0, len(x), 64):
+            loss = torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def toy_task():
+    """A ToyNet trained in a few seconds (top-1 ~0.9 on 512 held-out images)."""
+    model = _trained_toy()
+    x, y = _patterns_data(512, 2)
+    return model, x, y
+
+
+class Top1:
+    """Top-1 that reports image by image in a seeded random order (the incremental protocol);
+    ``stop_after`` steps (over all calls) raises KeyboardInterrupt, as a killed run."""
+
+    random_order = True
+    resumable = True
+
+    def __init__(self, x, y, stop_after: int | None = None):
+        self.x, self.y, self.images = x, y, len(x)
+        self.order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+        self.stop_after, self.steps = stop_after, 0
+
+    def __call__(self, model):
+        return float((model(self.x).argmax(1) == self.y).double().mean())
+
+    def incremental(self, model, start=0):
+        for i in range(start, len(self.x), 64):
+            self.steps += 1
+            if self.stop_after is not None and self.steps > self.stop_after:
+                raise KeyboardInterrupt
+            idx = self.order[i:i + 64]
+            yield Step(len(idx), scores=(model(self.x[idx]).argmax(1) == self.y[idx]).double())
+
+
+def _run(model, x, eval_fn, path=None, **options):
+    return autoprune.sensitivity(model, x[:1], eval_fn, ratios=RATIOS, sensitivities_file=path,
+                                 progress=False, options=options)
+
+
+def _within_a_step(a, b):
+    return all(abs(a.get(g, 0.0) - b.get(g, 0.0)) <= STEP + 1e-9 for g in set(a) | set(b))
+
+
+# --- the bounds -------------------------------------------------------------------------------
+def test_hypergeometric_tail_and_its_inversion_are_exact():
+    total, successes, draws = 30, 10, 12
+    brute = lambda k: sum(math.comb(successes, j) * math.comb(total - successes, draws - j)
+                          for j in range(k + 1)) / math.comb(total, draws)
+    for k in range(draws + 1):
+        assert hypergeom_cdf(k, total, successes, draws) == pytest.approx(brute(k), abs=1e-12)
+        assert hypergeom_cdf(k, total, successes, draws, upper=True) == \
+            pytest.approx(1 - brute(k - 1) if k else 1.0, abs=1e-12)
+    # coverage: over every sample a population of K successes can give, the interval misses K
+    # with probability at most 2 alpha
+    alpha, total, draws = 0.05, 40, 15
+    for true in (0, 3, 11, 25):
+        miss = sum(math.comb(true, k) * math.comb(total - true, draws - k) / math.comb(total, draws)
+                   for k in range(draws + 1)
+                   if not successes_interval(k, draws, total, alpha)[0] <= true
+                   <= successes_interval(k, draws, total, alpha)[1])
+        assert miss <= 2 * alpha
+    assert successes_interval(4, 40, 40, 1e-6) == (4, 4)  # every item seen: exact
+
+
+def test_the_exact_bound_holds_whatever_the_unseen_images_score():
+    base = torch.tensor([1.0] * 70 + [0.0] * 30)
+    counts = PairedCounts()
+    counts.add(torch.tensor([1.0] * 20 + [0.0] * 20), base[:40])
+    low, high = mean_interval(counts, base, bound="exact", alpha=0.01, binary=True)
+    assert (low, high) == (20 / 100, 80 / 100)
+    conf = mean_interval(counts, base, bound="confidence", alpha=0.01, binary=True)
+    assert low <= conf[0] <= conf[1] <= high  # within the sure range, and narrower
+    assert look_points(1000)[:3] == [32, 48, 72] and look_points(1000)[-1] < 1000
+
+
+def test_the_planner_finds_a_bracket_from_the_middle():
+    planner = Planner(list(RATIOS))
+    curve = {0.1: 0.0, 0.3: 0.01, 0.5: 0.03, 0.7: 0.2, 0.9: 0.6}
+    known = {}
+    while (r := planner.next_point(known, [0.05])) is not None:
+        known[r] = (curve[r], curve[r])
+    assert set(known) == {0.5, 0.7}  # 0.5 within, 0.7 over: the next grid point
+    assert planner.next_point({0.9: (0.0, 0.01)}, [0.05]) is None  # the top within: done
+    assert planner.next_point({0.1: (0.06, 0.1)}, [0.05]) is None  # the first over: done
+    assert planner.next_point({0.1: (0.02, 0.1)}, [0.05]) == 0.1  # undecided: more images
+
+
+# --- the analysis -----------------------------------------------------------------------------
+def test_a_loss_target_gives_the_full_allocation_from_far_fewer_images(toy_task, tmp_path):
+    model, x, y = toy_task
+    full = _run(model, x, Top1(x, y), tmp_path / "full.json")
+    path = tmp_path / "adaptive.json"
+    adaptive = _run(model, x, Top1(x, y), path, adaptive=True, target={"loss": 0.05})
+    assert _within_a_step(autoprune.ratios_by_loss(full, 0.05),
+                          autoprune.ratios_by_loss(adaptive, 0.05))
+    full_images = read_record(tmp_path / "full.json").extra["evaluation"]["images_evaluated"]
+    record = read_record(path)
+    evaluation = record.extra["evaluation"]
+    assert evaluation["mode"] == "adaptive" and evaluation["decided_early"] >= 1
+    assert evaluation["images_evaluated"] * 2 <= full_images  # 5 ratios, 512 images here
+    assert record.extra["adaptive"]["done"] and record.extra["adaptive"]["target"] == {"loss": 0.05}
+    assert sum(map(len, adaptive.values())) < sum(map(len, full.values()))
+    # a rerun of the finished analysis evaluates nothing
+    again = Top1(x, y)
+    assert _run(model, x, again, path, adaptive=True, target={"loss": 0.05}) == adaptive
+    assert again.steps == 0
+
+
+@pytest.mark.parametrize("bound", ["confidence", "exact"])
+def test_a_point_decided_early_is_marked_with_its_interval(toy_task, tmp_path, bound):
+    model, x, y = toy_task
+    full = _run(model, x, lambda m: Top1(x, y)(m))
+    path = tmp_path / "s.json"
+    table = _run(model, x, Top1(x, y), path, adaptive=True, target={"flops": 0.5}, bound=bound)
+    record = read_record(path)
+    assert record.intervals, "no point was decided early"
+    for group, points in record.intervals.items():
+        for ratio, info in points.items():
+            assert info["images"] < info["of"] == len(x) and info["bound"] == bound
+            assert info["low"] <= full[group][ratio] + 1e-12 <= info["high"] + 2e-12
+            assert table[group][ratio] == info["high"]  # the table reads it conservatively
+            assert info["decided_for"] and (bound == "exact") == ("confidence" not in info)
+    data = json.loads(path.read_text())
+    assert set(data["intervals"]) == set(record.intervals)
+    flops = lambda t: autoprune.ratios_by_flops(model, x[:1], t, 0.5)
+    assert abs(flops(table).achieved - 0.5) < 0.02
+
+
+def test_the_full_analysis_is_unchanged_counts_its_images_and_completes_intervals(toy_task,
+                                                                                  tmp_path):
+    model, x, y = toy_task
+    plain = _run(model, x, lambda m: Top1(x, y)(m))
+    path = tmp_path / "s.json"
+    assert _run(model, x, Top1(x, y), path) == plain  # the protocol changes nothing here
+    evaluation = read_record(path).extra["evaluation"]
+    assert evaluation["mode"] != "adaptive" and evaluation["images_evaluated"] % len(x) == 0
+    assert evaluation["images_evaluated"] >= (5 * len(RATIOS) + 1) * len(x)  # + baseline
+    adaptive_path = tmp_path / "a.json"
+    _run(model, x, Top1(x, y), adaptive_path, adaptive=True, target={"flops": 0.5})
+    assert read_record(adaptive_path).intervals
+    completed = _run(model, x, Top1(x, y), adaptive_path)  # a full run measures them on all
+    record = read_record(adaptive_path)
+    assert not record.intervals and completed == plain
+
+
+@pytest.mark.parametrize("goal", [{"loss": 0.05}, {"flops": 0.5}])
+def test_a_resumed_adaptive_analysis_equals_an_uninterrupted_one(toy_task, tmp_path, goal):
+    model, x, y = toy_task
+    whole = tmp_path / "whole.json"
+    uninterrupted = _run(model, x, Top1(x, y), whole, adaptive=True, target=goal)
+    path = tmp_path / "resumed.json"
+    for stop in (25, 15):  # killed twice, mid-point
+        with pytest.raises(KeyboardInterrupt):
+            _run(model, x, Top1(x, y, stop_after=stop), path, adaptive=True, target=goal)
+    assert _run(model, x, Top1(x, y), path, adaptive=True, target=goal) == uninterrupted
+    a, b = read_record(whole), read_record(path)
+    assert a.intervals == b.intervals and a.extra["adaptive"] == b.extra["adaptive"]
+
+
+def _worker(rank, world, init_file, path, state, goal):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        torch.set_num_threads(1)
+        model = ToyNet()
+        model.load_state_dict(state)
+        x, y = _patterns_data(512, 2)
+        _run(model.eval(), x, Top1(x, y), path, adaptive=True, target=goal)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                    reason="torch.distributed with gloo is not available")
+def test_two_ranks_merge_to_the_single_process_analysis(toy_task, tmp_path):
+    model, x, y = toy_task
+    goal = {"flops": 0.5}
+    single = _run(model, x, Top1(x, y), tmp_path / "one.json", adaptive=True, target=goal)
+    path = tmp_path / "two.json"
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(path), model.state_dict(), goal),
+             nprocs=2, join=True)
+    merged = read_record(path)
+    one = read_record(tmp_path / "one.json")
+    assert merged.sensitivities == {g: p for g, p in one.sensitivities.items()} == \
+        {g: dict(sorted(p.items())) for g, p in single.items()}
+    assert merged.intervals == one.intervals
+    assert merged.extra["evaluation"]["decided_early"] == one.extra["evaluation"]["decided_early"]
+    assert not list(tmp_path.glob("two.json.rank*.json"))
+
+
+def test_a_plain_eval_fn_still_gets_the_point_selection(toy_task, tmp_path):
+    model, x, y = toy_task
+    full = _run(model, x, lambda m: Top1(x, y)(m))
+    path = tmp_path / "s.json"
+    table = _run(model, x, lambda m: Top1(x, y)(m), path, adaptive=True, target={"loss": 0.05})
+    record = read_record(path)
+    assert not record.intervals and record.extra["adaptive"]["bound_used"] == "none"
+    assert all(table[g][r] == full[g][r] for g in table for r in table[g])  # exact points
+    assert sum(map(len, table.values())) < sum(map(len, full.values()))
+    assert _within_a_step(autoprune.ratios_by_loss(full, 0.05),
+                          autoprune.ratios_by_loss(table, 0.05))
+
+
+def test_the_cost_is_said_before_and_a_plan_measures_nothing(toy_task, tmp_path, capsys):
+    model, x, y = toy_task
+    path = tmp_path / "s.json"
+    ev = Top1(x, y)
+    names = [g.name for g in autoprune.prunable_groups(model, x[:1])]
+    assert _run(model, x, ev, path, adaptive=True, plan=True) == {n: {} for n in names}
+    out = capsys.readouterr().out
+    assert "analysis cost: 25 points x 512 images" in out and "ETA" in out
+    assert "adaptive (eval_metric_loss 0.05, bound confidence)" in out
+    assert not path.exists()  # nothing written
+    autoprune.sensitivity(model, x[:1], Top1(x, y), ratios=RATIOS, progress=True,
+                          groups=["fuse.0"])
+    out = capsys.readouterr().out
+    assert "analysis cost: 5 points x 512 images" in out and "ETA" in out
+
+
+def test_bad_adaptive_settings_are_one_line_errors(toy_task):
+    model, x, y = toy_task
+    for options, match in [({"adaptive": True, "early_stop": 0.5}, "early_stop"),
+                           ({"adaptive": True, "target": {"speed": 0.5}}, "target"),
+                           ({"adaptive": True, "target": "flops=2"}, "flops"),
+                           ({"bound": "loose"}, "bound"), ({"confidence": 1.0}, "confidence"),
+                           ({"adaptive": "yes"}, "adaptive")]:
+        with pytest.raises(ConfigError, match=match) as e:
+            _run(model, x, Top1(x, y), **options)
+        assert_one_line(e)
+    assert check_target("latency=0.4").to_json() == {"latency": 0.4}
+    assert check_target({"pruned_flops": 0.5}).kind == "flops"
+
+
+def test_classification_flow_measures_top1_image_by_image(toy_task, tmp_path):
+    model, x, y = toy_task
+    data = TensorDataset(x, y)
+    path = tmp_path / "s.json"
+    from autoprune import classification as cls
+    table = cls.analyze_sensitivity(model, data, path, ratios=RATIOS, progress=False,
+                                    input_size=16, num_classes=10, device="cpu",
+                                    sensitivity_options={"adaptive": True,
+                                                         "target": {"loss": 0.05}})
+    record = read_record(path)
+    assert record.extra["evaluation"]["mode"] == "adaptive"
+    assert record.intervals and record.extra["adaptive"]["bound_used"] == "confidence"
+    assert record.extra["evaluation"]["images_evaluated"] < 25 * len(x)
+    assert set(table) == set(record.sensitivities)
