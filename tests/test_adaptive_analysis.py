@@ -290,3 +290,41 @@ def test_classification_flow_measures_top1_image_by_image(toy_task, tmp_path):
     assert record.intervals and record.extra["adaptive"]["bound_used"] == "confidence"
     assert record.extra["evaluation"]["images_evaluated"] < 25 * len(x)
     assert set(table) == set(record.sensitivities)
+
+
+def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
+    from autoprune.tasks.segmentation.incremental import BoundedMIoU, miou_bounds
+    from autoprune.tasks.segmentation.metrics import confusion_matrix, evaluate_iou
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):  # a seen part, then any predictions on the unseen pixels
+        truth = torch.randint(0, 4, (2, 60), generator=g)
+        pred = torch.where(torch.rand(2, 60, generator=g) < 0.6, truth,
+                           torch.randint(0, 4, (2, 60), generator=g))
+        seen = confusion_matrix(pred[0], truth[0], 4, None)
+        low, high = miou_bounds(seen, torch.bincount(truth[1], minlength=4))
+        final = confusion_matrix(pred.flatten(), truth.flatten(), 4, None)
+        assert low - 1e-12 <= _miou(final) <= high + 1e-12
+
+    class Stub:  # what BoundedMIoU reads of a segmentation adapter
+        batch_size, num_workers, device, ignore_index, _eval_batches = 4, 0, "cpu", 255, None
+        eval_set = TensorDataset(torch.randn(10, 3, 8, 8, generator=g),
+                                 torch.randint(0, 3, (10, 8, 8), generator=g))
+
+        def metric_classes(self, model):
+            return 3, ["a", "b", "c"]
+
+    model = torch.nn.Conv2d(3, 3, 1).eval()
+    steps = list(BoundedMIoU(Stub()).incremental(model))
+    exact = evaluate_iou(model, torch.utils.data.DataLoader(Stub.eval_set, batch_size=4),
+                         device=torch.device("cpu"), num_classes=3, class_keys=["a", "b", "c"])
+    assert [s.images for s in steps] == [4, 4, 2]
+    assert steps[-1].low == steps[-1].high == steps[-1].value == pytest.approx(exact["miou"])
+    assert all(s.low <= exact["miou"] + 1e-12 <= s.high + 2e-12 for s in steps)
+
+
+def _miou(conf):
+    """mIoU of a confusion matrix (classes neither present nor predicted left out)."""
+    from autoprune.tasks.segmentation.metrics import iou_from_confusion
+    iou = iou_from_confusion(conf)
+    return float(iou[~torch.isnan(iou)].mean())

@@ -36,6 +36,7 @@ from ...flow.int8 import batches_of, without_augmentation
 from ...flow.options import check_numbers
 from ...engine.data import CachedBatches, check_limits, make_loader
 from ...errors import ConfigError
+from .incremental import BoundedMIoU
 from .metrics import evaluate_iou
 from .settings import SegmentationSettings
 from ...flow.training import FitConfig, pick_device
@@ -275,13 +276,24 @@ class SegmentationAdapter(SupervisedFit):
         if self._eval_batches is None:
             self._eval_batches = CachedBatches(make_loader(
                 self.eval_set, self.batch_size, shuffle=False, num_workers=self.num_workers))
+        num_classes, keys = self.metric_classes(model)
+        return evaluate_iou(model, self._eval_batches, device=self.device,
+                            num_classes=num_classes, class_keys=keys,
+                            ignore_index=self.ignore_index)
+
+    def metric_classes(self, model: nn.Module) -> tuple[int, list[str]]:
+        """The class count the metrics cover and each class's key (``iou_<key>``)."""
         num_classes = self.num_classes or output_classes(model)
         keys = [class_key(n) for n in self.class_names or range(num_classes)]
         if len(set(keys)) < len(keys):  # names that differ only in punctuation
             keys = [f"{i}_{k}" for i, k in enumerate(keys)]
-        return evaluate_iou(model, self._eval_batches, device=self.device,
-                            num_classes=num_classes, class_keys=keys,
-                            ignore_index=self.ignore_index)
+        return num_classes, keys
+
+    def incremental_eval(self) -> BoundedMIoU | None:
+        """mIoU batch by batch with sure bounds, for the adaptive analysis's early stop
+        (:mod:`.incremental`)."""
+        return BoundedMIoU(self) if self.eval_set is not None and self.metric == "miou" \
+            else None
 
 
 def _first_item(ds: Dataset) -> Any:
