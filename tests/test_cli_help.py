@@ -83,7 +83,8 @@ def test_old_flag_spellings_parse_like_the_api_names_and_are_hidden(command, old
 
 # what each command calls: its options are named as those arguments (plus CLI-only switches)
 CLI_ONLY = {"help", "version", "static", "overwrite", "task", "arch", "latency", "out",
-            "skip_existing", "all", "strict", "quiet", "allow_pickle", "output", "no_check"}
+            "skip_existing", "all", "strict", "quiet", "allow_pickle", "output", "no_check",
+            "int8"}
 
 
 def _api_names(command: str) -> set[str]:
@@ -95,7 +96,8 @@ def _api_names(command: str) -> set[str]:
     calls = {"demo": [demo.run_demo, cls.train],
              "sensitivity": [cls.analyze_sensitivity],
              "prune": [checkpoints.prune_checkpoint],
-             "export": [checkpoints.export_checkpoint, checkpoints.check_onnx],
+             "export": [checkpoints.export_checkpoint, checkpoints.check_onnx,
+                        checkpoints.export_int8],
              "report": [checkpoints.compare_checkpoints], "profiles": [build.build_profile]}
     names = {n for fn in calls[command] for n in inspect.signature(fn).parameters}
     # the keywords a function takes by name through **: train()'s latency_* names of

@@ -18,7 +18,7 @@ from ..engine.timing import Timing
 from ..engine.store import read_record, save_sensitivities, write_record
 from ..errors import AutopruneError, ConfigError
 from ..flow.checkpoints import (check_onnx, checkpoint_meta, compare_checkpoints,
-                                export_checkpoint, prune_checkpoint)
+                                export_checkpoint, export_int8, prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
 from ..flow.latency import check_unused_settings
 from ..flow.config import (DEPRECATED, RUN_CONFIG, FlowSettings, follow_folder, names,
@@ -57,6 +57,13 @@ def show(args: argparse.Namespace) -> None:
     if file_kind(args.file) == "a checkpoint":
         show_checkpoint(args.file)
         return
+    report = _run_report(args.file)
+    if report is not None:  # a run's report.json: its tables (the INT8 one included)
+        from ..flow.report import to_console
+
+        for line in to_console(report).splitlines():
+            say(line)
+        return
     rec = read_record(args.file)
     say(f"arch: {rec.model.get('arch')}  fingerprint: {rec.model.get('fingerprint')}  "
         f"criterion: {rec.criterion}")
@@ -67,6 +74,23 @@ def show(args: argparse.Namespace) -> None:
     for group, pts in rec.sensitivities.items():
         cells = "".join(f"{pts[r]:>8.4f}" if r in pts else f"{'-':>8}" for r in ratios)
         say(shown(group)[:31].ljust(32) + cells)
+
+
+def _run_report(path: str) -> dict | None:
+    """The content of a run's ``report.json`` (None for another kind of file)."""
+    import json
+
+    if not str(path).endswith(".json") or file_kind(path) == "a sensitivity file":
+        return None
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if isinstance(report, dict) and all(isinstance(report.get(k), dict) and
+                                        isinstance(report[k].get("metrics"), dict)
+                                        for k in ("baseline", "pruned")):
+        return report
+    return None
 
 
 def show_checkpoint(path: str) -> None:
@@ -279,6 +303,15 @@ def _same_model(checkpoint: str, baseline: str) -> None:
 
 def export(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint], "an ONNX model", args.overwrite)
+    int8_only = ("data", "eval_data", "eval_limit", "calibration_images", "calibration_method",
+                 "int8_metric_loss")
+    if args.int8:
+        export_int8_cli(args)
+        return
+    given = [k for k in int8_only if getattr(args, k) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ConfigError(f"{flag} is for an INT8 export: add --int8, or leave {flag} out")
     if args.baseline is not None:
         _same_model(args.checkpoint, args.baseline)
     out = export_checkpoint(args.checkpoint, args.output, input_size=args.input_size,
@@ -297,6 +330,36 @@ def export(args: argparse.Namespace) -> None:
           f"from torch's by at most {checked['max_abs_diff']:.2e}")
 
 
+def export_int8_cli(args: argparse.Namespace) -> None:
+    """`autoprune export --int8`: the INT8 model, its size, metric and speed against FP32."""
+    if args.data is None:
+        raise ConfigError("--int8 calibrates on training data: pass --data <the data the model "
+                          "was trained on>")
+    if args.static or args.baseline is not None:
+        raise ConfigError("--int8 writes a dynamic-batch INT8 model and times it against its "
+                          "FP32 form: leave --static and --baseline out")
+    out = export_int8(args.checkpoint, args.output, args.data, eval_data=args.eval_data,
+                      eval_limit=args.eval_limit,
+                      calibration_images=args.calibration_images,
+                      calibration_method=args.calibration_method,
+                      int8_metric_loss=args.int8_metric_loss, input_size=args.input_size,
+                      overwrite=args.overwrite)
+    speed = (f"ONNX Runtime (CPU, {torch_threads()} thread(s), batch 1): FP32 "
+             f"{out['fp32_ms']:.2f} ms -> INT8 {out['int8_ms']:.2f} ms")
+    metric = out["metrics"]
+    if metric:
+        speed += "; " + ", ".join(f"{k} {out['fp32_metrics'].get(k, float('nan')):.4f} -> "
+                                  f"{v:.4f}" for k, v in metric.items())
+    kept = f"; {len(out['excluded'])} node(s) kept in FP32" if out["excluded"] else ""
+    if out["shipped"]:
+        print(f"wrote {args.output} ({out['size_mb']:.2f} MB, INT8, calibrated on "
+              f"{out['calibration_images']} train images{kept})")
+    else:
+        print(f"not written: the INT8 model is slower than the FP32 one on this CPU "
+              f"({out['speed']}): deploy the FP32 model (autoprune export without --int8)")
+    print(speed)
+
+
 def torch_threads() -> int:
     import torch
 
@@ -304,11 +367,30 @@ def torch_threads() -> int:
 
 
 def report(args: argparse.Namespace) -> None:
+    int8 = _int8_settings(args)
     compared = compare_checkpoints(args.baseline, args.pruned, args.data,
                                    save_dir=args.save_dir, eval_limit=args.eval_limit,
-                                   device=args.device)
+                                   device=args.device, int8=int8, train_data=args.train_data)
     print(f"report written to {args.save_dir}/report.json, report.md, report.csv "
           f"(FLOPs {signed_percent(-compared['flops_reduction'])})")
+
+
+def _int8_settings(args: argparse.Namespace):
+    """`autoprune report`'s INT8 settings (None without --quantize; its other flags refused)."""
+    from ..flow.precision import Int8Settings
+
+    given = {k: getattr(args, k) for k in ("calibration_images", "calibration_method",
+                                           "int8_metric_loss") if getattr(args, k) is not None}
+    if args.quantize is None:
+        if given or args.train_data is not None:
+            flag = "--" + next(iter(given), "train_data").replace("_", "-")
+            raise ConfigError(f"{flag} is for an INT8 report: add --quantize int8, or leave "
+                              f"{flag} out")
+        return None
+    if args.train_data is None:
+        raise ConfigError("--quantize int8 calibrates on training data: pass --train-data <the "
+                          "data the models were trained on>")
+    return Int8Settings(quantize=args.quantize, **given).check()
 
 
 def profiles(args: argparse.Namespace) -> None:

@@ -202,6 +202,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "from: both timed in pairs in ONNX Runtime (before -> after)")
     ex.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check (its "
                     "outputs against torch's, and its latency)")
+    ex.add_argument("--int8", action="store_true", help="write a static INT8 model (ONNX "
+                    "Runtime's quantizer, QDQ, per-channel weights) calibrated on --data's "
+                    "train split; blocks that run slower in INT8 stay FP32")
+    ex.add_argument("--data", help="with --int8: the training data (as `autoprune train` takes "
+                    "it) whose train split calibrates, and whose val split measures, the model")
+    ex.add_argument("--eval-data", help="with --int8: other validation data")
+    ex.add_argument("--eval-limit", type=int, help="with --int8: measure on this many "
+                    "validation images only")
+    ex.add_argument("--calibration-images", type=int, help="with --int8: images calibrated on "
+                    "(default 128)")
+    ex.add_argument("--calibration-method", help="with --int8: minmax (default), entropy or "
+                    "percentile")
+    ex.add_argument("--int8-metric-loss", type=float, help="with --int8: tolerated relative "
+                    "metric loss against FP32; beyond it the fewest layers stay FP32")
     _overwrite_option(ex)
     ex.set_defaults(func="export")
 
@@ -213,6 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--save-dir", default=".", help="where report.json/md/csv go (default .)")
     _option(rp, "--eval-limit", "--limit", type=int, help="use only this many validation images")
     rp.add_argument("--device", default="auto")
+    rp.add_argument("--quantize", choices=("int8",), help="also quantize both models statically "
+                    "in ONNX Runtime and report FP32 / INT8 x base / pruned (size, latency, "
+                    "metric); needs --train-data to calibrate on")
+    rp.add_argument("--train-data", help="with --quantize: the training data whose train split "
+                    "calibrates the INT8 models")
+    rp.add_argument("--calibration-images", type=int, help="with --quantize: images calibrated "
+                    "on (default 128)")
+    rp.add_argument("--calibration-method", help="with --quantize: minmax (default), entropy or "
+                    "percentile")
+    rp.add_argument("--int8-metric-loss", type=float, help="with --quantize: tolerated relative "
+                    "metric loss against FP32; beyond it the fewest layers stay FP32")
     rp.set_defaults(func="report")
 
     pf = sub.add_parser("profiles", help="list the DEFAULT sensitivity profiles, or build one "

@@ -212,6 +212,54 @@ def export_checkpoint(checkpoint: str | os.PathLike, output: str | os.PathLike, 
                                dynamic_batch=dynamic_batch)
 
 
+def export_int8(checkpoint: str | os.PathLike, output: str | os.PathLike, data: Any, *,
+                eval_data: Any = None, eval_limit: int | None = None,
+                calibration_images: int | None = None,
+                calibration_method: str | None = None, int8_metric_loss: float | None = None,
+                input_size: int | None = None, threads: int | None = None,
+                overwrite: bool = False) -> dict[str, Any]:
+    """Export a checkpoint as a static INT8 ONNX model at ``output`` (ONNX Runtime's quantizer,
+    QDQ, per-channel weights; :func:`autoprune.flow.int8.quantize_model`), calibrated on
+    ``calibration_images`` images of ``data``'s train split through the task's evaluation
+    transforms; blocks that run slower in INT8 are kept in FP32 (by timing), and with
+    ``int8_metric_loss`` the fewest layers that keep the metric within it on ``data``'s (or
+    ``eval_data``'s) val split (its first ``eval_limit`` images). Returns the INT8 entry (size, metrics, nodes kept in FP32) with
+    the FP32 and INT8 latencies timed in pairs (``fp32_ms``, ``int8_ms``). An INT8 model slower
+    than the FP32 one on this CPU is not written (the entry says so)."""
+    from .int8 import calibration_of, paired_latencies, quantize_model, ship
+    from .precision import Int8Settings
+
+    if same_file(output, checkpoint) and not overwrite:
+        raise ConfigError(f"output {output} is the input checkpoint: choose another path, e.g. "
+                          f"{Path(checkpoint).with_suffix('.int8.onnx')}")
+    check_numbers(whole=True, low=1, input_size=input_size, threads=threads)
+    defaults = Int8Settings()
+    settings = Int8Settings(
+        quantize="int8", calibration_images=calibration_images or defaults.calibration_images,
+        calibration_method=calibration_method or defaults.calibration_method,
+        int8_metric_loss=int8_metric_loss).check()
+    meta = checkpoint_meta(checkpoint)
+    task = TASKS.get(meta.get("task"))
+    if task is None:
+        raise CheckpointError(f"{checkpoint} does not say which task its model is for: export "
+                              f"it with autoprune.<task> and quantize the ONNX file")
+    given = {task.data_key: data, **({"eval_data": eval_data} if eval_data is not None else {}),
+             **({"input_size": input_size} if input_size else {}),
+             **({"eval_limit": eval_limit} if eval_limit else {})}
+    adapter, _ = adapter_for_checkpoint(checkpoint, progress=False, **given)
+    model = load_model(checkpoint, adapter)
+    threads = threads or torch.get_num_threads()
+    calibration, images = calibration_of(adapter, settings)
+    done = quantize_model(adapter, model, calibration, settings, threads)
+    timed = paired_latencies(adapter, {"model": model}, {"model": (done.fp32_onnx,
+                                                                     done.int8_onnx)},
+                             Timing(threads=threads))
+    fp32_ms, int8_ms = timed["ms"]["model_fp32"], timed["ms"]["model_int8"]
+    return {**ship(done, Path(output), fp32_ms, int8_ms), "fp32_metrics": done.fp32_metrics,
+            "calibration_images": images, "fp32_ms": fp32_ms, "int8_ms": int8_ms,
+            "fp32_size_mb": len(done.fp32_onnx) / 1e6}
+
+
 def check_memory_for(model: nn.Module, adapter: TaskAdapter, input_size: int, work: str) -> None:
     """Refuse an input size whose forward pass needs more memory than the machine has free
     (estimated from the activations at ``adapter``'s own input size, scaled by area)."""
@@ -228,19 +276,38 @@ def check_memory_for(model: nn.Module, adapter: TaskAdapter, input_size: int, wo
 
 def compare_checkpoints(baseline: str | os.PathLike, pruned: str | os.PathLike, data: Any, *,
                         save_dir: str | os.PathLike = ".", eval_limit: int | None = None,
-                        device: str = "auto") -> dict[str, Any]:
-    """Evaluate and measure two checkpoints of one architecture; write and print the report."""
+                        device: str = "auto", int8: Any = None,
+                        train_data: Any = None) -> dict[str, Any]:
+    """Evaluate and measure two checkpoints of one architecture; write and print the report.
+    ``int8`` (:class:`~autoprune.flow.precision.Int8Settings` with ``quantize="int8"``): both
+    models are also quantized in ONNX Runtime, calibrated on ``train_data``'s train split, into
+    ``save_dir/baseline_int8.onnx`` and ``save_dir/pruned_int8.onnx``, and the report gets the
+    FP32 / INT8 x base / pruned table."""
     what = [_model_of(checkpoint_meta(p)) for p in (baseline, pruned)]
     if what[0] != what[1]:
         raise ConfigError(f"{pruned} holds a {what[1]} but {baseline} a {what[0]}: compare a "
                           f"pruned checkpoint with the checkpoint it was pruned from")
+    quantize = int8 is not None and int8.wanted()
+    if quantize and train_data is None:
+        raise ConfigError("quantize='int8' calibrates on training data: pass train_data")
+    task = TASKS.get(checkpoint_meta(baseline).get("task"))
+    calibrate = {task.data_key: train_data} if quantize and task is not None else {}
     adapter, meta = adapter_for_checkpoint(baseline, eval_data=data, eval_limit=eval_limit,
-                                           device=device, progress=False)
+                                           device=device, progress=False, **calibrate)
     models = [load_model(p, adapter).to(adapter.device) for p in (baseline, pruned)]
-    sides = compare_sides(adapter, *models, *(adapter.evaluate(m) for m in models))
+    metrics = [adapter.evaluate(m) for m in models]
+    sides = compare_sides(adapter, *models, *metrics)
     report = {"task": adapter.task, "arch": meta.get("arch"), **sides,
               "flops_reduction": 1 - sides["pruned"]["flops"] / sides["baseline"]["flops"]}
-    write_reports(report, check_save_dir(save_dir))
+    folder = check_save_dir(save_dir)
+    if quantize:
+        from .int8 import quantize_sides
+
+        report["int8"] = quantize_sides(
+            adapter, dict(zip(("baseline", "pruned"), models)),
+            {side: folder / f"{side}_int8.onnx" for side in ("baseline", "pruned")},
+            dict(zip(("baseline", "pruned"), metrics)), int8)
+    write_reports(report, folder)
     print(to_console(report))
     return report
 

@@ -76,65 +76,130 @@ def _log(message: str) -> None:
     print(message, flush=True)
 
 
-def quantize_sides(adapter: TaskAdapter, models: Mapping[str, nn.Module],
-                   folders: Mapping[str, Path], metrics: Mapping[str, Mapping[str, float]],
-                   settings: Int8Settings, timing: Timing = Timing(), *,
-                   log: Callable[[str], None] = _log) -> dict[str, Any]:
-    """Quantize each model of ``models`` (``{"baseline": ..., "pruned": ...}``, the trained FP32
-    models) into ``folders[side]/model_int8.onnx`` and measure it (see the module): the report's
-    ``int8`` section. ``metrics``: each side's FP32 metrics; ``timing``: the threads and batch
-    the paired latencies are taken with (in ONNX Runtime)."""
-    from ..engine.int8.accuracy import exclude_for_accuracy
-    from ..engine.int8.quantizer import Int8Quantizer, write_int8
-    from ..engine.int8.speed import exclude_for_speed
+@dataclasses.dataclass
+class Quantized:
+    """One model quantized by :func:`quantize_model`: the report's entry for it, its FP32 and
+    INT8 ONNX bytes and the FP32 model's metrics in the runtime."""
 
-    settings = settings.check(timing)
-    threads = timing.threads or torch.get_num_threads()
-    start = time.perf_counter()
+    entry: dict[str, Any]
+    fp32_onnx: bytes
+    int8_onnx: bytes
+    fp32_metrics: dict[str, float]
+
+
+def calibration_of(adapter: TaskAdapter, settings: Int8Settings) -> tuple[list[Any], int]:
+    """The adapter's calibration batches (its train split through the evaluation transforms)
+    and their image count; an empty split is a one-line ConfigError."""
     calibration = adapter.calibration_inputs(settings.calibration_images)
     images = sum(len(b) for b in calibration)
     if images == 0:
         raise ConfigError("calibration on an empty split: the train data holds no images to "
                           "calibrate the INT8 model on; pass train data with images")
+    return calibration, images
+
+
+def quantize_model(adapter: TaskAdapter, model: nn.Module, calibration: list[Any],
+                   settings: Int8Settings, threads: int, *, label: str = "model",
+                   log: Callable[[str], None] = _log) -> Quantized:
+    """``model`` (trained, FP32) exported as the task deploys it, quantized statically with the
+    blocks whose quantization slows ONNX Runtime down kept in FP32 (by timing), and the fewest
+    layers kept in FP32 that bring its metric within ``int8_metric_loss`` of the FP32 model's
+    (by measured sensitivity, when set). Nothing is written: :func:`ship` writes it once the
+    paired timing of both forms says the INT8 one is faster."""
+    from ..engine.int8.accuracy import exclude_for_accuracy
+    from ..engine.int8.quantizer import Int8Quantizer, check_runs, graph_summary
+    from ..engine.int8.speed import exclude_for_speed
+
+    images = sum(len(b) for b in calibration)
+    fp32 = _onnx_bytes(adapter, model)
+    # the FP32 model's metric in the runtime too: the same protocol as the INT8 one's (a YOLO
+    # validator feeds an exported graph square batches, torch rectangular ones)
+    evaluates = adapter.eval_set is not None
+    if settings.int8_metric_loss is not None and not evaluates:
+        raise ConfigError("int8_metric_loss measures the INT8 model's metric on validation "
+                          "data: pass eval data, or leave int8_metric_loss out")
+    fp32_metrics = adapter.evaluate_deployed(fp32, threads) if evaluates else {}
+    quantizer = Int8Quantizer(calibration, settings.quantizer_settings(),
+                              source=f"{images} images of the train split")
+    speed = exclude_for_speed(quantizer, fp32, threads=threads)
+    log(f"[autoprune] INT8 {label}: {speed.message}")
+    excluded = tuple(speed.excluded)
+    accuracy = None
+    if settings.int8_metric_loss is not None:
+        metric = adapter.metric
+        accuracy = exclude_for_accuracy(
+            quantizer, fp32, lambda data: adapter.evaluate_deployed(data, threads)[metric],
+            fp32_metrics[metric], settings.int8_metric_loss,
+            higher_is_better=adapter.higher_is_better, exclude=excluded)
+        excluded += tuple(n for n in accuracy.excluded if n not in excluded)
+        log(f"[autoprune] INT8 {label}: {accuracy.message}")
+    int8 = quantizer.quantize(fp32, exclude=excluded)
+    check_runs(int8)  # a plain ONNX Runtime session loads it
+    entry = {"file": None, "shipped": False, "size_mb": len(int8) / 1e6,
+             "metrics": adapter.evaluate_deployed(int8, threads) if evaluates else {},
+             "excluded": list(excluded), "excluded_for_speed": list(speed.excluded),
+             "excluded_for_accuracy": list(accuracy.excluded) if accuracy else [],
+             "speed": speed.message, "costly_ops": speed.costly_ops,
+             "accuracy": accuracy.message if accuracy else None,
+             "accuracy_reached": accuracy.reached if accuracy else None,
+             "graph": graph_summary(int8),
+             "quantization": {**quantizer.record(), "exclude": list(excluded)}}
+    return Quantized(entry, fp32, int8, fp32_metrics)
+
+
+def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[str, Any]:
+    """``done``'s entry with the verdict of the paired timing: its INT8 model written to
+    ``path`` atomically when it runs faster than the FP32 one, else not shipped (an INT8 file
+    of an earlier run at ``path`` is removed: it would be taken for this one)."""
+    from ..engine.store import atomic_write
+
+    entry = {**done.entry, "latency_ms": int8_ms, "int8_faster": int8_ms < fp32_ms}
+    path = Path(path)
+    if int8_ms < fp32_ms:
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                f.write(done.int8_onnx)
+
+        atomic_write(path, write)
+        entry.update(file=str(path), shipped=True)
+    else:
+        path.unlink(missing_ok=True)
+    return entry
+
+
+def quantize_sides(adapter: TaskAdapter, models: Mapping[str, nn.Module],
+                   paths: Mapping[str, Path], metrics: Mapping[str, Mapping[str, float]],
+                   settings: Int8Settings, timing: Timing = Timing(), *,
+                   log: Callable[[str], None] = _log) -> dict[str, Any]:
+    """Quantize each model of ``models`` (``{"baseline": ..., "pruned": ...}``, the trained FP32
+    models) into ``paths[side]`` (:func:`quantize_model`; a run's ``<stage>/model_int8.onnx``)
+    and time all of them
+    together: the report's ``int8`` section. ``metrics``: each side's metrics in torch (kept
+    beside the FP32 ONNX model's, which the INT8 model is compared with: the same runtime and
+    protocol); ``timing``: the threads and batch the paired latencies are taken with (in ONNX
+    Runtime)."""
+    settings = settings.check(timing)
+    threads = timing.threads or torch.get_num_threads()
+    start = time.perf_counter()
+    calibration, images = calibration_of(adapter, settings)
     log(f"[autoprune] INT8: quantizing {', '.join(models)} in ONNX Runtime (calibration on "
         f"{images} train images, {settings.calibration_method})")
     out: dict[str, Any] = {"metric": adapter.metric}
-    fp32_onnx: dict[str, bytes] = {}
-    for side, model in models.items():
-        fp32 = fp32_onnx[side] = _onnx_bytes(adapter, model)
-        quantizer = Int8Quantizer(calibration, settings.quantizer_settings(),
-                                  source=f"{images} images of the train split")
-        speed = exclude_for_speed(quantizer, fp32, threads=threads)
-        excluded = tuple(speed.excluded)
-        accuracy = None
-        if settings.int8_metric_loss is not None:
-            metric = adapter.metric
-            accuracy = exclude_for_accuracy(
-                quantizer, fp32, lambda data: adapter.evaluate_deployed(data, threads)[metric],
-                metrics[side][metric], settings.int8_metric_loss,
-                higher_is_better=adapter.higher_is_better, exclude=excluded)
-            excluded += tuple(n for n in accuracy.excluded if n not in excluded)
-            log(f"[autoprune] INT8 {side}: {accuracy.message}")
-        path = Path(folders[side]) / INT8_FILE
-        written = write_int8(fp32, path, quantizer=quantizer, exclude=excluded, fresh=False)
-        out[side] = {"file": str(path), "size_mb": written.size_mb,
-                     "metrics": adapter.evaluate_deployed(path, threads),
-                     "excluded": list(excluded), "excluded_for_speed": list(speed.excluded),
-                     "excluded_for_accuracy": list(accuracy.excluded) if accuracy else [],
-                     "speed": speed.message, "costly_ops": speed.costly_ops,
-                     "accuracy": accuracy.message if accuracy else None,
-                     "accuracy_reached": accuracy.reached if accuracy else None,
-                     "int8_faster": speed.int8_faster}
-        out.setdefault("quantization", written.record)
-        log(f"[autoprune] INT8 {side}: {speed.message}")
-    out["fp32"] = {side: {"size_mb": len(data) / 1e6, "metrics": dict(metrics[side])}
-                   for side, data in fp32_onnx.items()}
-    out["latency"] = paired_latencies(adapter, models, fp32_onnx,
-                                      {side: Path(out[side]["file"]) for side in models},
+    done = {side: quantize_model(adapter, model, calibration, settings, threads, label=side,
+                                 log=log)
+            for side, model in models.items()}
+    out["latency"] = paired_latencies(adapter, models,
+                                      {s: (q.fp32_onnx, q.int8_onnx) for s, q in done.items()},
                                       timing)
-    for side in models:
-        out["fp32"][side]["latency_ms"] = out["latency"]["ms"][f"{side}_fp32"]
-        out[side]["latency_ms"] = out["latency"]["ms"][f"{side}_int8"]
+    ms = out["latency"]["ms"]
+    out["fp32"] = {}
+    for side, q in done.items():
+        out[side] = ship(q, Path(paths[side]), ms[f"{side}_fp32"], ms[f"{side}_int8"])
+        out.setdefault("quantization", out[side].pop("quantization"))
+        out[side].pop("quantization", None)
+        out["fp32"][side] = {"size_mb": len(q.fp32_onnx) / 1e6, "metrics": q.fp32_metrics,
+                             "metrics_torch": dict(metrics[side]),
+                             "latency_ms": ms[f"{side}_fp32"]}
     out["verdicts"] = verdicts(out, list(models))
     for line in out["verdicts"]:
         log(f"[autoprune] INT8: {line}")
@@ -143,12 +208,11 @@ def quantize_sides(adapter: TaskAdapter, models: Mapping[str, nn.Module],
 
 
 def paired_latencies(adapter: TaskAdapter, models: Mapping[str, nn.Module],
-                     fp32_onnx: Mapping[str, bytes], int8_files: Mapping[str, Path],
-                     timing: Timing) -> dict[str, Any]:
+                     onnx: Mapping[str, tuple[bytes, bytes]], timing: Timing) -> dict[str, Any]:
     """Every model's milliseconds in ONNX Runtime, FP32 and INT8, timed together in alternating
     rounds on the adapter's timing batch (``timing``'s threads and batch; one thread: the
     thread's CPU time), relative to the FP32 base model: ``{"ms": {"<side>_<precision>": ms},
-    "setting": ...}``."""
+    "setting": ...}``. ``onnx``: each side's (FP32, INT8) ONNX bytes."""
     from ..engine.int8.speed import paired_ms
     from ..engine.latency import latency_setting
     from ..engine.runtimes import OrtRunner
@@ -160,8 +224,7 @@ def paired_latencies(adapter: TaskAdapter, models: Mapping[str, nn.Module],
     args = tuple(a.detach().cpu() for a in args)
     names, runners = [], []
     for side in models:
-        for precision, data in (("fp32", fp32_onnx[side]),
-                                ("int8", Path(int8_files[side]).read_bytes())):
+        for precision, data in zip(("fp32", "int8"), onnx[side]):
             names.append(f"{side}_{precision}")
             runners.append(OrtRunner(data, args, threads=threads))
     clock = time.thread_time if threads == 1 else time.perf_counter
@@ -185,7 +248,9 @@ def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
                             list(section[side].get("costly_ops", {}).items())[:3])
             lines.append(f"the {side} model runs slower in INT8 than in FP32 on this CPU "
                          f"({int8:.2f} ms against {fp32:.2f}; costliest INT8 operators: {ops}): "
-                         f"ship its FP32 model")
+                         f"ship its FP32 model"
+                         + ("" if section[side].get("shipped") else
+                            f" ({INT8_FILE} not written)"))
         else:
             lines.append(f"{side}: INT8 {fp32 / int8:.2f}x faster than FP32 "
                          f"({fp32:.2f} -> {int8:.2f} ms)")

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import torch.nn as nn
 
 from ..engine.distributed import broadcast, rank_and_world
+from ..engine.int8.settings import INT8_ROUND_TO
 from ..engine.latency import (Timing, latency_setting, measure_latencies, paired_reduction,
                               setting_differences)
 from ..engine.latency_target import LatencyRatios, check_latency_target, ratios_by_latency
@@ -40,9 +41,10 @@ class LatencyTarget:
 
 
 # round_to when latency is targeted in a deploy runtime and none is given: ONNX Runtime's fast
-# (blocked) convolutions want channel counts in multiples of 8 (unaligned, a -30 % FLOPs
-# mobilenetv3 ran 1.7x slower there, benchmarks/README)
-RUNTIME_ROUND_TO = {"fp32": 8, "int8": 8}
+# (blocked) FP32 convolutions want channel counts in multiples of 8 (unaligned, a -30 % FLOPs
+# mobilenetv3 ran 1.7x slower there); its INT8 kernels multiples of 16 (benchmarks/README,
+# "INT8: channel alignment")
+RUNTIME_ROUND_TO = {"fp32": 8, "int8": INT8_ROUND_TO}
 
 
 def default_round_to(timing: Timing) -> int | None:

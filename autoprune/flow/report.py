@@ -130,7 +130,7 @@ def int8_lines(report: Mapping[str, Any]) -> list[str]:
         return []
     setting = (section.get("latency") or {}).get("setting") or {}
     quant = section.get("quantization") or {}
-    lines = [f"INT8: ONNX Runtime, {describe(setting, with_input=False)}; "
+    lines = [f"INT8 timed in {describe(setting, with_input=False)}; "
              f"{quant.get('format', 'QDQ')} {quant.get('types', '')}, per-channel "
              f"{quant.get('per_channel')}, reduce_range {quant.get('reduce_range')}, "
              f"{quant.get('method')} calibration on "

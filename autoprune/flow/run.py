@@ -28,7 +28,7 @@ from .checkpoints import checkpoint_meta, load_model, load_weights
 from .config import (FlowSettings, check_flags, check_numbers, from_flat, run_record,
                      save_run_config)
 from .contract import TaskAdapter, TrainResult
-from .int8 import quantize_sides
+from .int8 import INT8_FILE, quantize_sides
 from .latency import check_unused_settings, default_round_to, target_fields
 from .layout import BASELINE, PRUNED, SIDE_FILE, STEP_PREFIX, old_layout, run_outputs
 from .options import (check_outputs, check_save_dir, check_sensitivity_options,
@@ -317,7 +317,8 @@ def write_report(run: Run) -> dict[str, Any]:
     if flow.int8.wanted(flow.latency):  # FP32 / INT8 x base / pruned, in the runtime
         report["int8"] = quantize_sides(
             adapter, {"baseline": run.baseline_model, "pruned": run.model},
-            {"baseline": run.save_dir / BASELINE, "pruned": run.save_dir / PRUNED},
+            {"baseline": run.save_dir / BASELINE / INT8_FILE,
+             "pruned": run.save_dir / PRUNED / INT8_FILE},
             {"baseline": run.base_metrics, "pruned": pruned_metrics}, flow.int8, flow.latency)
     write_reports(report, run.save_dir)
     plot_sensitivities(run.record.sensitivities, run.save_dir / "sensitivity.png",

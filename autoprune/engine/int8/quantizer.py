@@ -156,6 +156,18 @@ def graph_summary(data: bytes, exclude: Sequence[str] = ()) -> dict[str, Any]:
             "float_ops": dict(sorted(float_ops.items()))}
 
 
+@contextlib.contextmanager
+def _working_folder(folder: str) -> Iterator[None]:
+    """Run in ``folder`` (a private temp folder): what a library writes into the working folder
+    lands there, not in the user's."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -243,9 +255,10 @@ class Int8Quantizer:
                               f"INT8 (QDQ needs opset {OPSET_MIN} or later): export it with "
                               f"opset_version={OPSET_MIN} or later")
         from onnxruntime.quantization import quant_pre_process
-        with tempfile.TemporaryDirectory(prefix="autoprune-int8-") as folder, quiet():
-            src, dst = Path(folder, "fp32.onnx"), Path(folder, "prepared.onnx")
-            src.write_bytes(fp32_onnx)
+        with tempfile.TemporaryDirectory(prefix="autoprune-int8-") as folder, quiet(), \
+                _working_folder(folder):  # ORT's symbolic shape inference, when it gives up,
+            src, dst = Path(folder, "fp32.onnx"), Path(folder, "prepared.onnx")  # saves the
+            src.write_bytes(fp32_onnx)  # model and a <uuid>.data file into the working folder
             try:
                 quant_pre_process(str(src), str(dst))
             except Exception:  # noqa: BLE001 - symbolic shape inference refuses unknown ops

@@ -11,16 +11,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from ...errors import ConfigError
 from . import models as yolo  # first: Ultralytics set up offline
-
-if TYPE_CHECKING:
-    from .adapter import DetectionAdapter
 
 
 def ultralytics_metadata(model: nn.Module, *, task: str, names: dict[int, str] | None,
@@ -48,7 +45,7 @@ def ultralytics_metadata(model: nn.Module, *, task: str, names: dict[int, str] |
     return meta
 
 
-def calibration_images(adapter: "DetectionAdapter", limit: int) -> list[torch.Tensor]:
+def calibration_images(adapter: Any, limit: int) -> list[torch.Tensor]:
     """Up to ``limit`` images of the train split, spread over it, letterboxed to the adapter's
     input size as Ultralytics' validator feeds them (no augmentation), as float batches in
     [0, 1]."""
@@ -64,19 +61,22 @@ def calibration_images(adapter: "DetectionAdapter", limit: int) -> list[torch.Te
     picked = images[::step][:limit]
     cfg = get_cfg(overrides={"imgsz": adapter.input_size, "task": adapter.yolo_task,
                              "rect": False, "cache": False})
-    with yolo.quiet():
-        dataset = build_yolo_dataset(cfg, [str(p) for p in picked], 1, data["cfg"] | {
-            "names": data["names"], "nc": len(data["names"])}, mode="val", rect=False)
     out, batch = [], []
-    for i in range(len(dataset)):
-        batch.append(dataset[i]["img"].float() / 255.0)
-        if len(batch) == 16 or i == len(dataset) - 1:
-            out.append(torch.stack(batch))
-            batch = []
+    with tempfile.TemporaryDirectory(prefix="autoprune-calib-") as folder, yolo.quiet():
+        listing = Path(folder) / "calibration.txt"  # Ultralytics reads image lists from a file
+        listing.write_text("".join(f"{Path(p).resolve()}\n" for p in picked))
+        dataset = build_yolo_dataset(cfg, str(listing), 1, {
+            **data["cfg"], "names": data["names"], "nc": len(data["names"])}, mode="val",
+            rect=False)
+        for i in range(len(dataset)):
+            batch.append(dataset[i]["img"].float() / 255.0)
+            if len(batch) == 16 or i == len(dataset) - 1:
+                out.append(torch.stack(batch))
+                batch = []
     return out
 
 
-def validate_onnx(adapter: "DetectionAdapter", onnx: bytes | str | os.PathLike
+def validate_onnx(adapter: Any, onnx: bytes | str | os.PathLike
                   ) -> dict[str, float]:
     """The task's metrics (mAP50-95...) of an ONNX file (or bytes) from Ultralytics' validator,
     the model run by ONNX Runtime (Ultralytics' ``AutoBackend``) on the (limited) val split,
@@ -91,7 +91,7 @@ def validate_onnx(adapter: "DetectionAdapter", onnx: bytes | str | os.PathLike
         args = {"data": str(adapter._val_data_yaml()), "imgsz": adapter.input_size,
                 "batch": adapter.batch_size, "device": "cpu", "plots": False, "verbose": False,
                 "save_json": False, "workers": adapter.num_workers, "task": adapter.yolo_task,
-                "split": "val", "rect": False, "half": False}
+                "split": "val", "rect": False}
         threads = torch.get_num_threads()
         try:
             with yolo.quiet(), yolo.one_process():
