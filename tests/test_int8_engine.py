@@ -489,3 +489,24 @@ def test_openvino_int8_through_nncf_when_installed(toy):
     assert np.abs(runner()[0] - fp32()[0]).max() <= 0.1 * np.abs(fp32()[0]).max()
     quant = runtimes.runtime_setting("openvino", 1, precision="int8", quantize=q)["quantization"]
     assert quant["quantizer"] == "nncf.quantize" and quant["nncf"]
+
+
+def test_openvino_and_nncf_are_imported_with_their_telemetry_declined(tmp_path):
+    """Importing openvino or nncf writes a client id under ~/intel and sends usage data unless
+    their consent check declines; autoprune imports them so that it does (nothing leaves the
+    machine unless the user asks)."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    import os
+    import subprocess
+    import sys
+
+    code = ("from autoprune.engine.runtimes import _module; _module('openvino'); "
+            "from autoprune.engine.int8.openvino import import_without_telemetry; "
+            "import_without_telemetry('nncf'); import os; assert os.environ.get('CI') is None")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("CI", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert not (tmp_path / "intel").exists()

@@ -49,6 +49,10 @@ _FIX = "time it with latency_runtime='torch'"
 def _module(name: str) -> Any:
     """The runtime's Python package, or a one-line ConfigError naming the pip command."""
     try:
+        if name == "openvino":  # with Intel's usage telemetry declined
+            from .int8.openvino import import_without_telemetry
+
+            return import_without_telemetry(_PACKAGES[name])
         return importlib.import_module(_PACKAGES[name])
     except ImportError:
         extra = " (onnxruntime-gpu for CUDA)" if name == "onnxruntime" else ""

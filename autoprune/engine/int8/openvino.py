@@ -9,17 +9,45 @@ import contextlib
 import importlib
 import io
 import logging
-from typing import Any, Sequence
+import os
+import sys
+from typing import Any, Iterator, Sequence
 
 from ...errors import ConfigError
 from .quantizer import Int8Quantizer, load, quiet
 
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 _FIX = "pip install openvino nncf, or pass latency_runtime='onnxruntime'"
+
+
+def import_without_telemetry(name: str) -> Any:
+    """``name`` (``openvino``, ``nncf``) imported with Intel's usage telemetry declined: on
+    import they write a client id under ``~/intel`` and send usage data to Google Analytics
+    unless their consent check declines, which it does where ``CI=true`` (it has no other
+    switch). So ``CI=true`` is set while the package is first imported, and only then: nothing
+    leaves the machine unless the user asks for it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    with _environment(CI="true"):
+        return importlib.import_module(name)
 
 
 def _package(name: str) -> Any:
     try:
-        return importlib.import_module(name)
+        return import_without_telemetry(name)
     except ImportError:
         raise ConfigError(f"INT8 in OpenVINO quantizes with NNCF, and {name} is not installed: "
                           f"{_FIX}") from None
