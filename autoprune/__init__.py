@@ -20,10 +20,7 @@ Layers, each importing only those below it: ``cli`` -> ``profiles`` -> ``tasks``
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
 import sys
-from types import ModuleType
 from typing import Any
 
 from ._version import __version__
@@ -63,27 +60,11 @@ __all__ = [
 ]
 
 
-class _TaskAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``import autoprune.<task>``: the registered task's API module under that name too."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        package, _, name = fullname.partition(".")
-        if package == __name__ and name in TASKS:
-            return importlib.util.spec_from_loader(fullname, self)
-        return None
-
-    def exec_module(self, module: ModuleType) -> None:
-        # a module may replace itself in sys.modules while it is executed: the import
-        # statement then binds the task's API module
-        sys.modules[module.__name__] = TASKS[module.__name__.split(".")[1]].api()
-
-
-sys.meta_path.insert(0, _TaskAlias())
-
-
 def __getattr__(name: str) -> Any:
     """The core API (:data:`_EXPORTS`) and ``autoprune.<task>`` (the public API of a registered
-    task), imported when first used."""
+    task: the built-in ones are also plain modules, ``autoprune/<task>.py``; a task registered
+    elsewhere is reached as ``autoprune.<task>`` or ``from autoprune import <task>``), imported
+    when first used."""
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
         globals()[name] = value

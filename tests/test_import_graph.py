@@ -15,6 +15,10 @@ LAYERS = ("cli", "profiles", "tasks", "flow", "engine")
 SHARED = {"autoprune", "autoprune._version", "autoprune.errors", "autoprune.datasets",
           "autoprune.datasets.scenes", "autoprune.datasets.fashion_mnist",
           "autoprune.datasets.formats", "autoprune.__main__"}
+# the public front: ``autoprune/<task>.py`` for each built-in task package (``import
+# autoprune.classification`` is that package), above every layer
+SHARED |= {f"autoprune.{p.name}" for p in (PACKAGE / "tasks").iterdir()
+           if (p / "api.py").is_file() and (PACKAGE / f"{p.name}.py").is_file()}
 
 
 def layer(module: str) -> int | None:
