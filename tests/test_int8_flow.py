@@ -157,6 +157,19 @@ def test_int8_metric_loss_keeps_the_layer_that_matters_in_fp32(tmp_path, monkeyp
     assert done.entry["metrics"]["top1"] == 0.8
 
 
+def test_ship_makes_the_folder_of_the_int8_file(tmp_path):
+    """A run that prunes a given checkpoint trains no base model into save_dir/baseline/: the
+    base model's INT8 file is still written there (the folder made), and one that is slower than
+    FP32 is not written and leaves no folder."""
+    done = flow_int8.Quantized({"file": None, "shipped": False}, b"fp32", b"int8 bytes", {})
+    path = tmp_path / "run" / "baseline" / flow_int8.INT8_FILE
+    entry = flow_int8.ship(done, path, fp32_ms=2.0, int8_ms=1.0)
+    assert entry["shipped"] and path.read_bytes() == b"int8 bytes"
+    slower = tmp_path / "other" / "baseline" / flow_int8.INT8_FILE
+    assert not flow_int8.ship(done, slower, fp32_ms=1.0, int8_ms=2.0)["shipped"]
+    assert not slower.parent.exists()
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(quantize="int4"), "quantize='int4' is not a precision autoprune quantizes to"),
     (dict(calibration_images=0, quantize="int8"), "calibration_images=0 must be a positive"),

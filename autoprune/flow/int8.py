@@ -150,12 +150,14 @@ def quantize_model(adapter: TaskAdapter, model: nn.Module, calibration: list[Any
 def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[str, Any]:
     """``done``'s entry with the verdict of the paired timing: its INT8 model written to
     ``path`` atomically when it runs faster than the FP32 one, else not shipped (an INT8 file
-    of an earlier run at ``path`` is removed: it would be taken for this one)."""
+    of an earlier run at ``path`` is removed: it would be taken for this one). Its folder is made
+    when missing (``baseline/`` of a run that prunes a given checkpoint trains no base there)."""
     from ..engine.store import atomic_write
 
     entry = {**done.entry, "latency_ms": int8_ms, "int8_faster": int8_ms < fp32_ms}
     path = Path(path)
     if int8_ms < fp32_ms:
+        path.parent.mkdir(parents=True, exist_ok=True)
         def write(tmp: str) -> None:
             with open(tmp, "wb") as f:
                 f.write(done.int8_onnx)
