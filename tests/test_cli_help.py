@@ -102,8 +102,13 @@ def _api_names(command: str) -> set[str]:
     names = {n for fn in calls[command] for n in inspect.signature(fn).parameters}
     # the keywords a function takes by name through **: train()'s latency_* names of
     # prune_checkpoint, build_profile's recipe, the sensitivity options
+    from dataclasses import fields
+
+    from autoprune.flow.precision import Int8Settings
+
     by_name = {"sensitivity": options.sensitivity_option_names(), "prune": checkpoints.LATENCY_NAMES,
-               "profiles": build.SETTINGS}
+               "profiles": build.SETTINGS,
+               "report": [f.name for f in fields(Int8Settings)]}  # compare_checkpoints(int8=)
     return names | set(by_name.get(command, ()))
 
 

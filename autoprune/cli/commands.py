@@ -21,8 +21,8 @@ from ..flow.checkpoints import (check_onnx, checkpoint_meta, compare_checkpoints
                                 export_checkpoint, export_int8, prune_checkpoint)
 from ..flow.defaults import DEFAULT, available_profiles, profile_dir, profiles_in
 from ..flow.latency import check_unused_settings
-from ..flow.config import (DEPRECATED, RUN_CONFIG, FlowSettings, follow_folder, names,
-                           read_run_config)
+from ..flow.config import (DEPRECATED, RUN_CONFIG, FlowSettings, check_known, follow_folder,
+                           names, read_run_config)
 from ..flow.options import sens_mode
 from ..flow.previous import previous_run
 from ..profiles.build import arch_key_of, build_profile
@@ -135,13 +135,10 @@ def train(args: argparse.Namespace) -> None:
     cfg = train_config(args)
     task = get_task(cfg.pop("task"))
     api = task.api()
-    allowed = set(task.inputs) | set(task.aliases) | set(names(FlowSettings)) | \
-        set(names(task.settings_class())) | set(DEPRECATED)
-    unknown = sorted(set(cfg) - allowed)
-    if unknown:
-        where = args.config or "the command line"
-        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in {where}; {task.name} "
-                          f"takes: {', '.join(sorted(allowed - set(DEPRECATED)))}")
+    known = set(task.inputs) | set(task.aliases) | set(names(FlowSettings)) | \
+        set(names(task.settings_class()))
+    check_known(set(cfg) - set(DEPRECATED), known,
+                f"{task.name} in {args.config or 'the command line'}")
     data_key = "train_data" if "train_data" in cfg else task.data_key
     for key in ("model", data_key):
         if key not in cfg:
@@ -303,12 +300,11 @@ def _same_model(checkpoint: str, baseline: str) -> None:
 
 def export(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint], "an ONNX model", args.overwrite)
-    int8_only = ("data", "eval_data", "eval_limit", "calibration_images", "calibration_method",
-                 "int8_metric_loss")
     if args.int8:
         export_int8_cli(args)
         return
-    given = [k for k in int8_only if getattr(args, k) is not None]
+    given = [k for k in ("data", "eval_data", "eval_limit") if getattr(args, k) is not None]
+    given += _changed_int8_flags(args)
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise ConfigError(f"{flag} is for an INT8 export: add --int8, or leave {flag} out")
@@ -375,12 +371,21 @@ def report(args: argparse.Namespace) -> None:
           f"(FLOPs {signed_percent(-compared['flops_reduction'])})")
 
 
+def _changed_int8_flags(args: argparse.Namespace) -> list[str]:
+    """The INT8 settings (``--calibration-images``...) given with another value than their
+    default."""
+    from ..flow.precision import Int8Settings
+
+    defaults = Int8Settings()
+    return [k for k in ("calibration_images", "calibration_method", "int8_metric_loss")
+            if getattr(args, k) != getattr(defaults, k)]
+
+
 def _int8_settings(args: argparse.Namespace):
     """`autoprune report`'s INT8 settings (None without --quantize; its other flags refused)."""
     from ..flow.precision import Int8Settings
 
-    given = {k: getattr(args, k) for k in ("calibration_images", "calibration_method",
-                                           "int8_metric_loss") if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in _changed_int8_flags(args)}
     if args.quantize is None:
         if given or args.train_data is not None:
             flag = "--" + next(iter(given), "train_data").replace("_", "-")

@@ -98,19 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--save-dir", default="runs/demo", help="output folder (default: runs/demo)")
     d.add_argument("--arch", default="resnet18", help="timm or torchvision model name "
                    "(default: resnet18)")
-    d.add_argument("--pretrain-epochs", type=int, default=3,
-                   help="epochs of the base model (default: 3)")
-    d.add_argument("--epochs", type=int, default=2, help="epochs after pruning (default: 2)")
+    _setting_flags(d, "flow", ["pretrain_epochs", "epochs", "eval_metric_loss", "seed"],
+                   pretrain_epochs=3, epochs=2, eval_metric_loss=0.05)
     _option(d, "--train-limit", "--train-images", type=int, default=12000,
-            help="training images, a class-balanced subset (default: 12000)")
-    _option(d, "--eval-limit", "--val-images", type=int, default=1000,
-            help="validation images, a class-balanced subset (default: 1000)")
-    _option(d, "--input-size", "--size", type=int, default=32,
-            help="input size in pixels (default: 32)")
-    d.add_argument("--eval-metric-loss", type=float, default=0.05,
-                   help="tolerated relative top-1 loss per group (default: 0.05)")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--device", default="auto", help="auto, cpu or cuda")
+            help="train on a class-balanced subset of this many images (here: 12000)")
+    _setting_flags(d, "task", ["eval_limit", "input_size", "device"], eval_limit=1000,
+                   input_size=32, aliases={"eval_limit": "--val-images", "input_size": "--size"})
     d.set_defaults(func="demo")
 
     t = sub.add_parser("train", add_help=False, help="train (and prune, when sensitivities_file "
@@ -142,10 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--task", choices=tuple(TASKS), help="the checkpoint's task (default: read "
                     "from the checkpoint)")
     se.add_argument("--ratios", help="comma-separated ratios (default 0.1,...,0.9)")
-    se.add_argument("--criterion", default="l1_norm", help="l1_norm, l2_norm, fpgm or bn_scale")
-    _option(se, "--eval-limit", "--limit", type=int,
-            help="use only this many validation images")
-    se.add_argument("--device", default="auto")
+    _setting_flags(se, "flow", ["criterion"])
+    _setting_flags(se, "task", ["eval_limit", "device"], aliases={"eval_limit": "--limit"})
     se.add_argument("--early-stop", type=float, help="skip a group's larger ratios once its loss "
                     "passes this (off by default; recorded in the file)")
     se.add_argument("--evaluation", default="auto", choices=("auto", "masked", "prune"),
@@ -176,16 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a checkpoint written by autoprune (e.g. out/baseline/best.pt)")
     pr.add_argument("sensitivities", help="a sensitivity file, or DEFAULT")
     pr.add_argument("output", help="where to write the pruned checkpoint")
-    target = pr.add_mutually_exclusive_group()
-    target.add_argument("--eval-metric-loss", type=float,
-                        help="tolerated relative loss per group (default 0.05)")
-    target.add_argument("--pruned-flops", type=float, help="fraction of FLOPs to remove instead")
-    pr.add_argument("--pruned-latency", type=float, help="fraction of measured latency to remove "
-                    "instead (a file timed with `autoprune sensitivity --latency`, or DEFAULT: "
-                    "then timed here); --eval-metric-loss then caps any group's loss")
+    _setting_flags(pr.add_mutually_exclusive_group(), "flow", ["eval_metric_loss",
+                                                              "pruned_flops"])
+    _setting_flags(pr, "flow", ["pruned_latency"])
     _latency_options(pr)
-    pr.add_argument("--criterion", default="l1_norm")
-    pr.add_argument("--round-to", type=int, help="keep multiples of this many channels")
+    _setting_flags(pr, "flow", ["criterion", "round_to"])
     _overwrite_option(pr)
     pr.set_defaults(func="prune")
 
@@ -208,14 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--data", help="with --int8: the training data (as `autoprune train` takes "
                     "it) whose train split calibrates, and whose val split measures, the model")
     ex.add_argument("--eval-data", help="with --int8: other validation data")
-    ex.add_argument("--eval-limit", type=int, help="with --int8: measure on this many "
-                    "validation images only")
-    ex.add_argument("--calibration-images", type=int, help="with --int8: images calibrated on "
-                    "(default 128)")
-    ex.add_argument("--calibration-method", help="with --int8: minmax (default), entropy or "
-                    "percentile")
-    ex.add_argument("--int8-metric-loss", type=float, help="with --int8: tolerated relative "
-                    "metric loss against FP32; beyond it the fewest layers stay FP32")
+    _setting_flags(ex, "task", ["eval_limit"], eval_limit=None)
+    _setting_flags(ex, "flow", ["calibration_images", "calibration_method", "int8_metric_loss"])
     _overwrite_option(ex)
     ex.set_defaults(func="export")
 
@@ -225,19 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("pruned", help="the pruned checkpoint (same architecture)")
     rp.add_argument("data", help=DATA_HELP)
     rp.add_argument("--save-dir", default=".", help="where report.json/md/csv go (default .)")
-    _option(rp, "--eval-limit", "--limit", type=int, help="use only this many validation images")
-    rp.add_argument("--device", default="auto")
-    rp.add_argument("--quantize", choices=("int8",), help="also quantize both models statically "
-                    "in ONNX Runtime and report FP32 / INT8 x base / pruned (size, latency, "
-                    "metric); needs --train-data to calibrate on")
+    _setting_flags(rp, "task", ["eval_limit", "device"], aliases={"eval_limit": "--limit"})
+    _setting_flags(rp, "flow", ["quantize", "calibration_images", "calibration_method",
+                                "int8_metric_loss"])
     rp.add_argument("--train-data", help="with --quantize: the training data whose train split "
                     "calibrates the INT8 models")
-    rp.add_argument("--calibration-images", type=int, help="with --quantize: images calibrated "
-                    "on (default 128)")
-    rp.add_argument("--calibration-method", help="with --quantize: minmax (default), entropy or "
-                    "percentile")
-    rp.add_argument("--int8-metric-loss", type=float, help="with --quantize: tolerated relative "
-                    "metric loss against FP32; beyond it the fewest layers stay FP32")
     rp.set_defaults(func="report")
 
     pf = sub.add_parser("profiles", help="list the DEFAULT sensitivity profiles, or build one "
@@ -311,18 +283,43 @@ def _option(parser: argparse.ArgumentParser, flag: str, *old: str, **kwargs) -> 
 _TYPES = {"int": int, "float": float, "str": str}
 
 
+def _settings_class(which: str) -> type:
+    """The settings dataclass a command's flags come from: ``flow`` (:class:`FlowSettings`) or
+    ``task`` (what every task takes: :class:`TaskSettings`); a task's own settings are not read
+    here (that would import the task's libraries for ``--help``)."""
+    from ..flow import config
+
+    return config.FlowSettings if which == "flow" else config.TaskSettings
+
+
+def _setting_flags(parser: Any, which: str, names: Sequence[str],
+                   aliases: dict[str, str] | None = None, **defaults: Any) -> None:
+    """``--<name>`` for each setting of ``names`` of the settings class ``which`` (see
+    :func:`_settings_class`), its type, default and help text read from the field (the flag is
+    that setting: the names, types and defaults of the CLI are the API's). ``defaults``: the
+    command's own default for a setting; ``aliases``: a former spelling, still accepted."""
+    from ..flow.config import flat_fields
+
+    spelled = {s.name: s for s in flat_fields(_settings_class(which))}
+    for name in names:
+        field = spelled[name]
+        default = defaults.get(name, field.default)
+        shown = "" if default is None else \
+            f" ({'here' if name in defaults else 'default'}: {default})"
+        old = [(aliases or {})[name]] if name in (aliases or {}) else []
+        _option(parser, "--" + name.replace("_", "-"), *old,
+                type=_TYPES.get(field.metadata.get("kind"), str), default=default,
+                help=f"{field.metadata.get('help', '')}{shown}")
+
+
 def _latency_options(parser: argparse.ArgumentParser) -> None:
     """``--latency-<field>`` for each field of the flow's timing group (:class:`autoprune.Timing`:
     its type, default and help text, the same as ``latency_<field>`` in a YAML config)."""
-    import dataclasses
-
     from ..flow import config
 
-    for f in dataclasses.fields(config.group_class(config.FlowSettings, "latency")):
-        kind = f.metadata.get("kind", "str")
-        parser.add_argument(f"--latency-{f.name.replace('_', '-')}", dest=f"latency_{f.name}",
-                            type=_TYPES.get(kind, str), default=f.default,
-                            help=f"{f.metadata.get('help', '')} (default: {f.default})")
+    group = [s.name for s in config.flat_fields(config.FlowSettings)
+             if s.group == "latency"]
+    _setting_flags(parser, "flow", group)
 
 
 def _overwrite_option(parser: argparse.ArgumentParser) -> None:

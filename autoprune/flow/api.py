@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 
 from ..engine.distributed import init_from_env
-from .config import (RUN_CONFIG, FlowSettings, flat_fields, free_settings, names,
-                     read_run_config, renamed, resumed_settings, split_settings)
+from .config import (RUN_CONFIG, FlowSettings, flat_fields, flow_analysis_names, free_settings,
+                     names, read_run_config, renamed, resumed_settings, split_settings)
 from ..errors import ConfigError
 from .contract import TrainResult
 from .registry import REQUIRED, Task
@@ -127,8 +127,9 @@ def make_load_model(task: Task) -> Callable[..., nn.Module]:
     return load_model
 
 
-ANALYSIS = ("pretrain_weights", "criterion", "ratios", "progress", "sensitivity_options", "seed")
-"""The flow settings ``<task>.analyze_sensitivity`` takes (besides the task's own)."""
+ANALYSIS = tuple(flow_analysis_names())
+"""The flow settings ``<task>.analyze_sensitivity`` takes (besides the task's own): those whose
+field is marked ``analysis``."""
 
 
 def make_analyze(task: Task, data_name: str, doc: str) -> Callable[..., Any]:

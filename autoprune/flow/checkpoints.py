@@ -223,9 +223,10 @@ def export_int8(checkpoint: str | os.PathLike, output: str | os.PathLike, data: 
     ``calibration_images`` images of ``data``'s train split through the task's evaluation
     transforms; blocks that run slower in INT8 are kept in FP32 (by timing), and with
     ``int8_metric_loss`` the fewest layers that keep the metric within it on ``data``'s (or
-    ``eval_data``'s) val split (its first ``eval_limit`` images). Returns the INT8 entry (size, metrics, nodes kept in FP32) with
-    the FP32 and INT8 latencies timed in pairs (``fp32_ms``, ``int8_ms``). An INT8 model slower
-    than the FP32 one on this CPU is not written (the entry says so)."""
+    ``eval_data``'s) val split (its first ``eval_limit`` images). Returns the INT8 entry (size,
+    metrics, nodes kept in FP32) with the FP32 and INT8 latencies timed in pairs (``fp32_ms``,
+    ``int8_ms``). An INT8 model slower than the FP32 one on this CPU is not written (the entry
+    says so)."""
     from .int8 import calibration_of, paired_latencies, quantize_model, ship
     from .precision import Int8Settings
 

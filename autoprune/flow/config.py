@@ -27,11 +27,14 @@ DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # engine.sensiti
 
 
 def setting(default: Any = None, help: str = "", *, kind: str = "", free: bool = False,
-            train_only: bool = False, factory: Callable[[], Any] | None = None) -> Any:
+            train_only: bool = False, analysis: bool = False,
+            factory: Callable[[], Any] | None = None) -> Any:
     """A settings field: its default, help text and type in words (``kind``, for the CLI); a
     ``free`` setting may differ when a run is resumed (devices, progress bars, loader workers);
-    a ``train_only`` one is not taken by ``analyze_sensitivity`` (learning rate, optimizer...)."""
-    meta = {"help": help, "kind": kind, "free": free, "train_only": train_only}
+    a task's ``train_only`` one is not taken by ``analyze_sensitivity`` (learning rate,
+    optimizer...); a flow setting is taken by it only when ``analysis``."""
+    meta = {"help": help, "kind": kind, "free": free, "train_only": train_only,
+            "analysis": analysis}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -134,7 +137,8 @@ class FlowSettings:
     save_dir: str = setting("output", "the run's folder (stages, reports, args.yaml)",
                             kind="path")
     pretrain_weights: str | None = setting(None, "a trained model to start from: an autoprune "
-                                           "checkpoint or a state_dict file", kind="path")
+                                           "checkpoint or a state_dict file", kind="path",
+                                           analysis=True)
     sensitivities_file: str | None = setting(None, "None: plain training; a path: measure or "
                                              "complete the sensitivities there; DEFAULT: the "
                                              "bundled profile", kind="path|DEFAULT")
@@ -152,14 +156,16 @@ class FlowSettings:
     pretrain_epochs: int | None = setting(None, "epochs of the base model (default: epochs)",
                                           kind="int")
     criterion: Any = setting("l1_norm", "which channels go: l1_norm, l2_norm, fpgm, bn_scale, "
-                             "or (Python) a callable scoring a group's channels", kind="str")
+                             "or (Python) a callable scoring a group's channels", kind="str",
+                             analysis=True)
     round_to: int | None = setting(None, "keep multiples of this many channels", kind="int")
     ratios: tuple = setting(DEFAULT_RATIOS, "the ratios the sensitivities are measured at",
-                            kind="list[float]")
-    progress: bool = setting(True, "progress bars and logs", kind="bool", free=True)
+                            kind="list[float]", analysis=True)
+    progress: bool = setting(True, "progress bars and logs", kind="bool", free=True,
+                             analysis=True)
     sensitivity_options: dict | None = setting(None, "options of the analysis: early_stop, "
                                                "evaluation, batch_variants, eval_images, ...",
-                                               kind="dict")
+                                               kind="dict", analysis=True)
     resume: bool = setting(False, "continue the interrupted run in save_dir with its "
                            "args.yaml", kind="bool", free=True)
     distill: Any = setting(False, "retrain distilling the unpruned model: True, or {alpha, "
@@ -169,7 +175,7 @@ class FlowSettings:
     prune_schedule: Any = setting(None, "(Python) a callable (step, steps) -> the share of the "
                                   "channels to remove that is removed after that step; default "
                                   "geometric", kind="callable")
-    seed: int = setting(0, "random seed", kind="int")
+    seed: int = setting(0, "random seed", kind="int", analysis=True)
 
     def mode(self) -> str:
         """What the run does with sensitivities: ``none`` (plain training), ``default`` (the
@@ -204,6 +210,12 @@ def sensitivity_mode(sensitivities_file: Any) -> str:
     if isinstance(sensitivities_file, str) and sensitivities_file.upper() == "DEFAULT":
         return "default"
     return "existing" if Path(sensitivities_file).exists() else "new"
+
+
+def flow_analysis_names() -> list[str]:
+    """The flow settings ``<task>.analyze_sensitivity`` takes (marked ``analysis`` on their
+    fields), in order."""
+    return [s.name for s in flat_fields(FlowSettings) if s.metadata.get("analysis")]
 
 
 def names(cls: type, analysis: bool = False) -> list[str]:
@@ -243,12 +255,19 @@ def split_settings(given: Mapping[str, Any], task_class: type, task: str
     is a one-line ConfigError listing the task's settings."""
     flow_names, task_names = set(names(FlowSettings)), set(names(task_class))
     given = renamed(given, flow_names | task_names, task)
-    unknown = sorted(set(given) - flow_names - task_names)
-    if unknown:
-        raise ConfigError(unknown_settings(unknown, flow_names | task_names, task))
+    check_known(given, flow_names | task_names, task)
     flow = from_flat(FlowSettings, {k: v for k, v in given.items() if k in flow_names})
     own = from_flat(task_class, {k: v for k, v in given.items() if k in task_names})
     return flow, own
+
+
+def check_known(given: Iterable[str], known: Iterable[str], where: str) -> None:
+    """The one unknown-setting check (the task APIs, the adapters, the CLI's YAML and flags): a
+    name of ``given`` that ``known`` lacks is a one-line ConfigError (:func:`unknown_settings`)."""
+    known = set(known)
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(unknown_settings(unknown, known, where))
 
 
 def unknown_settings(unknown: list[str], known: Iterable[str], where: str) -> str:
@@ -279,9 +298,7 @@ def settings_of(cls: type[S], settings: S | None, given: Mapping[str, Any], task
         return settings
     known = names(cls)
     given = renamed(given, known, task)
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ConfigError(unknown_settings(unknown, known, f"the {task} adapter"))
+    check_known(given, known, f"the {task} adapter")
     return from_flat(cls, given)
 
 
