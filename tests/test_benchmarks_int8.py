@@ -1,0 +1,109 @@
+"""benchmarks/int8.py (issue 40) runs end to end at --quick with smaller flags: the "pretrained"
+start, the FP32 and INT8 latency targets, the control, the table quantized and evaluated in ONNX
+Runtime and timed for real, and the landing re-measured in a new process. The sensitivity
+points and allocations are timed by FLOPs ratios here (deterministic and fast; the full runs time
+them), the search for blocks to keep in FP32 for speed is skipped and the flow's own INT8 report
+section left out (tests/test_int8_engine.py and tests/test_int8_flow.py cover them); a rerun
+with the same --work-dir reuses every stage."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autoprune.engine.int8 import speed
+from autoprune.engine.latency import PairedTimer
+from autoprune.engine.measure import count_flops
+from autoprune.flow import run as flow_run
+from autoprune.tasks import weights
+
+from conftest import needs_fmnist
+
+pytestmark = needs_fmnist
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+SMALL = ["--quick", "--size", "32", "--train-images", "40", "--val-images", "40",
+         "--pretrain-images", "60", "--table-images", "20", "--calibration-images", "8",
+         "--fresh-runs", "1", "--rounds", "3"]
+
+
+def _bench():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_int8", BENCH / "int8.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _flops_ratio(self, candidate):
+    """PairedTimer.compare with FLOPs standing in for the clock."""
+    self.base_rounds.append(10.0)
+    return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
+
+
+def _all_int8(quantizer, fp32_onnx, *args, **kwargs):
+    """exclude_for_speed without its profiling and timing: every block in INT8."""
+    return speed.SpeedChoice((), 1.0, 1.0, 1.0, True, {}, {}, [], "INT8 (search skipped)")
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    def refuse(url, timeout=weights.PROBE_TIMEOUT):
+        raise AssertionError(f"a test asked whether {url} is reachable")
+
+    monkeypatch.setattr(weights, "reachable", refuse)
+    monkeypatch.setattr(weights, "_probes", {})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_int8_benchmark_quick_then_a_rerun_reuses_every_stage(tmp_path, capsys,
+                                                                  monkeypatch, offline):
+    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
+    monkeypatch.setattr(flow_run, "quantize_sides", lambda *a, **k: None)
+    monkeypatch.setattr(speed, "exclude_for_speed", _all_int8)
+    bench = _bench()
+    threads = torch.get_num_threads()
+    argv = [*SMALL, "--work-dir", str(tmp_path / "w")]
+    try:
+        (row,) = bench.main(argv)
+        out = capsys.readouterr().out
+        (again,) = bench.main(argv)
+        second = capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)
+    # the two targets: FP32 and INT8 tables, aligned as each precision wants
+    assert row["fp32"]["round_to"] == 8 and row["int8"]["round_to"] == 16
+    assert abs(row["fp32"]["allocation_achieved"] - 0.5) <= 0.03  # FLOPs stand in for ms
+    assert row["int8"]["baseline_path"] == row["fp32"]["baseline_path"]  # the same base model
+    # the table: every row quantized / evaluated in ONNX Runtime and timed
+    q = row["quantized"]
+    assert {"fp32", "int8"} <= set(q["base"]) and "int8" not in q["control"]
+    assert 0 <= q["pruned_int8"]["int8"]["metrics"]["top1"] <= 1
+    assert q["base"]["int8"]["size_mb"] < q["base"]["fp32"]["size_mb"]
+    assert q["base"]["int8"]["quantization"]["cpu_summary"]
+    ms = row["timing"]["1x1"]["ms"]
+    assert set(ms) == {label for label, _, _ in bench.ROWS} and min(ms.values()) > 0
+    # the landing: a new process timed both INT8 graphs, with reused and with own ranges
+    fresh = row["fresh"]
+    assert len(fresh["runs"]) == 1 and fresh["ranges_reused"] >= 1
+    assert -1 < fresh["reduction"] < 1 and -1 < fresh["own_calibration"] < 1
+    assert row["landing"]["pruned_path"] != row["int8"]["pruned_path"]
+    # what is printed
+    assert re.search(r"^\| INT8 pruned \| [\d.]+ MB \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", out, re.M)
+    assert re.search(r"^\| resnet18 \| 32 \| -40% \|", out, re.M)
+    assert re.fullmatch(r"models=1 int8_3x=[01] mobilenet_int8_not_slower=- landed=[01]",
+                        out.rstrip().splitlines()[-1])
+    # the rerun trains, quantizes and times nothing again
+    assert again["timing"] == row["timing"] and again["fresh"] == row["fresh"]
+    assert "[autoprune] data:" not in second and "INT8 (search skipped)" not in second
+    allowed, total = bench.cores()
+    assert ("allxb8" in row["timing"]) == (allowed >= total)  # skipped under taskset
+    results = list((tmp_path / "w").rglob("result.json"))
+    # pretraining, 3 flows, control, 4 quantized, the timings, the fresh processes
+    assert len(results) == 10 + len(row["timing"])
