@@ -269,7 +269,7 @@ def test_sync_batchnorm_swap_trains_the_original_modules_and_puts_them_back():
 
 
 def test_sync_bn_on_cpu_ranks_is_refused_and_ignored_in_one_process(monkeypatch):
-    from autoprune.flow import training
+    from autoprune.flow.training import loop as training
     from autoprune.engine.data import make_loader
 
     model = _bn_net()

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 import autoprune as ap
 from autoprune.cli.main import main
-from autoprune.engine import latency as latency_mod
+from autoprune.engine import timer as latency_mod
 from autoprune.engine import latency_target
 from autoprune.engine.channels import channels_to_keep
 from autoprune.engine.groups import PruningGraph

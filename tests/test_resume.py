@@ -68,7 +68,7 @@ def test_classification_resume_mid_training_equals_uninterrupted(tmp_path, capsy
 
 def test_finished_run_is_not_trained_again_and_settings_must_match(tmp_path, monkeypatch):
     first = _cls(tmp_path / "run", Images(), epochs=1)
-    monkeypatch.setattr("autoprune.flow.training.fit", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr("autoprune.flow.training.keep_best.fit", lambda *a, **k: pytest.fail("trained again"))
     again = _cls(tmp_path / "run", Images(), epochs=1, resume=True)
     assert_same_weights(first.model.state_dict(), again.model.state_dict())
     with pytest.raises(autoprune.ConfigError, match="resume=True with epochs=2 but the run in .* "
@@ -133,7 +133,7 @@ def test_resume_with_loader_workers_equals_uninterrupted(tmp_path, monkeypatch):
     workers are seeded from the restored loader generator, so a run stopped after epoch 1 and
     resumed in a new set of workers draws what the uninterrupted run drew."""
     straight = _cls(tmp_path / "straight", Images(), num_workers=2)
-    from autoprune.flow import training
+    from autoprune.flow.training import keep_best as training
 
     real_save, saves = training._atomic_save, []
 
