@@ -24,6 +24,9 @@ from .prefix_cache import PrefixCache
 from .progress import duration
 from .removal import pruned_temporarily
 
+# the part of an image's evaluation time that does not shrink with the MACs a point computes
+# (per-layer overhead, the replayed stages' copies, the metric), when it cannot be timed
+FIXED = 0.3
 # an adaptive analysis's typical points per group (ratio grid of 9) and share of a point's images,
 # by target and bound (benchmarks/analysis_cost.py, benchmarks/README.md "Analysis cost")
 ADAPTIVE_POINTS = {"loss": 3.0, "flops": 4.5, "latency": 5.0}
@@ -70,6 +73,7 @@ class Estimate:
     shares: list[float] = field(default_factory=list)
     overhead: float = 0.0
     adaptive: dict[str, Any] | None = None
+    fixed: float = FIXED  # the part of an image's time that does not shrink with the MACs
 
     @property
     def full_images(self) -> int:
@@ -77,8 +81,8 @@ class Estimate:
 
     @property
     def full_seconds(self) -> float:
-        return sum(self.shares) * self.images * self.seconds_per_image + \
-            self.points * self.overhead
+        work = sum(self.fixed + (1.0 - self.fixed) * s for s in self.shares)
+        return work * self.images * self.seconds_per_image + self.points * self.overhead
 
     @property
     def expected_images(self) -> int:
@@ -139,11 +143,14 @@ def time_steps(steps: Iterable[Any], min_seconds: float = 0.5, max_steps: int = 
 
 def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: PruningGraph,
              runner: PointRunner, points: list[tuple[str, float]], images: int, *,
-             timed: float | None = None, adaptive: dict[str, Any] | None = None) -> Estimate:
+             timed: float | None = None, replayed: float | None = None,
+             adaptive: dict[str, Any] | None = None) -> Estimate:
     """The cost of evaluating ``points`` on ``images`` images each: seconds per image timed on a
     few batches of the unpruned model (for an ``adaptive`` analysis, of its incremental
     evaluation), else ``timed`` (seconds of one whole evaluation already made), else one
-    evaluation timed now; a point's prune and restore timed once."""
+    evaluation timed now; a point's prune and restore timed once. ``replayed``: seconds of the
+    prefix cache's check (the unpruned model with the stages before the deepest group replayed),
+    which tells how much of an image's time does not shrink with the MACs."""
     per_image = None
     if adaptive and getattr(eval_fn, "incremental", None) is not None:
         with eval_mode(model):
@@ -163,6 +170,16 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
         with pruned_temporarily(graph, group, idxs):
             pass
     overhead = time.perf_counter() - start
-    shares = point_shares(graph, example_inputs, points, runner.cache, runner.criterion)
+    flops = FlopsModel(graph, example_inputs)
+    shares = point_shares(graph, example_inputs, points, runner.cache, runner.criterion, flops)
+    fixed = FIXED
+    if replayed and runner.cache is not None and runner.cache.enabled:
+        cache = runner.cache
+        deepest = max({n for n, _ in points},
+                      key=lambda n: cache.first_touched(graph.touched_modules(graph.group(n))))
+        share = 1.0 - _replayed_macs(graph, flops, cache, deepest) / max(1, flops.total)
+        if share < 0.9:  # enough replayed to tell the fixed part from the MACs' part
+            measured = replayed / (per_image * images)
+            fixed = min(1.0, max(0.0, (measured - share) / (1.0 - share)))
     return Estimate(len(points), images, per_image, [shares[p] for p in points], overhead,
-                    adaptive)
+                    adaptive, fixed)

@@ -11,6 +11,7 @@ import hashlib
 import math
 import numbers
 import os
+import time
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -411,12 +412,17 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation,
                          opts["batch_variants"], 0 if plan else len(mine), progress,
                          f" [rank {rank}/{world}]" if world > 1 else "")
+    cost = None
     if (progress or plan) and rank == 0 and missing:  # the expected cost, before the points
-        timed = eval_fn.seconds[calls] if eval_fn.calls > calls else None
-        _announce(model, example_inputs, eval_fn, graph, runner, missing, timed)
+        passes = eval_fn.seconds[calls:]  # recording the prefix cache, checking its replay
+        clean = calls > 0  # the baseline, evaluated first, decoded the batches
+        cost = _announce(model, example_inputs, eval_fn, graph, runner, missing,
+                         passes[0] if passes and clean else None,
+                         replayed=passes[1] if len(passes) > 1 and cache else None)
     if plan:
         runner.close()
         return _table(record, names, ratios)
+    start = time.perf_counter()
     for name, ratios_left in _by_group(mine).items():
         for ratio, loss in runner.run(name, ratios_left, baseline, higher_is_better,
                                       skip=lambda r: _stopped_early(record, name, r, early_stop)):
@@ -426,20 +432,22 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
             if target is not None:
                 write_record(record if rank == 0 else own, target)
     runner.close()
-    summary = {**runner.summary(), **eval_fn.counts()} if mine or eval_fn.calls else None
+    summary = {**runner.summary(), **eval_fn.counts(), **_wall(cost, start)} \
+        if mine or eval_fn.calls else None
     return _finish(record, summary, path, names, ratios, timing, model, example_inputs, graph,
                    criterion, progress, own=own, non_finite=runner.non_finite)
 
 
 def _announce(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, graph: PruningGraph,
               runner: PointRunner, points: list[tuple[str, float]], timed: float | None,
-              adaptive: dict[str, Any] | None = None, images: int | None = None) -> Any:
+              adaptive: dict[str, Any] | None = None, images: int | None = None,
+              replayed: float | None = None) -> Any:
     """Print what the analysis of ``points`` is expected to cost here (and return it)."""
     images = images or eval_fn.per_call
     if not images:  # an eval_fn that does not say how many images it evaluates: one call timed
         images = 1
     cost = estimate(model, example_inputs, eval_fn, graph, runner, points, images, timed=timed,
-                    adaptive=adaptive)
+                    replayed=replayed, adaptive=adaptive)
     print(cost.describe(), flush=True)
     return cost
 
@@ -477,10 +485,10 @@ def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, grap
         return (eval_fn.counts() if eval_fn.calls or eval_fn.images else None), own
     flush_denormals()
     mine = shard(names, rank, world)
-    base, cache, total = None, None, eval_fn.per_call
+    base, cache, total, replayed = None, None, eval_fn.per_call, None
     if eval_fn.incremental is not None:
-        base, _, cache = scores or unpruned_scores(model, eval_fn, graph, mine,
-                                                   opts["prefix_cache"])
+        base, _, cache, replayed = scores or unpruned_scores(model, eval_fn, graph, mine,
+                                                             opts["prefix_cache"])
         total = len(base) if base is not None else total
         if not total:
             raise ConfigError("an incremental evaluation of a metric that is not a mean of "
@@ -496,20 +504,31 @@ def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, grap
         run.meter = WholeMeter(eval_fn, run.runner, baseline, higher_is_better)
     todo = [(n, r) for n in names for r in ratios
             if not record.has_point(n, r) or record.is_interval(n, r)]
+    cost = None
     if (progress or opts["plan"]) and rank == 0 and todo:
         shares = adaptive_shares(goal.kind, run.meter.bound, len(ratios))
         cost = _announce(model, example_inputs, eval_fn, graph, run.runner, todo, None,
                          adaptive={"target": goal.describe(), "bound": run.meter.bound,
-                                   **shares}, images=total)
+                                   **shares}, images=total, replayed=replayed)
         bar = progress_bar(total=cost.expected_images, desc=desc, unit="img",
                            enabled=progress and not opts["plan"])
     if opts["plan"]:
         return None, own
+    start = time.perf_counter()
     run.run()
     bar.close()
     summary = {**run.runner.summary(), "mode": "adaptive", **eval_fn.counts(),
-               "decided_early": run.decided_early}
+               "decided_early": run.decided_early, **_wall(cost, start)}
     return summary, own
+
+
+def _wall(cost: Any, start: float) -> dict[str, float]:
+    """This session's wall time for the points (``seconds``) and the ETA said before them
+    (``eta_s``, when an estimate was made)."""
+    out = {"seconds": round(time.perf_counter() - start, 3)}
+    if cost is not None:
+        out["eta_s"] = round(cost.seconds, 3)
+    return out
 
 
 class WholeMeter:

@@ -77,10 +77,23 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
     # the record as written (every rank reads it after the analysis' last barrier)
     record = read_record(path)
     if timing.get("latency"):  # each point timed too, on the model as the task deploys it
-        target = LatencyTarget(0.0, latency_timing(timing))
-        record = timed_table(adapter, model, record, path, target, arch=arch,
+        setting = LatencyTarget(0.0, latency_timing(timing))
+        record = timed_table(adapter, model, record, path, setting, arch=arch,
                              criterion=criterion, progress=progress)
     return record, path
+
+
+def allocation_target(targets: Any) -> dict[str, float]:
+    """The target an adaptive analysis measures for, from a run's targets (``.loss``,
+    ``.flops``, ``.latency`` with its ``.value``): ``{"latency": 0.4}``, ``{"flops": 0.5}`` or
+    ``{"loss": 0.05}``."""
+    latency = getattr(targets, "latency", None)
+    if latency is not None:
+        return {"latency": float(latency.value)}
+    if getattr(targets, "flops", None) is not None:
+        return {"flops": float(targets.flops)}
+    return {"loss": float(getattr(targets, "loss", None) or 0.05)}
+
 
 class TaskEval:
     """The adapter's metric as the analysis' eval function: ``eval(model)`` is
