@@ -74,7 +74,9 @@ def test_family_prunes_runs_and_reloads(arch, tmp_path):
 @pytest.mark.parametrize("name, reason", [
     ("yolov9c.yaml", "yolov9c is not supported: its ADown blocks"),
     ("yolov8n-seg.yaml", "not a plain detection model (instance segmentation)"),
-    ("yolo11n-pose", "not a plain detection model (pose estimation)"),
+    ("yolo11n-pose", "not a plain detection model (pose): autoprune.detection prunes"),
+    ("yolo11n-obb.yaml", "(autoprune.obb prunes it)"),
+    ("yolov8n-cls.yaml", "not a plain detection model (classification)"),
     ("yolov9e.yaml", "yolov9e is not supported: its ADown and CBLinear blocks"),
     ("yolov8q.yaml", "unknown model name 'yolov8q.yaml'"),
 ])

@@ -77,7 +77,8 @@ class DetectionAdapter(TaskAdapter):
     kind, families = "YOLO", FAMILIES         # the models' names, in words
     canonical_arch = staticmethod(canonical_arch)  # "yolov8n" of a name, or None
     resolve_arch = staticmethod(resolve_arch)      # the same, a ConfigError if unknown
-    arch_suffix = ""                               # "-seg": its models' names end with it
+    arch_suffix = ""                               # a head variant's models' names end with it
+    train_arg_numbers: frozenset[str] = frozenset()  # the loss weights its head adds to train_args
     # distill=True: Ultralytics' own feature distillation (its DistillationModel), when it has it
     distills = yolo.DistillationModel is not None
     no_distill_reason = (f"the installed Ultralytics {yolo.ultralytics.__version__} has no "
@@ -123,7 +124,8 @@ class DetectionAdapter(TaskAdapter):
         self.batch_size, self.num_workers = batch_size, workers
         self.seed, self.progress = seed, progress
         self.sync_bn = bool(s.sync_bn)  # under torchrun on GPUs: SyncBatchNorm while training
-        self.train_args = check_train_args(s.train_args)  # an allow-list: no key names a file
+        # an allow-list: no key names a file
+        self.train_args = check_train_args(s.train_args, self.train_arg_numbers)
         self.eval_limit = s.eval_limit
         self.sources: dict[str, Any] = {}  # COCO / VOC data converted to YOLO (formats.py)
         self._start_weights: dict[str, Any] | None = None  # where pretrained weights came from
@@ -258,7 +260,7 @@ class DetectionAdapter(TaskAdapter):
         """``distill`` (:meth:`check_distill`) and ``train_args`` (an allow-list), before any
         data is read."""
         cls.check_distill(flow.distill, settings.train_args)
-        check_train_args(settings.train_args)
+        check_train_args(settings.train_args, cls.train_arg_numbers)
 
     @classmethod
     def checkpoint_settings(cls, meta: dict[str, Any]) -> dict[str, Any]:

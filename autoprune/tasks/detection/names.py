@@ -22,9 +22,10 @@ _REFUSED_FAMILIES = {
     "yolov9e": "its ADown and CBLinear blocks split layers' outputs, which the pruning graph "
                "cannot follow yet; prune yolov9t/s/m instead",
 }
-_OTHER_TASKS = {"-seg": "instance segmentation", "-pose": "pose estimation",
-                "-obb": "oriented boxes", "-cls": "classification", "-world": "open vocabulary",
-                "-rtdetr": "RT-DETR", "-p2": "P2 head", "-p6": "P6 head", "-ghost": "ghost convs"}
+# Ultralytics variants no registered task prunes, and what they are (a name another YOLO task
+# prunes, such as a head variant, is found by asking the registry: _other_task_of)
+_OTHER_VARIANTS = {"-cls": "classification", "-world": "open vocabulary", "-rtdetr": "RT-DETR",
+                   "-p2": "P2 head", "-p6": "P6 head", "-ghost": "ghost convs"}
 def canonical_arch(stem: str) -> str | None:
     """The key (``yolov8n``, ``yolov5nu``, ``yolov9t``...) of a model stem, None when it is not
     one of :data:`YOLO_FAMILIES` (``yolov5n`` and ``yolov5nu`` name the same model)."""
@@ -49,12 +50,15 @@ def resolve_arch(name: str) -> str:
     for family, why in _REFUSED_FAMILIES.items():
         if stem.startswith(family):
             raise ConfigError(f"{name!r}: {family} is not supported: {why}")
-    for suffix, task in _OTHER_TASKS.items():
+    owner = _other_task_of(name)
+    if owner is not None:
+        raise ConfigError(f"{name!r} is not a plain detection model ({owner.replace('_', ' ')}):"
+                          f" autoprune.detection prunes {FAMILIES} (autoprune.{owner} prunes "
+                          f"it)")
+    for suffix, what in _OTHER_VARIANTS.items():
         if suffix in stem:
-            owner = _other_task_of(name)
-            other = f" (autoprune.{owner} prunes it)" if owner else ""
-            raise ConfigError(f"{name!r} is not a plain detection model ({task}): "
-                              f"autoprune.detection prunes {FAMILIES}{other}")
+            raise ConfigError(f"{name!r} is not a plain detection model ({what}): "
+                              f"autoprune.detection prunes {FAMILIES}")
     raise ConfigError(f"unknown model name {name!r}: use one of {FAMILIES} (e.g. 'yolo26n.yaml'), "
                       f"a .pt checkpoint or a YOLO object")
 
@@ -74,7 +78,7 @@ def _other_task_of(name: str) -> str | None:
     return None
 
 
-VARIANT_FAMILIES = ("yolov8", "yolo11", "yolo26")  # Ultralytics ships -seg, -pose, -obb YAMLs
+VARIANT_FAMILIES = ("yolov8", "yolo11", "yolo26")  # Ultralytics ships their head variants' YAMLs
 
 
 def model_stem(name: str | Path) -> str:

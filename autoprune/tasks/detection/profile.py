@@ -24,20 +24,18 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
                         pretrained=pretrained)
 
 
-# what the scenes of each Ultralytics task label, in profiles' "how" (after "Fashion-MNIST scenes")
-SCENE_LABELS = {"detect": "", "segment": " with polygon labels",
-                "pose": " with 5 keypoints per garment, the corners of its box and its centre",
-                "obb": " of garments turned by a random angle, one rotated box each"}
 
 
 def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], key: str,
                  work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
-                 scenes_task: str = "detect", device: str = "auto", progress: bool = True,
+                 scenes_task: str = "detect", scenes_label: str = "", device: str = "auto",
+                 progress: bool = True,
                  data: str | Path | None = None, train_args: dict[str, Any] | None = None,
                  pretrained: Any = None) -> tuple[Path, dict[str, Any]]:
-    """:func:`measure_profile` for a YOLO task whose API has ``train_fn`` / ``analyze_fn``
-    (detection, or instance segmentation, pose and OBB with ``scenes_task`` "segment", "pose",
-    "obb": the scenes' labels)."""
+    """:func:`measure_profile` for a YOLO task whose API has ``train_fn`` / ``analyze_fn``:
+    ``scenes_task`` is the Ultralytics task whose labels the scenes carry
+    (:func:`~autoprune.datasets.scenes.write_yolo_dataset`), ``scenes_label`` those labels in
+    words for the profile's record (a sub-task says both for its own scenes)."""
     # Ultralytics' defaults suit large sets; a small set wants a step per batch and AdamW
     train_args = {"optimizer": "AdamW", "lr0": 0.003, "warmup_epochs": 1,
                   "nbs": s["batch_size"], **(train_args or {})}
@@ -45,7 +43,7 @@ def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], k
         data_yaml = write_yolo_dataset(work_dir / "scenes", train=s["train_images"],
                                        val=s["val_images"], size=s["input_size"], seed=s["seed"],
                                        task=scenes_task)
-        dataset = (f"Fashion-MNIST scenes{SCENE_LABELS[scenes_task]} (autoprune.datasets."
+        dataset = (f"Fashion-MNIST scenes{scenes_label} (autoprune.datasets."
                    f"scenes.write_yolo_dataset(task={scenes_task!r}): 1-4 garments per canvas, "
                    f"10 classes; train garments from the train split, val from the test split)")
     else:

@@ -21,9 +21,9 @@ NUMBERS = frozenset({
     # schedule and optimiser
     "lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum",
     "warmup_bias_lr", "nbs", "cos_lr", "patience", "time", "close_mosaic", "fraction", "dropout",
-    # loss weights (detection, segmentation, pose, OBB, distillation)
-    "box", "cls", "cls_pw", "dfl", "pose", "kobj", "rle", "angle", "dlog", "dgrad", "dlam", "dis",
-    "overlap_mask", "mask_ratio",
+    # loss weights of detection and distillation (a YOLO sub-task adds its own: the adapter's
+    # train_arg_numbers)
+    "box", "cls", "cls_pw", "dfl", "dlog", "dgrad", "dlam", "dis",
     # augmentation
     "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective", "flipud",
     "fliplr", "bgr", "mosaic", "mixup", "cutmix", "copy_paste", "erasing", "multi_scale",
@@ -54,11 +54,12 @@ def _number(value: Any) -> bool:
                              (isinstance(value, bool) or math.isfinite(value)))
 
 
-def _refusal(key: str, value: Any) -> str | None:
-    """Why ``key: value`` may not reach Ultralytics' trainer, or None."""
+def _refusal(key: str, value: Any, more: frozenset[str] = frozenset()) -> str | None:
+    """Why ``key: value`` may not reach Ultralytics' trainer, or None (``more``: numeric
+    settings a sub-task adds)."""
     if key in OWN:
         return f"train_args may not set {key!r}: autoprune sets it (use {OWN[key]})"
-    if key in NUMBERS:
+    if key in NUMBERS or key in more:
         ok = _number(value)
     elif key in WORDS:
         ok = (isinstance(value, str) and re.fullmatch(WORDS[key], value) is not None) or \
@@ -77,23 +78,25 @@ def _refusal(key: str, value: Any) -> str | None:
     if key == "cache" and value == "disk":
         return ("train_args cache='disk' writes .npy files next to your images: use "
                 "cache='ram' or cache=False")
-    kind = "a number" if key in NUMBERS else \
+    kind = "a number" if key in NUMBERS or key in more else \
         "a number of layers or a list of layer indices" if key == FREEZE else \
         "one of " + ", ".join(repr(w) for w in WORDS[key].split("|")) \
         if "|" in WORDS[key] else "a name such as 'AdamW'"
     return f"train_args {key}={value!r:.60} must be {kind}: fix it"
 
 
-def check_train_args(train_args: Mapping[str, Any] | None) -> dict[str, Any]:
+def check_train_args(train_args: Mapping[str, Any] | None,
+                     numbers_: frozenset[str] = frozenset()) -> dict[str, Any]:
     """``train_args`` checked against the allow-list (a one-line ConfigError names the first key
-    refused and why); returns a plain copy."""
+    refused and why); ``numbers_``: the numeric settings a YOLO sub-task adds (its loss weights);
+    returns a plain copy."""
     if train_args is None:
         return {}
     if not isinstance(train_args, Mapping):
         raise ConfigError(f"train_args={train_args!r:.60} must be a mapping of Ultralytics "
                           f"training settings, e.g. {{'lr0': 0.002, 'optimizer': 'AdamW'}}")
     for key, value in train_args.items():
-        why = _refusal(str(key), value)
+        why = _refusal(str(key), value, numbers_)
         if why:
             raise ConfigError(why)
     return dict(train_args)

@@ -32,6 +32,7 @@ class InstanceSegmentationAdapter(DetectionAdapter):
     canonical_arch = staticmethod(canonical_seg_arch)
     resolve_arch = staticmethod(resolve_arch)
     arch_suffix = "-seg"
+    train_arg_numbers = frozenset({"overlap_mask", "mask_ratio"})  # its loss weights in train_args
 
     def __init__(self, data: str | os.PathLike | None = None,
                  eval_data: str | os.PathLike | None = None, **kwargs: Any):

@@ -32,6 +32,7 @@ class OBBAdapter(DetectionAdapter):
     canonical_arch = staticmethod(canonical_obb_arch)
     resolve_arch = staticmethod(resolve_arch)
     arch_suffix = "-obb"
+    train_arg_numbers = frozenset({"angle"})  # its loss weights in train_args
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model that is not a patched YOLO OBB model of the data's classes."""

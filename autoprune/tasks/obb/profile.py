@@ -7,6 +7,9 @@ from typing import Any
 from ..detection.profile import measure_with
 from .api import analyze_sensitivity, train
 
+# what its scenes label, in the profile's record (after "Fashion-MNIST scenes")
+SCENES_LABEL = " of garments turned by a random angle, one rotated box each"
+
 
 def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
                     device: str = "auto", progress: bool = True, data: str | Path | None = None,
@@ -17,4 +20,5 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
     ``work_dir/sens.json``; ``data`` and ``train_args`` as in
     :func:`autoprune.tasks.detection.profile.measure_profile`."""
     return measure_with(train, analyze_sensitivity, key, work_dir, s, ratios, scenes_task="obb",
+                        scenes_label=SCENES_LABEL,
                         device=device, progress=progress, data=data, train_args=train_args)

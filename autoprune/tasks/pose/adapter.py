@@ -44,6 +44,7 @@ class PoseAdapter(DetectionAdapter):
     canonical_arch = staticmethod(canonical_pose_arch)
     resolve_arch = staticmethod(resolve_arch)
     arch_suffix = "-pose"
+    train_arg_numbers = frozenset({"pose", "kobj", "rle"})  # its loss weights in train_args
     build_keys = ("num_classes", "nc", "kpt_shape")
 
     def __init__(self, data: str | os.PathLike | None = None,
