@@ -323,3 +323,33 @@ def test_segmentation_int8_measures_miou_in_the_runtime(tmp_path):
                                     log=lambda _: None)
     assert adapter.metric in done.entry["metrics"] and adapter.metric in done.fp32_metrics
     assert done.entry["graph"]["quantize_linear"] > 0 and done.entry["graph"]["int8_weights"] > 0
+
+
+def test_openvino_int8_is_quantized_by_nncf_measured_and_saved_in_openvino(tmp_path):
+    """latency_runtime='openvino': NNCF's nncf.quantize makes the INT8 model, its metric is
+    measured in OpenVINO, and it ships as OpenVINO IR (model_int8.xml + .bin, both or neither)."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    adapter = ClassificationAdapter("fashion-mnist", "fashion-mnist", input_size=32,
+                                    train_limit=16, eval_limit=16, batch_size=16,
+                                    progress=False)
+    settings = Int8Settings(quantize="int8", calibration_images=8)
+    calibration, _ = flow_int8.calibration_of(adapter, settings)
+    done = flow_int8.quantize_model(adapter, ToyNet(10).eval(), calibration, settings, threads=1,
+                                    log=lambda _: None, runtime="openvino")
+    assert done.runtime == "openvino" and "top1" in done.entry["metrics"]
+    assert "NNCF" in done.entry["quantization"]["format"]
+    entry = flow_int8.ship(done, tmp_path / "model_int8.onnx", fp32_ms=2.0, int8_ms=1.0)
+    assert entry["shipped"] and entry["file"].endswith("model_int8.xml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_int8.bin", "model_int8.xml"]
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(tmp_path / "model_int8.xml"), "CPU")
+    out = compiled(torch.zeros(1, 3, 32, 32).numpy())[compiled.outputs[0]]
+    assert out.shape == (1, 10)
+    flow_int8.ship(done, tmp_path / "model_int8.onnx", fp32_ms=1.0, int8_ms=2.0)
+    assert list(tmp_path.iterdir()) == []  # slower: neither file
+    with pytest.raises(ConfigError, match="int8_metric_loss keeps layers in FP32"):
+        flow_int8.quantize_model(adapter, ToyNet(10).eval(), calibration,
+                                 Int8Settings(quantize="int8", int8_metric_loss=0.01), threads=1,
+                                 runtime="openvino")

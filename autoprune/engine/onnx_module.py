@@ -53,3 +53,51 @@ class OnnxModule(nn.Module):
 
     def to(self, *args: Any, **kwargs: Any) -> "OnnxModule":  # the session runs on the CPU
         return self
+
+
+class OpenVinoModule(nn.Module):
+    """An exported model (ONNX bytes or file, or an ``openvino.Model`` such as NNCF's INT8 one)
+    compiled by OpenVINO for its CPU plugin (``threads`` inference threads; None: OpenVINO's
+    default), dressed as a module like :class:`OnnxModule`."""
+
+    def __init__(self, model: Any, threads: int | None = None):
+        super().__init__()
+        from .runtimes import _module, runtime_error
+
+        ov = _module("openvino")
+        core = ov.Core()
+        try:
+            if isinstance(model, (bytes, bytearray, str, os.PathLike)):
+                model = core.read_model(model if isinstance(model, (bytes, bytearray))
+                                        else str(model))
+            config = {"INFERENCE_NUM_THREADS": int(threads)} if threads else {}
+            self.compiled = core.compile_model(model, "CPU", config)
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - OpenVINO's own exception types
+            raise runtime_error(e, "openvino") from None
+        self.register_buffer("_device_marker", torch.zeros(0), persistent=False)
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        device = inputs[0].device if inputs else torch.device("cpu")
+        feeds = {i: np.ascontiguousarray(x.detach().cpu().float().numpy())
+                 for i, x in enumerate(inputs)}
+        result = self.compiled(feeds)
+        outputs = [torch.from_numpy(np.asarray(result[o])).to(device)
+                   for o in self.compiled.outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def to(self, *args: Any, **kwargs: Any) -> "OpenVinoModule":  # runs on the CPU
+        return self
+
+
+def deployed_module(model: Any, runtime: str = "onnxruntime",
+                    threads: int | None = None) -> nn.Module:
+    """``model`` (ONNX bytes or file; for OpenVINO also an ``openvino.Model``) run by
+    ``runtime`` (``"onnxruntime"`` or ``"openvino"``), as a module."""
+    if runtime == "openvino":
+        return OpenVinoModule(model, threads)
+    if runtime != "onnxruntime":
+        raise ConfigError(f"runtime {runtime!r} does not run exported models: use "
+                          f"'onnxruntime' or 'openvino'")
+    return OnnxModule(model, threads)

@@ -225,15 +225,16 @@ class TaskAdapter(ABC):
         raise ConfigError(f"quantize='int8' is not available for the {self.task} task: it has "
                           f"no calibration data reader; leave quantize out")
 
-    def evaluate_deployed(self, onnx: bytes | Path, threads: int | None = None
-                          ) -> dict[str, float]:
-        """Metrics of an exported model (FP32 or INT8 ONNX, bytes or a file) as ONNX Runtime
-        runs it, on the evaluation data, with the task's own metric. The default: :meth:`evaluate`
-        of the session dressed as a module (:class:`~autoprune.engine.onnx_module.OnnxModule`),
-        on the same batches as the torch model."""
-        from ..engine.onnx_module import OnnxModule
+    def evaluate_deployed(self, onnx: Any, threads: int | None = None,
+                          runtime: str = "onnxruntime") -> dict[str, float]:
+        """Metrics of an exported model (FP32 or INT8 ONNX, bytes or a file; for OpenVINO also
+        NNCF's ``openvino.Model``) as ``runtime`` runs it, on the evaluation data, with the
+        task's own metric. The default: :meth:`evaluate` of the runtime's model dressed as a
+        module (:func:`~autoprune.engine.onnx_module.deployed_module`), on the same batches as
+        the torch model."""
+        from ..engine.onnx_module import deployed_module
 
-        return self.evaluate(OnnxModule(onnx, threads))
+        return self.evaluate(deployed_module(onnx, runtime, threads))
 
     @abstractmethod
     def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,

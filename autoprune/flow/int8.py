@@ -78,13 +78,15 @@ def _log(message: str) -> None:
 
 @dataclasses.dataclass
 class Quantized:
-    """One model quantized by :func:`quantize_model`: the report's entry for it, its FP32 and
-    INT8 ONNX bytes and the FP32 model's metrics in the runtime."""
+    """One model quantized by :func:`quantize_model`: the report's entry for it, its FP32 ONNX
+    bytes, its INT8 form (ONNX bytes; in OpenVINO, NNCF's ``openvino.Model``), the runtime and
+    the FP32 model's metrics there."""
 
     entry: dict[str, Any]
     fp32_onnx: bytes
-    int8_onnx: bytes
+    int8_onnx: Any
     fp32_metrics: dict[str, float]
+    runtime: str = "onnxruntime"
 
 
 def calibration_of(adapter: TaskAdapter, settings: Int8Settings) -> tuple[list[Any], int]:
@@ -100,12 +102,17 @@ def calibration_of(adapter: TaskAdapter, settings: Int8Settings) -> tuple[list[A
 
 def quantize_model(adapter: TaskAdapter, model: nn.Module, calibration: list[Any],
                    settings: Int8Settings, threads: int, *, label: str = "model",
-                   log: Callable[[str], None] = _log) -> Quantized:
+                   log: Callable[[str], None] = _log,
+                   runtime: str = "onnxruntime") -> Quantized:
     """``model`` (trained, FP32) exported as the task deploys it, quantized statically with the
     blocks whose quantization slows ONNX Runtime down kept in FP32 (by timing), and the fewest
     layers kept in FP32 that bring its metric within ``int8_metric_loss`` of the FP32 model's
-    (by measured sensitivity, when set). Nothing is written: :func:`ship` writes it once the
-    paired timing of both forms says the INT8 one is faster."""
+    (by measured sensitivity, when set); in OpenVINO (``runtime``) by NNCF's ``nncf.quantize``
+    (:func:`quantize_openvino`). Nothing is written: :func:`ship` writes it once the paired
+    timing of both forms says the INT8 one is faster."""
+    if runtime == "openvino":
+        return quantize_openvino(adapter, model, calibration, settings, threads, label=label,
+                                 log=log)
     from ..engine.int8.accuracy import exclude_for_accuracy
     from ..engine.int8.quantizer import Int8Quantizer, check_runs, graph_summary
     from ..engine.int8.speed import exclude_for_speed
@@ -147,6 +154,47 @@ def quantize_model(adapter: TaskAdapter, model: nn.Module, calibration: list[Any
     return Quantized(entry, fp32, int8, fp32_metrics)
 
 
+def quantize_openvino(adapter: TaskAdapter, model: nn.Module, calibration: list[Any],
+                      settings: Int8Settings, threads: int, *, label: str = "model",
+                      log: Callable[[str], None] = _log) -> Quantized:
+    """``model`` exported as the task deploys it and quantized for OpenVINO by NNCF's
+    ``nncf.quantize`` (its performance preset; NNCF places the quantizers, so no layer is kept in
+    FP32 by autoprune's timing or sensitivity search: ``int8_metric_loss`` is refused there),
+    its metric measured in OpenVINO."""
+    from ..engine.int8.openvino import openvino_int8, openvino_record
+    from ..engine.int8.quantizer import Int8Quantizer
+
+    if settings.int8_metric_loss is not None:
+        raise ConfigError("int8_metric_loss keeps layers in FP32 by ONNX Runtime's per-layer "
+                          "sensitivity; in OpenVINO NNCF places the quantizers: leave "
+                          "int8_metric_loss out, or pass latency_runtime='onnxruntime'")
+    images = sum(len(b) for b in calibration)
+    fp32 = _onnx_bytes(adapter, model)
+    evaluates = adapter.eval_set is not None
+    fp32_metrics = adapter.evaluate_deployed(fp32, threads, "openvino") if evaluates else {}
+    quantizer = Int8Quantizer(calibration, settings.quantizer_settings(),
+                              source=f"{images} images of the train split")
+    int8 = openvino_int8(quantizer, fp32)
+    log(f"[autoprune] INT8 {label}: quantized for OpenVINO by NNCF")
+    entry = {"file": None, "shipped": False, "size_mb": _ov_size_mb(int8),
+             "metrics": adapter.evaluate_deployed(int8, threads, "openvino")
+             if evaluates else {},
+             "excluded": [], "excluded_for_speed": [], "excluded_for_accuracy": [],
+             "speed": "NNCF's performance preset (no per-block timing in OpenVINO)",
+             "costly_ops": {}, "accuracy": None, "accuracy_reached": None,
+             "quantization": openvino_record(quantizer)}
+    return Quantized(entry, fp32, int8, fp32_metrics, runtime="openvino")
+
+
+def _ov_size_mb(model: Any) -> float:
+    """The size of an ``openvino.Model`` as saved (its weights file), in MB."""
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory(prefix="autoprune-ov-") as folder:
+        ov.save_model(model, str(Path(folder) / "m.xml"))
+        return sum(p.stat().st_size for p in Path(folder).iterdir()) / 1e6
+
+
 def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[str, Any]:
     """``done``'s entry with the verdict of the paired timing: its INT8 model written to
     ``path`` atomically when it runs faster than the FP32 one, else not shipped (an INT8 file
@@ -156,17 +204,37 @@ def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[st
 
     entry = {**done.entry, "latency_ms": int8_ms, "int8_faster": int8_ms < fp32_ms}
     path = Path(path)
+    if done.runtime == "openvino":  # OpenVINO's own form: model_int8.xml + .bin
+        path = path.with_suffix(".xml")
     if int8_ms < fp32_ms:
         path.parent.mkdir(parents=True, exist_ok=True)
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                f.write(done.int8_onnx)
+        if done.runtime == "openvino":
+            _save_openvino(done.int8_onnx, path)
+        else:
+            def write(tmp: str) -> None:
+                with open(tmp, "wb") as f:
+                    f.write(done.int8_onnx)
 
-        atomic_write(path, write)
+            atomic_write(path, write)
         entry.update(file=str(path), shipped=True)
     else:
-        path.unlink(missing_ok=True)
+        for stale in (path, path.with_suffix(".bin")) if done.runtime == "openvino" else (path,):
+            stale.unlink(missing_ok=True)
     return entry
+
+
+def _save_openvino(model: Any, path: Path) -> None:
+    """``model`` saved as OpenVINO IR ``path`` (``.xml``) and its ``.bin``: both written in a
+    temp folder beside them, then moved into place (the weights first), so that an interrupted
+    save leaves no half pair."""
+    import os
+
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory(prefix=".autoprune-ov-", dir=path.parent) as folder:
+        ov.save_model(model, str(Path(folder) / path.name))
+        os.replace(Path(folder) / path.with_suffix(".bin").name, path.with_suffix(".bin"))
+        os.replace(Path(folder) / path.name, path)
 
 
 def quantize_sides(adapter: TaskAdapter, models: Mapping[str, nn.Module],
@@ -187,12 +255,14 @@ def quantize_sides(adapter: TaskAdapter, models: Mapping[str, nn.Module],
     log(f"[autoprune] INT8: quantizing {', '.join(models)} in ONNX Runtime (calibration on "
         f"{images} train images, {settings.calibration_method})")
     out: dict[str, Any] = {"metric": adapter.metric}
+    runtime = "openvino" if timing.runtime == "openvino" else "onnxruntime"
+    out["runtime"] = runtime
     done = {side: quantize_model(adapter, model, calibration, settings, threads, label=side,
-                                 log=log)
+                                 log=log, runtime=runtime)
             for side, model in models.items()}
     out["latency"] = paired_latencies(adapter, models,
                                       {s: (q.fp32_onnx, q.int8_onnx) for s, q in done.items()},
-                                      timing)
+                                      timing, runtime)
     ms = out["latency"]["ms"]
     out["fp32"] = {}
     for side, q in done.items():
@@ -210,14 +280,15 @@ def quantize_sides(adapter: TaskAdapter, models: Mapping[str, nn.Module],
 
 
 def paired_latencies(adapter: TaskAdapter, models: Mapping[str, nn.Module],
-                     onnx: Mapping[str, tuple[bytes, bytes]], timing: Timing) -> dict[str, Any]:
+                     onnx: Mapping[str, tuple[bytes, Any]], timing: Timing,
+                     runtime: str = "onnxruntime") -> dict[str, Any]:
     """Every model's milliseconds in ONNX Runtime, FP32 and INT8, timed together in alternating
     rounds on the adapter's timing batch (``timing``'s threads and batch; one thread: the
     thread's CPU time), relative to the FP32 base model: ``{"ms": {"<side>_<precision>": ms},
     "setting": ...}``. ``onnx``: each side's (FP32, INT8) ONNX bytes."""
     from ..engine.int8.speed import paired_ms
     from ..engine.latency import latency_setting
-    from ..engine.runtimes import OrtRunner
+    from ..engine.runtimes import OpenVinoRunner, OrtRunner
 
     threads = timing.threads or torch.get_num_threads()
     first = next(iter(models.values()))
@@ -228,11 +299,11 @@ def paired_latencies(adapter: TaskAdapter, models: Mapping[str, nn.Module],
     for side in models:
         for precision, data in zip(("fp32", "int8"), onnx[side]):
             names.append(f"{side}_{precision}")
-            runners.append(OrtRunner(data, args, threads=threads))
+            runner = OpenVinoRunner if runtime == "openvino" else OrtRunner
+            runners.append(runner(data, args, threads=threads))
     clock = time.thread_time if threads == 1 else time.perf_counter
     ms = paired_ms(runners, rounds=9, clock=clock)
-    setting = latency_setting(args[0], threads=threads, batch=timing.batch,
-                              runtime="onnxruntime")
+    setting = latency_setting(args[0], threads=threads, batch=timing.batch, runtime=runtime)
     setting.pop("precision", None)  # both precisions are timed here
     return {"ms": dict(zip(names, ms)), "setting": setting}
 

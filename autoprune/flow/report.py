@@ -130,11 +130,13 @@ def int8_lines(report: Mapping[str, Any]) -> list[str]:
         return []
     setting = (section.get("latency") or {}).get("setting") or {}
     quant = section.get("quantization") or {}
-    lines = [f"INT8 timed in {describe(setting, with_input=False)}; "
-             f"{quant.get('format', 'QDQ')} {quant.get('types', '')}, per-channel "
-             f"{quant.get('per_channel')}, reduce_range {quant.get('reduce_range')}, "
-             f"{quant.get('method')} calibration on "
-             f"{(quant.get('calibration') or {}).get('images')} train images"]
+    how = [" ".join(str(quant[k]) for k in ("format", "types") if quant.get(k))]
+    how += [f"{k.replace('_', '-')} {quant[k]}" for k in ("per_channel", "reduce_range", "preset")
+            if quant.get(k) is not None]
+    images = (quant.get("calibration") or {}).get("images")
+    if images:
+        how.append(f"{quant.get('method') or 'its'} calibration on {images} train images")
+    lines = [f"INT8 timed in {describe(setting, with_input=False)}; {', '.join(how)}"]
     if quant.get("cpu_summary"):
         lines.append(f"CPU: {quant['cpu_summary']}")
     for side in ("baseline", "pruned"):

@@ -546,9 +546,14 @@ class DetectionAdapter(TaskAdapter):
         """Train images letterboxed as the validator feeds them (:mod:`.deployed`)."""
         return deployed.calibration_images(self, limit)
 
-    def evaluate_deployed(self, onnx: Any, threads: int | None = None) -> dict[str, float]:
+    def evaluate_deployed(self, onnx: Any, threads: int | None = None,
+                          runtime: str = "onnxruntime") -> dict[str, float]:
         """The metrics of an ONNX file (FP32 or INT8) from Ultralytics' validator, run by ONNX
-        Runtime (:func:`.deployed.validate_onnx`)."""
+        Runtime (:func:`.deployed.validate_onnx`); an OpenVINO model is refused in one line."""
+        if runtime != "onnxruntime":
+            raise ConfigError(f"quantize='int8' measures a {self.task} model with Ultralytics' "
+                              f"validator in ONNX Runtime only: pass latency_runtime="
+                              f"'onnxruntime' (the INT8 model then runs in ONNX Runtime)")
         return deployed.validate_onnx(self, onnx)
 
     def deploy_module(self, model: nn.Module) -> nn.Module:
