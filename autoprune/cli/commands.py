@@ -42,10 +42,10 @@ def demo(args: argparse.Namespace) -> None:
 
 
 def shown(text: object) -> str:
-    """``text`` safe to print on a terminal: every character that is not printable (escape
-    sequences, other control characters, bidirectional overrides...) written as its Python
-    escape (``\\x1b``, ``\\u202e``), so a file cannot drive the terminal it is shown on."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    """``text`` safe to print on a terminal (:func:`autoprune.flow.report.printable`)."""
+    from ..flow.report import printable
+
+    return printable(text)
 
 
 def say(text: object) -> None:

@@ -233,9 +233,21 @@ def start_line(report: Mapping[str, Any]) -> str:
     return f"{start.get('source')} {start.get('id')}{where}: {start.get('file')}{digest}"
 
 
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal: every character that is not printable (escape
+    sequences, other control characters, bidirectional overrides...) written as its Python
+    escape (``\\x1b``, ``\\u202e``), so a file cannot drive the terminal it is shown on."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def to_console(report: Mapping[str, Any]) -> str:
     """The comparison as an aligned plain-text table (the target's rows last: what, asked,
-    achieved)."""
+    achieved), each line :func:`printable` (a report holds what data and checkpoint files
+    say)."""
+    return "\n".join(printable(line) for line in _console_lines(report))
+
+
+def _console_lines(report: Mapping[str, Any]) -> list[str]:
     rows = [("", "baseline", "pruned", "change")] + _rows(report)
     targets = [(f"target: {a}", b, c, "") for a, b, c in target_rows(report)]
     widths = [max(len(r[i]) for r in rows + targets) for i in range(4)]
@@ -258,7 +270,7 @@ def to_console(report: Mapping[str, Any]) -> str:
                                    for i, (c, w) in enumerate(zip(r, widths)))
         lines += ["-" * (sum(widths) + 10), line(head)] + [line(r) for r in precision]
         lines += int8_lines(report)
-    return "\n".join(lines)
+    return lines
 
 
 def to_csv(report: Mapping[str, Any]) -> str:
