@@ -175,6 +175,31 @@ def test_ratios_by_latency_refuses_a_torch_table_for_ort():
     assert "runtime 'torch' (asked: 'onnxruntime')" in assert_one_line(info)
 
 
+@pytest.mark.parametrize("timed, asked", [("fp32", "int8"), ("int8", "fp32")])
+def test_a_table_timed_in_another_precision_is_refused(timed, asked):
+    """An INT8 latency target never allocates on a table timed in FP32, nor the reverse: the
+    precision is part of the recorded setting, like device and runtime."""
+    x = make_input(batch=1)
+    record = SensitivityRecord(sensitivities={"g": {0.5: 0.1}}, latency={"g": {0.5: 0.7}})
+    record.extra["latency"] = {**latency_setting(x, threads=1, runtime=ORT, precision=timed),
+                               "baseline_ms": 1.0}
+    with pytest.raises(ap.SensitivityFileError) as info:
+        check_latency_table(record, latency_setting(x, threads=1, runtime=ORT, precision=asked),
+                            "t.json")
+    assert f"precision {timed!r} (asked: {asked!r})" in assert_one_line(info)
+
+
+def test_ratios_by_latency_refuses_an_fp32_table_for_an_int8_target(tmp_path):
+    model, x = make_model("toy"), make_input(batch=1)
+    table = {name: {0.5: 0.05} for name, _ in TOY_GROUPS}
+    record = ap.measure_latencies(model, x, table, threads=1, runtime=ORT, progress=False)
+    assert record.extra["latency"]["precision"] == "fp32"
+    with pytest.raises(ap.SensitivityFileError) as info:
+        ap.ratios_by_latency(model, x, record, 0.3,
+                             timing=ap.Timing(threads=1, runtime=ORT, precision="int8"))
+    assert "precision 'fp32' (asked: 'int8')" in assert_one_line(info)
+
+
 # ---- models and runtimes that cannot be timed ---------------------------------------------
 
 class _Twice(torch.autograd.Function):
