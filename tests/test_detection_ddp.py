@@ -162,9 +162,9 @@ def test_interrupted_run_resumes_under_torchrun_from_the_cli(ddp_run, data_yaml,
 ])
 def test_settings_that_cannot_work_over_ranks_are_refused(settings, match, data_yaml, tmp_path,
                                                           monkeypatch):
-    from autoprune.tasks.detection import adapter as det_adapter
+    from autoprune.tasks.detection import training as det_training
 
-    monkeypatch.setattr(det_adapter, "rank_and_world", lambda: (0, 2))
+    monkeypatch.setattr(det_training, "rank_and_world", lambda: (0, 2))
     with pytest.raises(autoprune.ConfigError, match=match) as e:
         det.train("yolov8n.yaml", data_yaml, epochs=1, save_dir=tmp_path / "out",
                   **{**SMALL, **settings})

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -173,6 +174,44 @@ def resume_with(adapter_class: type[DetectionAdapter], last: str | os.PathLike,
     if rank_and_world()[0] != 0 and (save_dir / "best.pt").is_file():
         model.load_state_dict(read_state_dict(save_dir / "best.pt"))
     return model
+
+
+class SubTaskApi(NamedTuple):
+    """A YOLO sub-task's public calls (:func:`sub_task_api`)."""
+
+    train: Callable[..., TrainResult]
+    analyze_sensitivity: Callable[..., Any]
+    load_model: Callable[..., nn.Module]
+    export_onnx: Callable[..., Path]
+    resume: Callable[..., nn.Module]
+
+
+RESUME_DOC = """Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
+last.pt``, as :func:`autoprune.detection.resume` does for detection."""
+
+
+def sub_task_api(adapter_class: type[DetectionAdapter], module: str, *, train: str,
+                 analyze: str, export: str) -> SubTaskApi:
+    """The public calls of the YOLO sub-task whose adapter is ``adapter_class``, shown as
+    ``module``'s (its API module: ``help``, the typed stubs): ``train`` and
+    ``analyze_sensitivity`` built from its settings (:mod:`autoprune.flow.api`; ``train`` and
+    ``analyze`` are their docstrings), ``load_model``, and detection's ``export_onnx`` (``export``:
+    its docstring, the task's ONNX outputs) and ``resume`` for that adapter."""
+    task = get_task(adapter_class.task)
+
+    def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
+                    input_size: int | None = None, opset_version: int = 17, *,
+                    dynamic_batch: bool = True) -> Path:
+        return export_with(adapter_class, model, path, input_size, opset_version, dynamic_batch)
+
+    def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
+        return resume_with(adapter_class, last, progress)
+
+    for function, doc in ((export_onnx, export), (resume, RESUME_DOC)):
+        function.__doc__, function.__module__ = doc, module
+        function.__qualname__ = function.__name__
+    return SubTaskApi(make_train(task, train), make_analyze(task, "data", analyze),
+                      make_load_model(task), export_onnx, resume)
 
 
 def _renamed_imgsz(imgsz: int, input_size: int | None) -> int:

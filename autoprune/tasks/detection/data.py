@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import yaml
 
@@ -58,6 +58,17 @@ def checked_label_files(data: dict[str, Any]) -> Iterator[tuple[Path, list[str]]
             path = label_path(image)
             if path.is_file():
                 yield path, path.read_text(encoding="utf-8-sig").splitlines()
+
+
+def first_box_line(lines: Iterable[str]) -> int | None:
+    """The number of the first label line when it is an upright box ``class cx cy w h``, else
+    None (a file holds one kind of label: a task of other labels refuses boxes by it)."""
+    for n, line in enumerate(lines, 1):
+        if len(line.split()) == 5:
+            return n
+        if line.strip():
+            return None
+    return None
 
 
 def check_label_file(path: Path, nc: int) -> None:
@@ -118,7 +129,7 @@ def read_data_yaml(path: str | os.PathLike, need_train: bool = True,
                    check_labels: Callable[[Path, int], None] = check_label_file,
                    ) -> dict[str, Any]:
     """Load and check a YOLO data.yaml: its class names and the images/labels of train and val
-    (``cfg``: the whole YAML, for a task's own keys such as pose's ``kpt_shape``).
+    (``cfg``: the whole YAML, for a sub-task's own keys).
 
     Raises a one-line ConfigError for a missing file, missing keys, ``names`` / ``nc`` that are
     not a class list and its length, missing images, an empty label folder or a malformed label

@@ -3,11 +3,12 @@
 INT8 model (train images letterboxed as Ultralytics validates), and the validation of an ONNX
 file (FP32 or INT8) by Ultralytics' own validator, run by ONNX Runtime.
 
-Nothing here names a YOLO sub-task: the task, its validator and a pose head's keypoint shape come
-from the adapter and the model.
+Nothing here names a YOLO sub-task: the task and its validator come from the adapter, and a
+sub-task's adapter adds its own metadata (:meth:`~.adapter.DetectionAdapter.onnx_metadata`).
 """
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from pathlib import Path
@@ -24,8 +25,8 @@ def ultralytics_metadata(model: nn.Module, *, task: str, names: dict[int, str] |
                          input_size: int) -> dict[str, Any]:
     """What Ultralytics' exporter writes into an ONNX file's ``metadata_props`` and its
     ``AutoBackend`` reads back: stride, task, batch, image size, class names, the export's
-    arguments (a dynamic batch, no NMS in the graph), channels, and a pose head's keypoint
-    shape."""
+    arguments (a dynamic batch, no NMS in the graph), channels and whether the head is
+    end-to-end."""
     from ultralytics import __version__
 
     stride = getattr(model, "stride", None)
@@ -40,9 +41,17 @@ def ultralytics_metadata(model: nn.Module, *, task: str, names: dict[int, str] |
         "names": {int(k): str(v) for k, v in dict(names).items()},
         "args": {"batch": 1, "dynamic": True, "nms": False, "half": False, "int8": False},
         "channels": 3, "end2end": bool(getattr(head, "end2end", False))}
-    if getattr(head, "kpt_shape", None) is not None:
-        meta["kpt_shape"] = list(head.kpt_shape)
     return meta
+
+
+def deploy_module(model: nn.Module) -> nn.Module:
+    """A float CPU copy of ``model`` with Ultralytics' export head (one output tensor per head;
+    what ONNX Runtime runs)."""
+    net = copy.deepcopy(model).float().cpu().eval()
+    for m in net.modules():
+        if isinstance(m, yolo.Detect):
+            m.export, m.format = True, "onnx"
+    return net
 
 
 def calibration_images(adapter: Any, limit: int) -> list[torch.Tensor]:

@@ -1,6 +1,9 @@
 """The detection head (Detect and its subclasses), its class count, and the layers whose output
-channels pruning must keep (the head's last convs, DFL, attention blocks)."""
+channels pruning must keep (the head's last convs, DFL, attention blocks, and the parts a
+sub-task's head adds)."""
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch.nn as nn
 
@@ -10,10 +13,12 @@ from ultralytics.nn.modules import Detect  # noqa: E402
 from ultralytics.nn.modules.block import DFL, Attention  # noqa: E402
 
 
-def ignored_layers(model: nn.Module) -> list[nn.Module]:
+def ignored_layers(model: nn.Module, head: type[nn.Module] = Detect,
+                   parts: Sequence[str] = ()) -> list[nn.Module]:
     """Leaf modules whose output channels must stay: each Detect branch's last conv (``cv2``,
     ``cv3``, ``cv4`` and the ``one2one_*`` twins), the DFL, and every Attention block (YOLO12's
-    area attention ``AAttn`` too: its heads are fixed views of its qkv conv)."""
+    area attention ``AAttn`` too: its heads are fixed views of its qkv conv); then of each
+    ``head`` (a sub-task's head class) the modules at the dotted paths ``parts`` it has."""
     out: list[nn.Module] = []
     for m in model.modules():
         if isinstance(m, Detect):
@@ -28,6 +33,12 @@ def ignored_layers(model: nn.Module) -> list[nn.Module]:
         elif isinstance(m, (Attention, DFL)) or "Attention" in type(m).__name__ \
                 or type(m).__name__ == "AAttn":  # YOLO12's area attention
             out.extend(m.modules())
+    for m in model.modules():
+        if isinstance(m, head):
+            for path in parts:
+                part = _attribute(m, path)
+                if isinstance(part, nn.Module):
+                    out.extend(part.modules())
     seen, unique = set(), []
     for m in out:
         if id(m) not in seen:
@@ -36,9 +47,17 @@ def ignored_layers(model: nn.Module) -> list[nn.Module]:
     return unique
 
 
-def detect_head(model: nn.Module) -> Detect | None:
-    """The model's (last) Detect head, or one of its subclasses; None when it has none."""
-    heads = [m for m in model.modules() if isinstance(m, Detect)]
+def _attribute(module: nn.Module, path: str) -> object:
+    """``module.a.b`` of the dotted ``path`` ``"a.b"``; None where a step is missing."""
+    for key in path.split("."):
+        module = getattr(module, key, None)
+    return module
+
+
+def detect_head(model: nn.Module, head: type[nn.Module] = Detect) -> nn.Module | None:
+    """The model's (last) Detect head, or one of its subclasses, or of ``head`` (a sub-task's
+    head class); None when it has none."""
+    heads = [m for m in model.modules() if isinstance(m, head)]
     return heads[-1] if heads else None
 
 

@@ -1,4 +1,4 @@
-"""Ultralytics pretrained weights by name (``yolov8n.pt``, ``yolo11n-seg.pt``, ``yolo26n.pt`` ...):
+"""Ultralytics pretrained weights by name (``yolov8n.pt``, ``yolo26n.pt``, a sub-task's ...):
 found the way Ultralytics' ``attempt_download_asset`` finds them (the path as given, which for a
 bare name is the current folder, then ``SETTINGS["weights_dir"]``), downloaded into the weights
 dir only when Ultralytics may go online, read only through the allow-list loader
@@ -81,7 +81,7 @@ def resolve_ultralytics_weights(name: str | os.PathLike) -> tuple[Path, Provenan
         return given, _provenance(given, text, asset)
     if not asset:
         raise ConfigError(f"no checkpoint at {name}: not a file and not an Ultralytics weights "
-                          f"name (e.g. yolov8n.pt, yolo11n-seg.pt, yolo26n.pt); check the path")
+                          f"name (e.g. yolov8n.pt, yolo11n.pt, yolo26n.pt); check the path")
     folder = weights_dir()
     cached = folder / text
     if cached.is_file():

@@ -24,18 +24,19 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
                         pretrained=pretrained)
 
 
+SCENES = ("detect", "")  # detection's scenes: boxes (Ultralytics' task, its labels in words)
 
 
 def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], key: str,
                  work_dir: Path, s: dict[str, Any], ratios: tuple[float, ...], *,
-                 scenes_task: str = "detect", scenes_label: str = "", device: str = "auto",
-                 progress: bool = True,
+                 scenes: tuple[str, str] = SCENES, device: str = "auto", progress: bool = True,
                  data: str | Path | None = None, train_args: dict[str, Any] | None = None,
                  pretrained: Any = None) -> tuple[Path, dict[str, Any]]:
     """:func:`measure_profile` for a YOLO task whose API has ``train_fn`` / ``analyze_fn``:
-    ``scenes_task`` is the Ultralytics task whose labels the scenes carry
-    (:func:`~autoprune.datasets.scenes.write_yolo_dataset`), ``scenes_label`` those labels in
-    words for the profile's record (a sub-task says both for its own scenes)."""
+    ``scenes`` is the Ultralytics task whose labels the scenes carry
+    (:func:`~autoprune.datasets.scenes.write_yolo_dataset`) and those labels in words for the
+    profile's record (a sub-task says both for its own scenes)."""
+    scenes_task, scenes_label = scenes
     # Ultralytics' defaults suit large sets; a small set wants a step per batch and AdamW
     train_args = {"optimizer": "AdamW", "lr0": 0.003, "warmup_epochs": 1,
                   "nbs": s["batch_size"], **(train_args or {})}

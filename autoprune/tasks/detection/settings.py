@@ -1,4 +1,4 @@
-"""The settings of the Ultralytics tasks (detection, instance segmentation...), besides the
+"""The settings of the Ultralytics tasks (detection and the YOLO tasks built on it), besides the
 flow's: Ultralytics trains, so its trainer's own hyper-parameters go in ``train_args``."""
 from __future__ import annotations
 

@@ -56,6 +56,7 @@ class KeepModuleTrainer(DetectionTrainer):
     """
 
     _restore_bn = None
+    patient_validator: type = PatientValidator  # a task's twin: its own validator's twin
 
     def __init__(self, *args, module: nn.Module | None = None, teacher: nn.Module | None = None,
                  sync_bn: bool = False, **kwargs):
@@ -139,8 +140,8 @@ class KeepModuleTrainer(DetectionTrainer):
         dist.barrier()
 
     def get_validator(self):
-        validator = super().get_validator()
-        validator.__class__ = PatientValidator  # the same validator, NMS without a time limit
+        validator = super().get_validator()  # the task's own (the next trainer in the bases)
+        validator.__class__ = self.patient_validator  # the same validator, NMS without a limit
         return validator
 
 

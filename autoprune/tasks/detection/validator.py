@@ -28,12 +28,17 @@ def patient_nms() -> Iterator[None]:
         nms.non_max_suppression = original
 
 
-class PatientValidator(DetectionValidator):
-    """DetectionValidator whose NMS has no time limit (same results, independent of load)."""
+class PatientNMS:
+    """A validator mixin (before Ultralytics' validator class in the bases): its NMS without a
+    time limit (:func:`patient_nms`)."""
 
     def postprocess(self, preds):
         with patient_nms():
             return super().postprocess(preds)
 
 
-__all__ = ["PatientValidator", "patient_nms"]
+class PatientValidator(PatientNMS, DetectionValidator):
+    """DetectionValidator whose NMS has no time limit (same results, independent of load)."""
+
+
+__all__ = ["PatientNMS", "PatientValidator", "patient_nms"]

@@ -14,20 +14,11 @@ Nothing is downloaded (build from YAML: ``"yolo11n-seg.yaml"``)::
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import torch.nn as nn
-
-from ...flow.api import make_analyze, make_load_model, make_train
 from ...flow.contract import TrainResult
-from ...flow.registry import get_task
-from ..detection.api import export_with, resume_with
+from ..detection.api import sub_task_api
 from .adapter import InstanceSegmentationAdapter
 
-_TASK = get_task("instance_segmentation")
-
-train = make_train(_TASK, """Train a YOLO-seg model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+_TRAIN = """Train a YOLO-seg model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
 model: ``"yolov8n-seg.yaml"``, ``"yolo11s-seg.yaml"``, ``"yolo26n-seg.yaml"`` (any of
 n/s/m/l/x; built untrained, nothing is downloaded), a ``.pt`` checkpoint (autoprune's or
@@ -42,31 +33,19 @@ run, ``report.*``, ``sensitivity.png``) and ``resume=True`` are as in
 class and mask-coefficient branch keep their channels. ``distill=True``: Ultralytics' feature
 distillation from the unpruned model (as for detection). Under torchrun it trains as detection does (DDP on every rank, ``sync_bn`` on
 GPUs; see docs/multi_gpu.md).
-""")
+"""
 
-analyze_sensitivity = make_analyze(_TASK, "data", """Measure a trained YOLO-seg model's
+_ANALYZE = """Measure a trained YOLO-seg model's
 sensitivities (relative mask mAP50-95 loss per group and ratio) on the val split of ``data`` into
 ``save_file`` (resumable; ``eval_limit``: first N val images). ``model_or_checkpoint`` as in
-:func:`autoprune.detection.analyze_sensitivity`.""")
+:func:`autoprune.detection.analyze_sensitivity`."""
 
-load_model = make_load_model(_TASK)
+_EXPORT = """Export a (pruned) YOLO-seg model or an autoprune checkpoint to ONNX as Ultralytics exports
+it: ``output0`` ``(batch, 4 + nc + 32, anchors)`` (boxes xywh, class scores, mask
+coefficients; NMS is left to the caller) and ``output1`` ``(batch, 32, size/4, size/4)`` (the
+mask prototypes); any batch size unless ``dynamic_batch`` is False."""
 
-
-def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
-                input_size: int | None = None, opset_version: int = 17, *,
-                dynamic_batch: bool = True) -> Path:
-    """Export a (pruned) YOLO-seg model or an autoprune checkpoint to ONNX as Ultralytics exports
-    it: ``output0`` ``(batch, 4 + nc + 32, anchors)`` (boxes xywh, class scores, mask
-    coefficients; NMS is left to the caller) and ``output1`` ``(batch, 32, size/4, size/4)`` (the
-    mask prototypes); any batch size unless ``dynamic_batch`` is False."""
-    return export_with(InstanceSegmentationAdapter, model, path, input_size, opset_version,
-                       dynamic_batch)
-
-
-def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
-    """Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
-    last.pt``, as :func:`autoprune.detection.resume` does for detection."""
-    return resume_with(InstanceSegmentationAdapter, last, progress)
-
+train, analyze_sensitivity, load_model, export_onnx, resume = sub_task_api(
+    InstanceSegmentationAdapter, __name__, train=_TRAIN, analyze=_ANALYZE, export=_EXPORT)
 
 __all__ = ["TrainResult", "analyze_sensitivity", "export_onnx", "load_model", "resume", "train"]

@@ -14,20 +14,11 @@ Nothing is downloaded (build from YAML: ``"yolo11n-obb.yaml"``)::
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import torch.nn as nn
-
-from ...flow.api import make_analyze, make_load_model, make_train
 from ...flow.contract import TrainResult
-from ...flow.registry import get_task
-from ..detection.api import export_with, resume_with
+from ..detection.api import sub_task_api
 from .adapter import OBBAdapter
 
-_TASK = get_task("obb")
-
-train = make_train(_TASK, """Train a YOLO OBB (oriented box) model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+_TRAIN = """Train a YOLO OBB (oriented box) model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
 model: ``"yolov8n-obb.yaml"``, ``"yolo11s-obb.yaml"``, ``"yolo26n-obb.yaml"`` (any of
 n/s/m/l/x; built untrained, nothing is downloaded), a ``.pt`` checkpoint (autoprune's or
@@ -43,30 +34,19 @@ run, ``report.*``, ``sensitivity.png``) and ``resume=True`` are as in
 channels. ``distill=True``: Ultralytics' feature distillation from the unpruned model (as for
 detection). Under torchrun it trains as detection does (DDP on every rank, ``sync_bn`` on GPUs;
 see docs/multi_gpu.md).
-""")
+"""
 
-analyze_sensitivity = make_analyze(_TASK, "data", """Measure a trained YOLO OBB model's
+_ANALYZE = """Measure a trained YOLO OBB model's
 sensitivities (relative rotated-box mAP50-95 loss per group and ratio) on the val split of
 ``data`` into ``save_file`` (resumable; ``eval_limit``: first N val images).
-``model_or_checkpoint`` as in :func:`autoprune.detection.analyze_sensitivity`.""")
+``model_or_checkpoint`` as in :func:`autoprune.detection.analyze_sensitivity`."""
 
-load_model = make_load_model(_TASK)
+_EXPORT = """Export a (pruned) YOLO OBB model or an autoprune checkpoint to ONNX as Ultralytics exports
+it: one output ``(batch, 4 + nc + 1, anchors)`` (rotated boxes' centre and size xywh in
+pixels, class scores, angle in radians; rotated NMS is left to the caller); any batch size
+unless ``dynamic_batch`` is False."""
 
-
-def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
-                input_size: int | None = None, opset_version: int = 17, *,
-                dynamic_batch: bool = True) -> Path:
-    """Export a (pruned) YOLO OBB model or an autoprune checkpoint to ONNX as Ultralytics exports
-    it: one output ``(batch, 4 + nc + 1, anchors)`` (rotated boxes' centre and size xywh in
-    pixels, class scores, angle in radians; rotated NMS is left to the caller); any batch size
-    unless ``dynamic_batch`` is False."""
-    return export_with(OBBAdapter, model, path, input_size, opset_version, dynamic_batch)
-
-
-def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
-    """Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
-    last.pt``, as :func:`autoprune.detection.resume` does for detection."""
-    return resume_with(OBBAdapter, last, progress)
-
+train, analyze_sensitivity, load_model, export_onnx, resume = sub_task_api(
+    OBBAdapter, __name__, train=_TRAIN, analyze=_ANALYZE, export=_EXPORT)
 
 __all__ = ["TrainResult", "analyze_sensitivity", "export_onnx", "load_model", "resume", "train"]

@@ -1,11 +1,13 @@
 """Ultralytics YOLO OBB surgery on top of :mod:`autoprune.tasks.detection.models` (offline set-up,
 split-free twins, the trainer that keeps the pruned module): the OBB head, its layers that must
-keep their channels, and the OBB twins of the trainer and validator."""
+keep their channels, and the task's classes with the OBB twins of the trainer and validator
+(:data:`TASK`)."""
 from __future__ import annotations
 
 import torch.nn as nn
 
 from ..detection import models as yolo  # first: sets Ultralytics' offline environment
+from ..detection.family import sub_task
 
 from ultralytics.models.yolo.obb import OBBTrainer, OBBValidator  # noqa: E402
 from ultralytics.nn.modules import OBB  # noqa: E402
@@ -14,8 +16,7 @@ from ultralytics.nn.tasks import OBBModel  # noqa: E402
 
 def obb_head(model: nn.Module) -> OBB | None:
     """The model's YOLO OBB head (OBB or OBB26), None when it has none."""
-    heads = [m for m in model.modules() if isinstance(m, OBB)]
-    return heads[-1] if heads else None
+    return yolo.detect_head(model, OBB)
 
 
 def ignored_layers(model: nn.Module) -> list[nn.Module]:
@@ -25,24 +26,10 @@ def ignored_layers(model: nn.Module) -> list[nn.Module]:
     return yolo.ignored_layers(model)
 
 
-class PatientOBBValidator(OBBValidator):
-    """OBBValidator whose (rotated) NMS has no time limit (same results, independent of load)."""
+# Ultralytics' classes of the task, and the twins of its trainer (keeps the pruned module) and
+# validator (NMS without a time limit), made by the YOLO base as classes of this module
+TASK = sub_task("obb", OBBModel, OBB, OBBTrainer, OBBValidator, ignored_layers, __name__)
+KeepModuleOBBTrainer, PatientOBBValidator = TASK.trainer, TASK.validator
 
-    def postprocess(self, preds):
-        with yolo.patient_nms():
-            return super().postprocess(preds)
-
-
-class KeepModuleOBBTrainer(yolo.KeepModuleTrainer, OBBTrainer):
-    """OBBTrainer that trains the module it is given (see
-    :class:`~..detection.models.KeepModuleTrainer`), validating with
-    :class:`PatientOBBValidator`."""
-
-    def get_validator(self):
-        validator = OBBTrainer.get_validator(self)
-        validator.__class__ = PatientOBBValidator
-        return validator
-
-
-__all__ = ["KeepModuleOBBTrainer", "OBBModel", "PatientOBBValidator", "ignored_layers",
+__all__ = ["KeepModuleOBBTrainer", "OBBModel", "PatientOBBValidator", "TASK", "ignored_layers",
            "obb_head"]

@@ -15,7 +15,7 @@ from ..detection.adapter import DetectionAdapter
 from ..detection.inputs import autoprune_meta, is_checkpoint_file
 from . import models as pose
 from .data import check_keypoints, check_pose_label_file, kpt_shape_of
-from .names import FAMILIES, canonical_pose_arch, resolve_arch
+from .names import NAMES
 
 
 def _shape_problem(shape: Any) -> bool:
@@ -30,21 +30,17 @@ class PoseAdapter(DetectionAdapter):
     (``kpt_shape``, labels ``class cx cy w h`` + keypoints): builds patched PoseModels for the
     data's keypoint shape, trains them with Ultralytics' pose trainer (the pruned module itself),
     validates keypoint and box mAP with its pose validator. Metrics: ``map50_95_pose`` (OKS
-    mAP50-95, the pruning metric), ``map50_pose``, ``map50_95_box``, ``map50_box``.
-    ``kpt_shape``: the keypoint shape when no data says it (a checkpoint's)."""
+    mAP50-95, the pruning metric), ``map50_pose``, ``map50_95_box``, ``map50_box``. ONNX: one
+    output ``(batch, 4 + nc + K * ndim, anchors)`` (boxes, class scores, keypoints x, y in pixels
+    and their visibility scores). ``kpt_shape``: the keypoint shape when no data says it (a
+    checkpoint's)."""
 
-    task = "pose"
-    metric = "map50_95_pose"
-    yolo_task = "pose"
-    trainer_class = pose.KeepModulePoseTrainer
-    validator_class = pose.PatientPoseValidator
-    model_class = pose.PoseModel
+    task, metric, kind = "pose", "map50_95_pose", "YOLO pose"
+    ultralytics, variant = pose.TASK, NAMES   # Ultralytics' classes, the models' names
+    metric_sources = (("pose", "P"), ("box", "B"))  # map50_95_pose <- mAP50-95(P) (OKS)...
     check_labels = staticmethod(check_pose_label_file)
-    kind, families = "YOLO pose", FAMILIES
-    canonical_arch = staticmethod(canonical_pose_arch)
-    resolve_arch = staticmethod(resolve_arch)
-    arch_suffix = "-pose"
     train_arg_numbers = frozenset({"pose", "kobj", "rle"})  # its loss weights in train_args
+    labels = None  # reads YOLO data only
     build_keys = ("num_classes", "nc", "kpt_shape")
 
     def __init__(self, data: str | os.PathLike | None = None,
@@ -108,17 +104,14 @@ class PoseAdapter(DetectionAdapter):
         if kpt_shape is not None and _shape_problem(kpt_shape):
             raise ConfigError(f"kpt_shape={kpt_shape!r:.60} must be [keypoints, 2 or 3], e.g. "
                               f"[17, 3]")
-        shape = self.kpt_shape if kpt_shape is None else list(kpt_shape)
-        before, self.kpt_shape = self.kpt_shape, shape
-        try:
-            return super().build(arch, num_classes, nc)
-        finally:
-            self.kpt_shape = before
+        return super().build(arch, num_classes, nc, kpt_shape=kpt_shape)
 
-    def new_model(self, yaml_name: str, num_classes: int) -> nn.Module:
-        """Ultralytics' PoseModel of ``yaml_name`` for the keypoint shape being built."""
-        shape = {"data_kpt_shape": list(self.kpt_shape)} if self.kpt_shape else {}
-        return self.model_class(yaml_name, nc=num_classes, verbose=False, **shape)
+    def new_model(self, yaml_name: str, num_classes: int,
+                  kpt_shape: list[int] | None = None, **_: Any) -> nn.Module:
+        """Ultralytics' PoseModel of ``yaml_name`` for ``kpt_shape`` (else the data's)."""
+        shape = self.kpt_shape if kpt_shape is None else list(kpt_shape)
+        extra = {"data_kpt_shape": list(shape)} if shape else {}
+        return self.model_class(yaml_name, nc=num_classes, verbose=False, **extra)
 
     def build_kwargs(self, model: nn.Module) -> dict[str, Any]:
         return {**super().build_kwargs(model),
@@ -127,9 +120,7 @@ class PoseAdapter(DetectionAdapter):
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model that is not a patched YOLO pose model of the data's classes and
         keypoints."""
-        if pose.pose_head(model) is None:
-            raise ConfigError(f"{type(model).__name__} has no YOLO Pose head: pass a YOLO pose "
-                              f"model (e.g. 'yolo11n-pose.yaml')")
+        self.check_head(model)
         shape = pose.kpt_shape_of(model)
         if self.kpt_shape is not None and shape != self.kpt_shape:
             raise ConfigError(f"the model predicts kpt_shape {shape} but the data has "
@@ -137,22 +128,7 @@ class PoseAdapter(DetectionAdapter):
                               f"built for the data) or use data with kpt_shape {shape}")
         super().check_model(model)
 
-    def ignored_layers(self, model: nn.Module) -> list[Any]:
-        return pose.ignored_layers(model)
-
-    def export_onnx(self, model: nn.Module, path: Path, opset_version: int = 17,
-                    dynamic_batch: bool = True) -> Path:
-        """``model`` as ONNX at ``path`` with Ultralytics' export head: one output ``(batch, 4 +
-        nc + K * ndim, anchors)`` (boxes xywh, class scores, keypoints x, y in pixels and their
-        visibility scores; NMS is left to the caller); any batch size unless ``dynamic_batch``
-        is False."""
-        return super().export_onnx(model, path, opset_version, dynamic_batch)
-
-    # -- evaluation ------------------------------------------------------------------------------
-    @staticmethod
-    def metrics_of(stats: dict[str, Any]) -> dict[str, float]:
-        """autoprune's metrics from Ultralytics' pose metrics: keypoint (OKS) and box mAP."""
-        return {"map50_95_pose": float(stats["metrics/mAP50-95(P)"]),
-                "map50_pose": float(stats["metrics/mAP50(P)"]),
-                "map50_95_box": float(stats["metrics/mAP50-95(B)"]),
-                "map50_box": float(stats["metrics/mAP50(B)"])}
+    def onnx_metadata(self, model: nn.Module) -> dict[str, Any]:
+        """Detection's, and the keypoint shape (Ultralytics' ``kpt_shape``) the model predicts."""
+        shape = pose.kpt_shape_of(model)
+        return {**super().onnx_metadata(model), **({"kpt_shape": shape} if shape else {})}

@@ -14,20 +14,11 @@ mAP is reported beside it. Nothing is downloaded (build from YAML: ``"yolo11n-po
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import torch.nn as nn
-
-from ...flow.api import make_analyze, make_load_model, make_train
 from ...flow.contract import TrainResult
-from ...flow.registry import get_task
-from ..detection.api import export_with, resume_with
+from ..detection.api import sub_task_api
 from .adapter import PoseAdapter
 
-_TASK = get_task("pose")
-
-train = make_train(_TASK, """Train a YOLO pose model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+_TRAIN = """Train a YOLO pose model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
 model: ``"yolov8n-pose.yaml"``, ``"yolo11s-pose.yaml"``, ``"yolo26n-pose.yaml"`` (any of
 n/s/m/l/x; built untrained for the data's ``kpt_shape``, nothing is downloaded), a ``.pt``
@@ -43,30 +34,19 @@ and an ``ultralytics/`` run, ``report.*``, ``sensitivity.png``) and ``resume=Tru
 YOLO26's keypoint and spread convs) keep their channels. ``distill=True``: Ultralytics' feature
 distillation from the unpruned model (as for detection). Under torchrun it trains as detection
 does (DDP on every rank, ``sync_bn`` on GPUs; see docs/multi_gpu.md).
-""")
+"""
 
-analyze_sensitivity = make_analyze(_TASK, "data", """Measure a trained YOLO pose model's
+_ANALYZE = """Measure a trained YOLO pose model's
 sensitivities (relative keypoint mAP50-95 loss per group and ratio) on the val split of ``data``
 into ``save_file`` (resumable; ``eval_limit``: first N val images). ``model_or_checkpoint`` as in
-:func:`autoprune.detection.analyze_sensitivity`.""")
+:func:`autoprune.detection.analyze_sensitivity`."""
 
-load_model = make_load_model(_TASK)
+_EXPORT = """Export a (pruned) YOLO pose model or an autoprune checkpoint to ONNX as Ultralytics exports
+it: one output ``(batch, 4 + nc + K * ndim, anchors)`` (boxes xywh, class scores, then each
+keypoint's x, y in pixels and visibility score; NMS is left to the caller); any batch size
+unless ``dynamic_batch`` is False."""
 
-
-def export_onnx(model: nn.Module | str | os.PathLike, path: str | os.PathLike,
-                input_size: int | None = None, opset_version: int = 17, *,
-                dynamic_batch: bool = True) -> Path:
-    """Export a (pruned) YOLO pose model or an autoprune checkpoint to ONNX as Ultralytics exports
-    it: one output ``(batch, 4 + nc + K * ndim, anchors)`` (boxes xywh, class scores, then each
-    keypoint's x, y in pixels and visibility score; NMS is left to the caller); any batch size
-    unless ``dynamic_batch`` is False."""
-    return export_with(PoseAdapter, model, path, input_size, opset_version, dynamic_batch)
-
-
-def resume(last: str | os.PathLike, progress: bool = True) -> nn.Module:
-    """Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
-    last.pt``, as :func:`autoprune.detection.resume` does for detection."""
-    return resume_with(PoseAdapter, last, progress)
-
+train, analyze_sensitivity, load_model, export_onnx, resume = sub_task_api(
+    PoseAdapter, __name__, train=_TRAIN, analyze=_ANALYZE, export=_EXPORT)
 
 __all__ = ["TrainResult", "analyze_sensitivity", "export_onnx", "load_model", "resume", "train"]

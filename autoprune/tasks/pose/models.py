@@ -1,11 +1,13 @@
 """Ultralytics YOLO pose surgery on top of :mod:`autoprune.tasks.detection.models` (offline set-up,
 split-free twins, the trainer that keeps the pruned module): the keypoint head's layers that
-must keep their channels, and the pose twins of the trainer and validator."""
+must keep their channels, and the task's classes with the pose twins of the trainer and
+validator (:data:`TASK`)."""
 from __future__ import annotations
 
 import torch.nn as nn
 
 from ..detection import models as yolo  # first: sets Ultralytics' offline environment
+from ..detection.family import sub_task
 
 from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator  # noqa: E402
 from ultralytics.nn.modules import Pose  # noqa: E402
@@ -19,8 +21,7 @@ KEYPOINT_OUTPUTS = ("cv4_kpts", "cv4_sigma", "one2one_cv4_kpts", "one2one_cv4_si
 
 def pose_head(model: nn.Module) -> Pose | None:
     """The model's YOLO Pose head (Pose or Pose26), None when it has none."""
-    heads = [m for m in model.modules() if isinstance(m, Pose)]
-    return heads[-1] if heads else None
+    return yolo.detect_head(model, Pose)
 
 
 def kpt_shape_of(model: nn.Module) -> list[int] | None:
@@ -36,36 +37,13 @@ def ignored_layers(model: nn.Module) -> list[nn.Module]:
     are the keypoints) and the normalising flow its loss uses. The spread convs run only in
     training: the eval-mode graph does not see them, so ``cv4``'s last conv, which feeds them,
     keeps its channels too (the detection list has it)."""
-    out = yolo.ignored_layers(model)
-    for head in model.modules():
-        if not isinstance(head, Pose):
-            continue
-        for key in KEYPOINT_OUTPUTS:
-            part = getattr(head, key, None)
-            if isinstance(part, nn.Module):
-                out.extend(part.modules())
-    seen: set[int] = set()
-    return [m for m in out if not (id(m) in seen or seen.add(id(m)))]
+    return yolo.ignored_layers(model, Pose, KEYPOINT_OUTPUTS)
 
 
-class PatientPoseValidator(PoseValidator):
-    """PoseValidator whose NMS has no time limit (same results, independent of load)."""
-
-    def postprocess(self, preds):
-        with yolo.patient_nms():
-            return super().postprocess(preds)
-
-
-class KeepModulePoseTrainer(yolo.KeepModuleTrainer, PoseTrainer):
-    """PoseTrainer that trains the module it is given (see
-    :class:`~..detection.models.KeepModuleTrainer`), validating with
-    :class:`PatientPoseValidator`."""
-
-    def get_validator(self):
-        validator = PoseTrainer.get_validator(self)
-        validator.__class__ = PatientPoseValidator
-        return validator
-
+# Ultralytics' classes of the task, and the twins of its trainer (keeps the pruned module) and
+# validator (NMS without a time limit), made by the YOLO base as classes of this module
+TASK = sub_task("pose", PoseModel, Pose, PoseTrainer, PoseValidator, ignored_layers, __name__)
+KeepModulePoseTrainer, PatientPoseValidator = TASK.trainer, TASK.validator
 
 __all__ = ["KEYPOINT_OUTPUTS", "KeepModulePoseTrainer", "PatientPoseValidator", "PoseModel",
-           "ignored_layers", "kpt_shape_of", "pose_head"]
+           "TASK", "ignored_layers", "kpt_shape_of", "pose_head"]
