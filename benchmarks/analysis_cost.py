@@ -47,7 +47,7 @@ from autoprune.flow.sensitivities import TaskEval  # noqa: E402
 CLASSIFIERS = ("resnet18", "resnet50", "mobilenetv3_large_100")
 TASK_OF = {**{m: "classification" for m in CLASSIFIERS}, "yolov8s": "detection",
            "yolov8n": "detection", "unet": "segmentation"}
-TARGETS = {"loss": 0.05, "flops": 0.5, "latency": 0.4}
+TARGETS = {"loss": 0.05, "flops": 0.5, "latency": 0.4}  # --flops changes the FLOPs target
 RATIOS = tuple(round(0.1 * k, 1) for k in range(1, 10))
 STEP = 0.1
 
@@ -108,9 +108,26 @@ def groups_of(model: torch.nn.Module, adapter: Any, count: int) -> list[str]:
     return names[:count] if count else names
 
 
+REUSE = False  # --reuse: an analysis whose file a previous run finished is read, not redone
+
+
 def analyze(adapter: Any, model: torch.nn.Module, groups: list[str], path: Path,
             ratios=RATIOS, **options: Any) -> dict[str, Any]:
     """One analysis into ``path``: its table, record, wall time and the ETA said before it."""
+    if REUSE and path.is_file():
+        record = autoprune.read_record(path)
+        ev = record.extra.get("evaluation", {})
+        same = (record.extra.get("adaptive") or {}).get("target") == options.get("target") and \
+            record.extra.get("eval_images") == len(adapter.eval_set) and \
+            all(set(ratios) <= set(record.sensitivities.get(g, {})) | (
+                set(ratios) if options.get("adaptive") else set()) for g in groups)
+        if ev.get("seconds") is not None and set(groups) <= set(record.sensitivities) and same:
+            table = {g: {r: v for r, v in record.sensitivities[g].items() if r in ratios}
+                     for g in groups}
+            return {"table": table, "record": record, "wall": ev["seconds"],
+                    "images": ev["images_evaluated"], "eta": ev.get("eta_s"),
+                    "points_wall": ev["seconds"], "points": sum(map(len, table.values())),
+                    "decided_early": ev.get("decided_early", 0)}
     path.unlink(missing_ok=True)
     start = time.perf_counter()
     table = autoprune.sensitivity(model, adapter.example_inputs(model), TaskEval(adapter),
@@ -164,13 +181,19 @@ def steps_apart(a: dict[str, float], b: dict[str, float]) -> float:
 
 def retrain(adapter: Any, model: torch.nn.Module, ratios: dict[str, float], epochs: int,
             out: Path) -> float:
-    """``model`` pruned to ``ratios``, retrained ``epochs`` (seed 0): its metric."""
+    """``model`` pruned to ``ratios``, retrained ``epochs`` (seed 0): its metric (kept in
+    ``out/metric.json``, which ``--reuse`` reads)."""
+    done = out / "metric.json"
+    if REUSE and done.is_file():
+        return json.loads(done.read_text())["metric"]
     torch.manual_seed(0)
     pruned = copy.deepcopy(model)
     autoprune.prune(pruned, adapter.example_inputs(pruned), ratios,
                     ignored_layers=adapter.ignored_layers(pruned))
     trained = adapter.fit(pruned, epochs, out)
-    return adapter.evaluate(trained)[adapter.metric]
+    metric = adapter.evaluate(trained)[adapter.metric]
+    done.write_text(json.dumps({"metric": metric, "ratios": ratios}))
+    return metric
 
 
 # --- PaddleSlim side by side ------------------------------------------------------------------
@@ -186,7 +209,8 @@ def paddleslim_side_by_side(name: str, a: argparse.Namespace, out: Path) -> dict
     """PaddleSlim's algorithm, autoprune's full and adaptive analyses on the same groups,
     ratios and images (one thread): wall times."""
     speed = _speed_module()
-    checkpoint, _ = base_model(name, a, out)
+    checkpoint, _ = base_model(name, argparse.Namespace(**{
+        **vars(a), "train_images": a.ps_train_images, "base_epochs": 1}), out)
     val_dir = speed.write_image_folder(out / f"val_png_{a.ps_images}", a.ps_images)
     cls = autoprune.classification
     adapter = cls.ClassificationAdapter(None, val_dir, num_classes=10, input_size=a.size,
@@ -230,7 +254,7 @@ def cost_growth(a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             model = autoprune.classification.load_model(checkpoint).eval()
             ratios = tuple(round(0.9 * (k + 1) / s["ratios"], 2) for k in range(s["ratios"]))
             run = analyze(adapter, model, groups_of(model, adapter, s["groups"]),
-                          out / "growth.json", ratios=ratios)
+                          out / f"growth_{factor}_{v}.json", ratios=ratios)
             measured.append((v, run["points_wall"], run["eta"]))
         x = [math.log(v) for v, _, _ in measured]
         y = [math.log(t) for _, t, _ in measured]
@@ -250,13 +274,14 @@ def measure_model(name: str, a: argparse.Namespace, out: Path) -> dict[str, Any]
     full = analyze(adapter, model, groups, out / f"{name}_full.json")
     row = {"model": name, "groups": len(groups), "images_per_point": len(adapter.eval_set),
            "baseline": full["record"].metric["baseline"], "full": _brief(full), "targets": {}}
-    for kind in a.targets:
+    for kind in a.model_targets.get(name, a.targets):
         fresh, _ = adapter_for(name, checkpoint, data, a)  # no batches decoded yet
-        run = analyze(fresh, model, groups, out / f"{name}_{kind}.json", adaptive=True,
+        path = out / f"{name}_{kind}_{TARGETS[kind]}.json"
+        run = analyze(fresh, model, groups, path, adaptive=True,
                       target={kind: TARGETS[kind]}, bound=a.bound)
         got = {"run": _brief(run), "saving": full["images"] / run["images"]}
         try:
-            mine = allocation(kind, adapter, model, run, out / f"{name}_{kind}.json")
+            mine = allocation(kind, adapter, model, run, path)
             ref = allocation(kind, adapter, model, full, out / f"{name}_full.json")
             got.update(adaptive=mine, full=ref, steps=steps_apart(ref["ratios"], mine["ratios"]))
         except autoprune.AutopruneError as e:  # e.g. a target the table cannot reach
@@ -345,6 +370,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", default="resnet18,resnet50,mobilenetv3_large_100,yolov8s,unet")
     p.add_argument("--targets", default="loss,flops,latency")
+    p.add_argument("--flops", type=float, default=0.5, help="the FLOPs target (0.5; a subset "
+                   "of --groups may not reach it)")
+    p.add_argument("--model-targets", default="", help="per model, e.g. unet=loss+flops "
+                   "(comma-separated; the others get --targets)")
+    p.add_argument("--reuse", action="store_true", help="read the analyses and retrained "
+                   "metrics a previous run left in --out instead of redoing them")
     p.add_argument("--bound", default="confidence", choices=("confidence", "exact"))
     p.add_argument("--size", type=int, default=224, help="classification input size")
     p.add_argument("--val-images", type=int, default=2000, help="classification val images")
@@ -364,6 +395,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    "algorithm ('none': skip)")
     p.add_argument("--ps-groups", type=int, default=0)
     p.add_argument("--ps-images", type=int, default=2000)
+    p.add_argument("--ps-train-images", type=int, default=4000)
     p.add_argument("--growth", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--growth-images", type=int, default=256)
     p.add_argument("--growth-size", type=int, default=32)
@@ -375,9 +407,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             32, 192, 320
         a.groups, a.retrain, a.retrain_epochs, a.paddleslim, a.ps_groups, a.ps_images = \
             3, "resnet18", 1, "resnet18", 2, 64
-        a.growth, a.base_epochs = False, 1
+        a.growth, a.base_epochs, a.ps_train_images = False, 1, 320
     a.models = [m for m in a.models.split(",") if m]
     a.targets = [t for t in a.targets.split(",") if t]
+    TARGETS["flops"] = a.flops
+    a.model_targets = {m: t.split("+") for m, _, t in
+                       (item.partition("=") for item in a.model_targets.split(",") if item)}
+    global REUSE
+    REUSE = a.reuse
     a.retrain = [m for m in a.retrain.split(",") if m]
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
