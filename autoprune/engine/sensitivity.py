@@ -291,7 +291,13 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
 
     ``options`` (how the points are measured; every key optional): ``early_stop`` (a loss cap,
     None: off), ``prefix_cache`` (True), ``evaluation`` ("auto", "prune" or "masked") and
-    ``batch_variants`` (8), explained below. ``latency``: True, or a :class:`Timing` (or a dict
+    ``batch_variants`` (8), explained below; ``adaptive`` (False), ``target`` (``{"loss": 0.05}``,
+    ``{"flops": 0.5}`` or ``{"latency": 0.4}``; loss 0.05 when not given), ``bound``
+    ("confidence" or "exact") and ``confidence`` (0.999): measure only the points and images the
+    allocation for ``target`` needs (:mod:`autoprune.engine.adaptive`; the early stop on images
+    needs an ``eval_fn`` with ``incremental``, :mod:`autoprune.engine.incremental`; real prune
+    only); ``plan`` (False): print the expected cost and return the table as it is, measuring and
+    writing nothing (with ``progress``, every analysis prints it before its points). ``latency``: True, or a :class:`Timing` (or a dict
     of its fields), times each point too. The former keywords (``early_stop=``,
     ``latency_threads=``...) still work, with a FutureWarning.
 
