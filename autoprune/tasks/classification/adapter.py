@@ -528,9 +528,10 @@ class ClassificationAdapter(SupervisedFit):
 
     def incremental_eval(self) -> ShuffledTop1 | None:
         """Top-1 image by image in a seeded random order, for the adaptive analysis's early
-        stop (:mod:`.incremental`)."""
-        return ShuffledTop1(self) if self.eval_set is not None and self.metric == "top1" \
-            else None
+        stop (:mod:`.incremental`); none for a subclass that evaluates its own way."""
+        own = type(self).evaluate is ClassificationAdapter.evaluate
+        return ShuffledTop1(self) if own and self.eval_set is not None and \
+            self.metric == "top1" else None
 
 
 def _is_class_index(label: Any) -> bool:
