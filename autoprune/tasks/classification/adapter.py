@@ -527,11 +527,10 @@ class ClassificationAdapter(SupervisedFit):
                              topk=(1, k) if k > 1 else (1,))
 
     def incremental_eval(self) -> ShuffledTop1 | None:
-        """Top-1 image by image in a seeded random order, for the adaptive analysis's early
-        stop (:mod:`.incremental`); none for a subclass that evaluates its own way."""
-        own = type(self).evaluate is ClassificationAdapter.evaluate
-        return ShuffledTop1(self) if own and self.eval_set is not None and \
-            self.metric == "top1" else None
+        """Top-1 image by image in a seeded random order (the adaptive analysis's early stop,
+        :mod:`.incremental`); none for a subclass that evaluates its own way."""
+        mine = type(self).evaluate is ClassificationAdapter.evaluate and self.metric == "top1"
+        return ShuffledTop1(self) if mine and self.eval_set is not None else None
 
 
 def _is_class_index(label: Any) -> bool:
