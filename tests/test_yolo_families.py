@@ -72,12 +72,12 @@ def test_family_prunes_runs_and_reloads(arch, tmp_path):
 
 
 @pytest.mark.parametrize("name, reason", [
-    ("yolov9c.yaml", "yolov9c is not supported: its ADown blocks"),
+    ("yolo11n-p2.yaml", "Ultralytics ships P2 heads only for yolov8, yolo26"),
     ("yolov8n-seg.yaml", "not a plain detection model (instance segmentation)"),
     ("yolo11n-pose", "not a plain detection model (pose): autoprune.detection prunes"),
     ("yolo11n-obb.yaml", "(autoprune.obb prunes it)"),
-    ("yolov8n-cls.yaml", "not a plain detection model (classification)"),
-    ("yolov9e.yaml", "yolov9e is not supported: its ADown and CBLinear blocks"),
+    ("yolov8n-cls.yaml", "(autoprune.classification prunes it)"),
+    ("yolov8n-ghost.yaml", "not a plain detection model (ghost convs)"),
     ("yolov8q.yaml", "unknown model name 'yolov8q.yaml'"),
 ])
 def test_unsupported_families_are_refused_by_name_before_any_work(name, reason, tmp_path):

@@ -19,6 +19,7 @@ import torch_pruning as tp
 
 from .attributes import sync_attributes
 from .channels import ROOT_TYPES, channels_to_remove, grouped
+from .input_fit import forward_refusal
 from .probe import leave_out_unsafe, output_shape
 from .tp_patches import OverBudget, walk_budget
 from ..errors import ConfigError, NoPrunableGroupsError
@@ -79,6 +80,11 @@ class PruningGraph:
                 self.dg._autoprune_mapping_fresh = False  # marks the graph as a PruningGraph's
                 self.dg.build_dependency(model, example_inputs=example_inputs,
                                          unwrapped_parameters=unwrapped_parameters, verbose=False)
+        except Exception:
+            refusal = forward_refusal(model, example_inputs)  # the model's own forward fails?
+            if refusal is None:
+                raise
+            raise ConfigError(f"{refusal}; pass example inputs of a size it takes") from None
         finally:
             model.train(was_training)
         self.names = {m: n for n, m in model.named_modules()}

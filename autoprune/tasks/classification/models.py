@@ -14,6 +14,9 @@
   torch-pruning cannot map, is handled by the core: groups through it are left out.)
 - :data:`REFUSED` names the models refused before any work (none today); a torchvision model that
   is not an image classifier is refused by the classification task's name lookup.
+- **Ultralytics YOLO classification models** (``yolo11n-cls``...): their split blocks become the
+  detection package's split-free twins, their head returns logits, their attention blocks keep
+  their widths (:mod:`.yolo_cls`).
 
 State dicts are untouched: a pruned model loads into a plain torchvision model of its shapes; a
 ShuffleNetV2's ONNX export holds a ``Gather`` where torchvision's holds two reshapes.
@@ -30,6 +33,7 @@ from torchvision.models.swin_transformer import SwinTransformerBlock
 
 from ...engine.attributes import output_channels, register_metadata_sync
 from ...errors import ConfigError
+from .yolo_names import is_yolo_classifier
 
 # torchvision name -> why autoprune cannot prune it (checked at the name lookup, before any work)
 REFUSED: dict[str, str] = {}
@@ -46,7 +50,10 @@ def check_supported(name: str) -> None:
 def ignored_layers(model: nn.Module) -> list[nn.Module]:
     """What a torchvision model needs ignored (empty for most): the ShuffleNetV2 convs whose
     channels are shuffled, and every conv/linear of a Swin or MaxViT but those whose width stays
-    inside a block."""
+    inside a block; a YOLO classification model's attention blocks."""
+    if is_yolo_classifier(model):
+        from .yolo_cls import ignored_layers as yolo_ignored
+        return yolo_ignored(model)
     inner = _inner_roots(model)
     if inner is not None:
         return [m for m in model.modules()
@@ -105,8 +112,12 @@ def _shuffle_block_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def make_traceable(model: nn.Module) -> nn.Module:
-    """Give every torchvision ShuffleNetV2 block of ``model`` the gather-based shuffle (in place,
-    idempotent; other models are returned as they are)."""
+    """Give every torchvision ShuffleNetV2 block of ``model`` the gather-based shuffle, a YOLO
+    classification model its split-free twins and logits head (in place, idempotent; other
+    models are returned as they are)."""
+    if is_yolo_classifier(model):
+        from .yolo_cls import make_traceable as yolo_traceable
+        return yolo_traceable(model)
     for module in model.modules():
         if isinstance(module, InvertedResidual):
             module.forward = types.MethodType(_shuffle_block_forward, module)

@@ -30,6 +30,7 @@ from .inputs import as_module, autoprune_meta, is_checkpoint_file, prepare
 from .names import FAMILIES, canonical_arch, resolve_arch
 from .settings import YoloSettings
 from .stages import RUN
+from .strides import check_input_size
 from .train_args import check_train_args
 
 built_arch = naming.built_arch  # (its former home)
@@ -258,6 +259,7 @@ class DetectionAdapter(TaskAdapter):
                               f"{self.num_classes}: "
                               f"pass its YAML name (e.g. 'yolov8n.yaml', built for the data) or "
                               f"use data with {out} classes")
+        check_input_size(model, self.input_size)  # a P6 head: a multiple of 64
         yolo.patch_model(model)
 
     def example_inputs(self, model: nn.Module) -> torch.Tensor:

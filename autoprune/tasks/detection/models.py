@@ -1,10 +1,10 @@
 """Ultralytics YOLO surgery, in one namespace (``from autoprune.tasks.detection import models as
 yolo``): the offline set-up (:mod:`.offline`), the split-free twins of C2f/C3k2/C2PSA/PSA/ELAN
-(:mod:`.twins`) and the native blocks written back in their place (:mod:`.native`), the layers
-that must keep their channels (:mod:`.head`), Ultralytics' output (:mod:`.console`), safe
-checkpoint reading (:mod:`.checkpoints`), the validator without an NMS time limit
-(:mod:`.validator`), torchrun helpers (:mod:`.ddp`) and the trainer that fine-tunes the given
-(pruned) module (:mod:`.trainer`).
+(:mod:`.twins`) and of YOLOv9's ADown/CBLinear (:mod:`.yolov9`), the native blocks written back
+in their place (:mod:`.native`), the layers that must keep their channels (:mod:`.head`),
+Ultralytics' output (:mod:`.console`), safe checkpoint reading (:mod:`.checkpoints`), the
+validator without an NMS time limit (:mod:`.validator`), torchrun helpers (:mod:`.ddp`) and the
+trainer that fine-tunes the given (pruned) module (:mod:`.trainer`).
 
 Importing it sets the offline environment before Ultralytics is imported; nothing here opens a
 network connection. The split-free twins keep this module's name in the checkpoints that hold
@@ -32,9 +32,13 @@ from .trainer import (DistillationModel, KeepModuleTrainer, drop_feature_hooks, 
                       keep_module_trainer, resume_training)
 from .twins import (PADDED, SPLIT_FREE, TWINS, C2fSplitFree, C2PSASplitFree,  # noqa: E402
                     ELANSplitFree, PSASplitFree, is_patched, patch_model)
+from .rtdetr_blocks import AIFITraceable, RTDETRDecoderTraceable  # noqa: E402
+from .yolov9 import ADownMatched, CBLinearSplitFree  # noqa: E402
 from .validator import PatientValidator, patient_nms  # noqa: E402
 
-__all__ = ["C2PSASplitFree", "C2fSplitFree", "DetectionModel", "DetectionValidator",
+__all__ = ["ADownMatched", "C2PSASplitFree", "C2fSplitFree", "CBLinearSplitFree",
+           "DetectionModel", "DetectionValidator", "AIFITraceable",
+           "RTDETRDecoderTraceable",
            "DEFAULT_CFG_DICT", "DistillationModel", "drop_feature_hooks",
            "ELANSplitFree", "KeepModuleTrainer", "NativeWrite", "PSASplitFree", "PatientValidator",
            "SPLIT_FREE", "detect_head", "ignored_layers", "is_patched", "keep_module_trainer",

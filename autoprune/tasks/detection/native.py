@@ -99,7 +99,8 @@ def to_native(model: nn.Module) -> list[str]:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, SPLIT_FREE):
-                native = native_block(child)
+                native = child.as_native() if hasattr(child, "as_native") \
+                    else native_block(child)
                 if native is None:
                     left.append(f"{names[parent]}.{name}".lstrip("."))
                 else:

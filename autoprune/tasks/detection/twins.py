@@ -1,8 +1,11 @@
 """Split-free twins of Ultralytics' C2f / C3k2, C2PSA, PSA and RepNCSPELAN4 / ELAN1: the same
 outputs, but the two halves that ``chunk`` / ``split`` cut out of ``cv1`` are two layers, so that
-each can lose channels on its own. :func:`patch_model` puts them in a model (taking off the zero
-channels :mod:`.native` padded a written-back block with), :func:`is_patched` says whether one is
-left to put."""
+each can lose channels on its own. YOLOv9's ADown and CBLinear split a tensor too: their twins
+are in :mod:`.yolov9` (ADown's halves come from another layer's output, which pruning keeps in
+two matched halves; CBLinear's parts become one conv each). :func:`patch_model` puts them all in
+a model (taking off the zero channels :mod:`.native` padded a written-back block with),
+:func:`is_patched` says whether one is left to put. RT-DETR's decoder and AIFI get traceable twins
+too (:mod:`.rtdetr_blocks`)."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +17,11 @@ from ...engine.padding import remove_channels
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
 
 from ultralytics.nn.modules import C2PSA, PSA, C2f, Conv  # noqa: E402
-from ultralytics.nn.modules.block import RepNCSPELAN4  # noqa: E402
+from ultralytics.nn.modules.block import ADown, CBLinear, RepNCSPELAN4  # noqa: E402
+
+from .rtdetr_blocks import (AIFI, AIFITraceable, RTDETRDecoder,  # noqa: E402
+                            RTDETRDecoderTraceable)
+from .yolov9 import ADownMatched, CBLinearSplitFree  # noqa: E402
 
 _LAYER_ATTRS = ("f", "i", "type", "np")  # read by DetectionModel._predict_once and model.info
 
@@ -65,6 +72,7 @@ class SplitCv1(nn.Module):
         for name, child in block.named_children():
             if name != "cv1":
                 setattr(self, name, child)
+        self.training = block.training  # (a written-back native block takes the twin's mode)
         _copy_layer_attrs(block, self)
 
 
@@ -110,7 +118,8 @@ class ELANSplitFree(SplitCv1):
 
 # C3k2 is a C2f, ELAN1 a RepNCSPELAN4
 TWINS = ((C2f, C2fSplitFree), (C2PSA, C2PSASplitFree), (PSA, PSASplitFree),
-         (RepNCSPELAN4, ELANSplitFree))
+         (RepNCSPELAN4, ELANSplitFree), (ADown, ADownMatched), (CBLinear, CBLinearSplitFree),
+         (RTDETRDecoder, RTDETRDecoderTraceable), (AIFI, AIFITraceable))
 SPLIT_FREE = tuple(t for _, t in TWINS)
 
 # Checkpoints name the classes of the modules they hold: these keep the name they had before the
@@ -125,7 +134,8 @@ PADDED = "autoprune_halves"
 
 
 def patch_model(model: nn.Module) -> nn.Module:
-    """Replace every C2f / C3k2 / C2PSA / PSA of ``model`` by its split-free twin (in place).
+    """Replace every C2f / C3k2 / C2PSA / PSA / RepNCSPELAN4 / ADown / CBLinear of ``model`` by its
+    split-free (or matched) twin (in place).
 
     The outputs stay the same; the model keeps its layer indices, so Ultralytics still runs it.
     """
@@ -174,10 +184,11 @@ def _unpadded(block: SplitCv1, halves: tuple[int, int]) -> SplitCv1:
 
 def is_patched(model: nn.Module) -> bool:
     """True when no split/chunk block is left."""
-    return not any(isinstance(m, tuple(original for original, _ in TWINS))
-                   for m in model.modules())
+    return not any(isinstance(m, original) and type(m).forward is original.forward
+                   for m in model.modules() for original, _ in TWINS)
 
 
-__all__ = ["C2PSASplitFree", "C2fSplitFree", "ELANSplitFree", "PADDED", "PSASplitFree",
+__all__ = ["ADownMatched", "C2PSASplitFree", "C2fSplitFree", "CBLinearSplitFree", "ELANSplitFree",
+           "AIFITraceable", "RTDETRDecoderTraceable", "PADDED", "PSASplitFree",
            "SPLIT_FREE", "SplitCv1", "TWINS", "is_patched", "patch_model", "probe_input",
            "same_outputs"]
