@@ -17,7 +17,7 @@ from autoprune.engine.bounds import (PairedCounts, hypergeom_cdf, look_points, m
 from autoprune.engine.incremental import Step
 from autoprune.engine.store import read_record
 from autoprune.errors import ConfigError
-from conftest import ToyNet, assert_one_line
+from conftest import ToyNet, assert_one_line, needs_fmnist
 
 RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
 STEP = 0.2  # the ratio grid's step
@@ -328,3 +328,26 @@ def _miou(conf):
     from autoprune.tasks.segmentation.metrics import iou_from_confusion
     iou = iou_from_confusion(conf)
     return float(iou[~torch.isnan(iou)].mean())
+
+
+@needs_fmnist
+def test_the_one_call_flow_measures_for_its_own_target_and_a_plan_prunes_nothing(tmp_path):
+    """train(..., pruned_flops=0.4, sensitivity_options={"adaptive": True}) measures the points a
+    FLOPs target needs (the run's target reaches the analysis); with plan=True it prints the
+    cost and stops before pruning."""
+    from autoprune import classification as cls
+
+    small = dict(epochs=1, pretrain_epochs=1, batch_size=32, input_size=32, train_limit=64,
+                 eval_limit=40, progress=False, warmup_epochs=0, ratios=(0.3, 0.6))
+    torch.manual_seed(0)
+    planned = cls.train(ToyNet(10), "fashion-mnist", save_dir=tmp_path / "plan",
+                        sensitivities_file=tmp_path / "plan.json", pruned_flops=0.4,
+                        sensitivity_options={"adaptive": True, "plan": True}, **small)
+    assert planned.report is None and not (tmp_path / "plan" / "pruned").exists()
+    torch.manual_seed(0)
+    done = cls.train(ToyNet(10), "fashion-mnist", save_dir=tmp_path / "run",
+                     sensitivities_file=tmp_path / "s.json", pruned_flops=0.4,
+                     sensitivity_options={"adaptive": True}, **small)
+    assert done.report is not None
+    record = read_record(tmp_path / "s.json")
+    assert record.extra["adaptive"]["target"] == {"flops": 0.4}

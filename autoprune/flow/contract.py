@@ -201,6 +201,13 @@ class TaskAdapter(ABC):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Metrics of ``model`` on the evaluation data; includes ``self.metric``."""
 
+    def incremental_eval(self) -> Any:
+        """An evaluation that reports its metric image by image (or batch by batch) with a
+        bound on the full-set value, for the adaptive analysis's early stop
+        (:mod:`autoprune.engine.incremental`); None (the default): points are evaluated on
+        every image, only the choice of points is adaptive."""
+        return None
+
     @abstractmethod
     def with_eval_limit(self, limit: int) -> "TaskAdapter":
         """A copy of this adapter that evaluates on ``limit`` of its evaluation items (the

@@ -36,7 +36,7 @@ from .options import (check_outputs, check_save_dir, check_sensitivity_options,
 from .plots import plot_sensitivities
 from .previous import previous_run
 from .report import compare_sides, to_console, write_reports
-from .sensitivities import check_sensitivities_file, get_sensitivities
+from .sensitivities import allocation_target, check_sensitivities_file, get_sensitivities
 from .steps import Schedule, check_schedule, combined, step_targets
 from .training import Distill, prepare_teacher
 
@@ -81,6 +81,11 @@ def train(adapter: TaskAdapter, model: str | nn.Module, flow: FlowSettings | Non
         return plain_training(run)
     base_model(run)
     sensitivity_table(run)
+    if (run.flow.sensitivity_options or {}).get("plan"):
+        _log("[autoprune] sensitivity_options plan=True: the analysis' expected cost is "
+             "printed above; nothing was pruned (run again without plan to measure and prune)")
+        return TrainResult(run.model, baseline_path=run.baseline_path,
+                           sensitivities_path=run.sens_path)
     allocate(run)
     prune_and_retrain(run)
     return finish(run)
@@ -226,7 +231,7 @@ def sensitivity_table(run: Run) -> None:
     run.record, run.sens_path = get_sensitivities(  # a latency target's timings: allocate()
         run.adapter, run.model, flow.sensitivities_file, arch=run.arch,
         criterion=flow.criterion, ratios=flow.ratios, progress=flow.progress,
-        options=flow.sensitivity_options)
+        options=flow.sensitivity_options, target=allocation_target(run.targets))
 
 
 def allocate(run: Run) -> None:

@@ -103,8 +103,7 @@ class TaskEval:
 
     def __init__(self, adapter: TaskAdapter):
         self.adapter, self.images = adapter, _eval_size(adapter)
-        make = getattr(adapter, "incremental_eval", None)  # an optional hook
-        steps = make() if callable(make) else None
+        steps = adapter.incremental_eval()  # None: the adapter reports the full set only
         if steps is not None:
             self.incremental = steps.incremental
             self.random_order = bool(getattr(steps, "random_order", False))
