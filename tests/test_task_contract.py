@@ -56,7 +56,8 @@ def test_adapter_on_its_example_model(name, tmp_path):
     inputs, groups, a round trip through a checkpoint, ONNX."""
     torch.manual_seed(0)
     task = get_task(name)
-    adapter = get_adapter(name, input_size=64, num_classes=3)  # one name for the class count
+    size = getattr(task.adapter_class(), "least_input_size", 64)  # (RT-DETR: 128)
+    adapter = get_adapter(name, input_size=size, num_classes=3)  # one name for the class count
     arch = adapter.arch_key(task.example)
     assert arch == task.arch_key(task.example)
     model = adapter.build(arch).eval()
@@ -75,12 +76,12 @@ def test_adapter_on_its_example_model(name, tmp_path):
     result = autoprune.prune(model, x, {g.name: 0.25 for g in groups}, ignored_layers=ignored)
     assert result.flops_reduction > 0.1
     path = autoprune.save_pruned(model, tmp_path / "m.pt", task=name, arch=arch,
-                                 build=adapter.build_kwargs(model), input_size=64)
+                                 build=adapter.build_kwargs(model), input_size=size)
     with torch.no_grad():
         assert torch.equal(_first(model(x)), _first(load_model(path)(x)))
     onnx = adapter.export_onnx(model, tmp_path / "m.onnx")
     assert Path(onnx).stat().st_size > 1000
-    assert adapter.eval_set is None and adapter.input_size == 64
+    assert adapter.eval_set is None and adapter.input_size == size
     assert isinstance(adapter.device, torch.device)
 
 

@@ -59,3 +59,4 @@ register_task(_yolo_task("pose", "PoseAdapter", "YOLO pose",
                          "yolo11n-pose, yolov8s-pose, yolo26n-pose", "yolov8n-pose"))
 register_task(_yolo_task("obb", "OBBAdapter", "YOLO OBB", "yolo11n-obb, yolov8s-obb, yolo26n-obb",
                          "yolov8n-obb"))
+register_task(_yolo_task("rtdetr", "RTDETRAdapter", "RT-DETR", "rtdetr-l, rtdetr-x", "rtdetr-l"))
