@@ -1,9 +1,9 @@
-"""Classification adapter: timm / torchvision models, ImageFolder / Dataset / Fashion-MNIST data,
-top-1/top-5 metrics. The only module of the classification task that imports timm or torchvision."""
+"""Classification adapter: timm / torchvision models, ImageFolder / Dataset / Fashion-MNIST data
+(read by :mod:`.data`), top-1/top-5 metrics. With :mod:`.data` (torchvision's ImageFolder), the
+modules of the classification task that import timm or torchvision."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -11,42 +11,31 @@ import torch
 import torch.nn as nn
 import timm
 import torchvision
-from torchvision import datasets
-from torch.utils.data import Dataset
 
 from ...flow.config import settings_of
 from ...flow.int8 import batches_of
 from ...flow.options import check_numbers
-from ...engine.checkpoint import read_pruned_metadata
-from ...engine.data import (CachedBatches, check_limits, first_items, load_image, make_loader,
-                            subset, walk_files)
-from ...datasets import FashionMNIST
-from ...errors import CheckpointError, ConfigError
+from ...engine.data import CachedBatches, check_limits, make_loader
+from ...errors import ConfigError
 from ...flow.training import FitConfig, evaluate_topk, pick_device
 from . import models as torchvision_models
 from .. import timm_rules
 from ..supervised import SupervisedFit
-from . import formats
 from .incremental import ShuffledTop1
 from .settings import ClassificationSettings
-from .pretrained import (create_pretrained, data_transforms, is_hub_spec,
-                         pretrained_data_config)
-from . import yolo_names
-from .input_sizes import check_input_size, check_model_input_size
-
-FASHION_MNIST = "fashion-mnist"
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+from .pretrained import create_pretrained, is_hub_spec, pretrained_data_config
+from .starting import FINE_TUNE_LR, SCRATCH_LR, check_pretrained, kept_from as _kept_from
+from .data import (DEFAULT_DATA, FASHION_MNIST, balanced_indices, data_kind as _kind,
+                   dataset_classes, is_class_index as _is_class_index, resolve_dataset,
+                   targets_of as _targets, val_split as _val_split)
 
 
 def resolve_arch(name: str) -> str:
-    """Canonical architecture key ``timm/<name>``, ``torchvision/<name>`` or
-    ``ultralytics/<name>`` (a YOLO classification model: ``yolo11n-cls``, :mod:`.yolo_names`).
+    """Canonical architecture key ``timm/<name>`` or ``torchvision/<name>``.
 
-    A bare name is looked up in timm first, then torchvision, then Ultralytics; prefix
-    ``torchvision/``, ``timm/`` or ``ultralytics/`` to choose.
+    A bare name is looked up in timm first, then torchvision; prefix ``torchvision/`` or
+    ``timm/`` to choose.
     """
-    if yolo_names.canonical(name):
-        return yolo_names.canonical(name)
     source, _, bare = name.rpartition("/")
     if source not in ("", "timm", "torchvision"):
         raise ConfigError(f"unknown model source {source!r} in {name!r}: use 'timm/<name>', "
@@ -63,12 +52,8 @@ def resolve_arch(name: str) -> str:
                           f"segmentation, video or quantized model): the classification task "
                           f"takes the names of torchvision.models.list_models(module="
                           f"torchvision.models)")
-    why = yolo_names.refusal(name)
-    if why:
-        raise ConfigError(why)
-    raise ConfigError(f"unknown model name {name!r}: not a timm, torchvision or YOLO "
-                      f"classification model (e.g. resnet18, mobilenetv3_small_100, "
-                      f"efficientnet_b0, mobilenet_v2, yolo11n-cls)")
+    raise ConfigError(f"unknown model name {name!r}: not a timm or torchvision model (e.g. "
+                      f"resnet18, mobilenetv3_small_100, efficientnet_b0, mobilenet_v2)")
 
 
 def arch_of_model(model: nn.Module) -> str | None:
@@ -87,9 +72,6 @@ def arch_of_model(model: nn.Module) -> str | None:
             return f"timm/{cfg['architecture']}"
     if type(model).__module__.startswith("torchvision.models."):
         return _torchvision_arch(model)
-    if yolo_names.is_yolo_classifier(model):
-        from .yolo_cls import arch_of
-        return arch_of(model)
     return None
 
 
@@ -121,9 +103,6 @@ def build_classifier(arch: str, num_classes: int) -> nn.Module:
     """An untrained classifier (no weights are downloaded)."""
     arch = resolve_arch(arch)
     source, name = arch.split("/", 1)
-    if source == yolo_names.SOURCE:
-        from .yolo_cls import build
-        return build(arch, num_classes)
     if source == "timm":
         model = timm.create_model(name, pretrained=False, num_classes=num_classes)
         if getattr(model, "num_classes", num_classes) != num_classes:  # gemma4_vit_167m_enc
@@ -134,175 +113,6 @@ def build_classifier(arch: str, num_classes: int) -> nn.Module:
         return timm_rules.make_traceable(model)
     model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
     return torchvision_models.make_traceable(model)
-
-
-class SafeImageFolder(datasets.ImageFolder):
-    """torchvision's ImageFolder that follows a symlinked folder only into a folder it has not read
-    (``a/loop -> .`` would read the class's images again and again), saying which it skipped."""
-
-    @staticmethod
-    def make_dataset(directory: str, class_to_idx: dict[str, int], extensions: Any = None,
-                     is_valid_file: Any = None, allow_empty: bool = False) -> list[tuple[str, int]]:
-        extensions = tuple(extensions or datasets.folder.IMG_EXTENSIONS)
-        samples, empty = [], []
-        for name, index in sorted(class_to_idx.items(), key=lambda item: item[1]):
-            files, links = walk_files(os.path.join(directory, name))
-            for link in links:
-                print(f"[autoprune] {link} leads back into a folder already read: not followed",
-                      flush=True)
-            found = [(str(f), index) for f in files if (is_valid_file(str(f)) if is_valid_file
-                                                        else f.suffix.lower() in extensions)]
-            samples += found
-            if not found:
-                empty.append(name)
-        if empty and not allow_empty:
-            raise FileNotFoundError(f"found no valid file for the classes {', '.join(empty)}")
-        return samples
-
-
-DEFAULT_DATA = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD, "interpolation": "bilinear",
-                "crop_pct": 0.875}  # a model trained from scratch: ImageNet's normalisation
-
-
-def _folder_data(path: Path, size: int, train: bool, data_config: dict[str, Any],
-                 data_format: str | None, split: str | None = None) -> Dataset:
-    """The images under ``path`` in its layout (told from it, or ``data_format``): an ImageFolder,
-    PaddleX / ImageNet file lists or a CSV, with timm's transforms for ``data_config`` (training
-    ones when ``train``); a list's ``split`` (train or val) follows ``train`` unless given."""
-    transform = data_transforms(data_config, train, size)
-    found = data_format or _layout(path)
-    if found not in formats.FORMATS:
-        raise ConfigError(f"data_format={data_format!r} is not a classification format: use one "
-                          f"of {', '.join(formats.FORMATS)}, or leave it out")
-    if found != "imagefolder":
-        return formats.read_classification_data(path, transform=transform, data_format=found,
-                                                 split=split or ("train" if train else "val"))
-    if not path.is_dir():
-        raise ConfigError(f"data path {path} is not a folder: an ImageFolder is a folder of "
-                          f"class folders; pass data_format= for a file list")
-    try:
-        return SafeImageFolder(str(path), transform=transform, loader=load_image)
-    except FileNotFoundError as e:
-        raise ConfigError(f"{path} holds no images in class sub-folders ({e}): expected "
-                          f"<root>/<class>/<image>.jpg") from None
-
-
-def balanced_indices(targets: list[int], limit: int) -> list[int]:
-    """The first ``limit`` indices of a round robin over the classes (each class in its own
-    order), so a subset of a class-sorted folder holds every class about equally."""
-    by_class: dict[int, list[int]] = {}
-    for i, t in enumerate(targets):
-        by_class.setdefault(int(t), []).append(i)
-    queues = [iter(by_class[c]) for c in sorted(by_class)]
-    picked: list[int] = []
-    while queues and len(picked) < limit:
-        for q in list(queues):
-            i = next(q, None)
-            if i is None:
-                queues.remove(q)
-            elif len(picked) < limit:
-                picked.append(i)
-    return picked
-
-
-def _targets(ds: Dataset) -> list[int] | None:
-    """The labels of ``ds`` without reading its images (ImageFolder, Fashion-MNIST, Subsets of
-    them); None when the dataset does not expose them."""
-    if isinstance(ds, torch.utils.data.Subset):
-        inner = _targets(ds.dataset)
-        return None if inner is None else [inner[i] for i in ds.indices]
-    targets = getattr(ds, "targets", None)
-    return None if targets is None else [int(t) for t in targets]
-
-
-def resolve_dataset(spec: Any, *, train: bool, input_size: int, limit: int | None = None,
-                    root: str | None = None, data_config: dict[str, Any] | None = None,
-                    data_format: str | None = None, split: str | None = None) -> Dataset:
-    """``"fashion-mnist"``, a folder or file in one of the layouts of :mod:`.formats`
-    (ImageFolder, PaddleX lists, CSV), or a torch Dataset of (image, label); ``data_config``:
-    the normalisation, interpolation and crop of the model (a pretrained one's). ``train``:
-    training transforms and split; ``split="train"`` with ``train=False``: the training split
-    through the evaluation transforms (what an INT8 model is calibrated on)."""
-    data_config = data_config or DEFAULT_DATA
-    if isinstance(spec, Dataset):
-        targets = _targets(spec) if limit is not None and limit < len(spec) else None
-        if targets is None:
-            return first_items(spec, limit)
-        return subset(spec, balanced_indices(targets, limit))
-    if isinstance(spec, str) and spec.lower() == FASHION_MNIST:
-        own = data_config is not DEFAULT_DATA  # a pretrained model's normalisation
-        fm_split = "train" if train or split == "train" else "test"
-        return FashionMNIST(fm_split, root=root, size=input_size, channels=3,
-                            limit=limit, mean=data_config["mean"] if own else None,
-                            std=data_config["std"] if own else None)
-    if isinstance(spec, (str, os.PathLike)):
-        path = Path(spec)
-        if not path.exists():
-            raise ConfigError(f"data path {path} does not exist: pass an ImageFolder root "
-                              f"(<root>/<class>/<image>), a PaddleX list or CSV, a Dataset or "
-                              f"'{FASHION_MNIST}'")
-        ds = _folder_data(path, input_size, train, data_config, data_format, split)
-        if limit is not None:  # a folder lists class by class: take from every class
-            ds = subset(ds, balanced_indices(ds.targets, limit))
-        return ds
-    raise ConfigError(f"data must be a folder path, a torch Dataset or '{FASHION_MNIST}', "
-                      f"not {type(spec).__name__}")
-
-
-SCRATCH_LR, FINE_TUNE_LR = 0.05, 0.01  # lr's default from scratch / from pretrained weights
-PRETRAINED_SOURCES = ("timm", "torchvision")  # hub weights (engine.provenance.SOURCES)
-
-
-def check_pretrained(pretrained: Any) -> Any:
-    """``pretrained`` as given (False/None: off; True or a weights name); anything else is a
-    one-line ConfigError."""
-    if pretrained is None or pretrained is False:
-        return None
-    if pretrained is True or (isinstance(pretrained, str) and is_hub_spec(pretrained)):
-        return pretrained
-    raise ConfigError(f"pretrained={pretrained!r:.60} is not a weights name: use True or "
-                      f"'IMAGENET' (the default ImageNet weights), 'timm/<model>.<tag>', "
-                      f"'hf-hub:<org>/<name>' or a torchvision weights name; for a local file "
-                      f"pass pretrain_weights=<file>")
-
-
-def _val_split(data: Any, data_format: str | None) -> Any:
-    """The val split beside a PaddleX / CSV ``data`` (a root: itself, read as its val split; a
-    train list: the val list beside it), or None."""
-    if not isinstance(data, (str, os.PathLike)) or not Path(data).exists():
-        return None
-    path = Path(data)
-    folder = path if path.is_dir() else path.parent
-    found = data_format or _layout(path)
-    val = {"paddlex": folder / "val_list.txt", "csv": folder / "val.csv"}.get(found)
-    if val is None or not val.is_file() or (path.is_file() and path == val):
-        return None
-    return path if path.is_dir() else val
-
-
-def _layout(path: Path) -> str:
-    """The layout of ``path`` (:func:`.formats.detect_format`); a folder it cannot tell is read as
-    an ImageFolder, whose error then says what is missing."""
-    try:
-        return formats.detect_format(path)
-    except ConfigError:
-        if path.is_dir():
-            return "imagefolder"
-        raise
-
-
-def _kind(data: Any) -> str:
-    if isinstance(data, Dataset):
-        return "a Dataset"
-    if isinstance(data, str) and data.lower() == FASHION_MNIST:
-        return FASHION_MNIST
-    return _layout(Path(data)) if Path(data).exists() else "?"
-
-
-def dataset_classes(ds: Dataset) -> list[str] | None:
-    """The class names a dataset declares, if any."""
-    classes = getattr(ds, "classes", None)
-    return list(classes) if classes is not None else None
 
 
 class ClassificationAdapter(SupervisedFit):
@@ -337,8 +147,6 @@ class ClassificationAdapter(SupervisedFit):
         self.input_size = s.input_size or (32 if fashion or is_fashion(eval_data) else native)
         if self.input_size < 8:
             raise ConfigError(f"input_size={self.input_size} is too small: use 32 or more")
-        if isinstance(model_name, str):  # a size its forward refuses: before any data is read
-            check_input_size(resolve_arch(model_name), self.input_size, build_classifier)
         self.device = pick_device(s.device)
         self.cfg = FitConfig(lr=lr, optimizer=s.optimizer, weight_decay=s.weight_decay,
                              warmup_epochs=s.warmup_epochs, label_smoothing=label_smoothing,
@@ -384,11 +192,6 @@ class ClassificationAdapter(SupervisedFit):
         ``model_name`` when starting from pretrained weights (else ImageNet's normalisation),
         with the user's ``mean`` / ``std`` / ``interpolation`` on top."""
         config = dict(DEFAULT_DATA)
-        if self.pretrained and isinstance(model_name, str) and yolo_names.canonical(model_name):
-            raise ConfigError(f"pretrained={self.pretrained!r} with {model_name!r}: a YOLO "
-                              f"classification model's weights are Ultralytics' .pt: pass "
-                              f"model='{yolo_names.stem(model_name)}.pt' (a local file, or from "
-                              f"Ultralytics' weights dir) instead of pretrained")
         if self.pretrained and isinstance(model_name, str):
             config.update(pretrained_data_config(resolve_arch(model_name), self.pretrained))
         for key, value in (("mean", mean), ("std", std)):
@@ -409,12 +212,7 @@ class ClassificationAdapter(SupervisedFit):
                       save_dir: Path) -> tuple[Any, Any]:
         """With ``pretrained`` (or a hub name as ``pretrain_weights``): the model built with
         those weights and a fresh head for the data's classes (fine-tuned from there); else the
-        model as given. A YOLO classification ``.pt`` (``yolo11n-cls.pt``): its weights, with a
-        new head for the data's classes where they differ."""
-        if yolo_names.is_weights_name(model):
-            from .yolo_cls import load_weights
-            module, self._start_weights, self._head_kept = load_weights(model, self.num_classes)
-            return module, pretrain_weights
+        model as given."""
         if not self.pretrained:
             return model, pretrain_weights
         if is_hub_spec(pretrain_weights):  # PaddleX's pretrain_weights="IMAGENET"
@@ -509,7 +307,6 @@ class ClassificationAdapter(SupervisedFit):
         if self.num_classes is not None and out is not None and out != self.num_classes:
             raise ConfigError(f"the model predicts {out} classes but the data has "
                               f"{self.num_classes}: build it with num_classes={self.num_classes}")
-        check_model_input_size(model, self.input_size)
 
     def example_inputs(self, model: nn.Module) -> torch.Tensor:
         return torch.randn(1, 3, self.input_size, self.input_size,
@@ -555,20 +352,10 @@ class ClassificationAdapter(SupervisedFit):
                              topk=(1, k) if k > 1 else (1,))
 
     def incremental_eval(self) -> ShuffledTop1 | None:
-        """Top-1 image by image in a seeded random order (the adaptive analysis's early stop,
-        :mod:`.incremental`); none for a subclass that evaluates its own way."""
-        mine = type(self).evaluate is ClassificationAdapter.evaluate and self.metric == "top1"
-        return ShuffledTop1(self) if mine and self.eval_set is not None else None
-
-
-def _is_class_index(label: Any) -> bool:
-    """An int, a numpy integer or a 0-d integer tensor (what cross-entropy takes as a target)."""
-    try:
-        t = torch.as_tensor(label)
-    except (TypeError, ValueError, RuntimeError):
-        return False
-    return t.dim() == 0 and not t.is_floating_point() and not t.is_complex() and \
-        t.dtype != torch.bool
+        """Top-1 image by image in a seeded random order, for the adaptive analysis's early
+        stop (:mod:`.incremental`)."""
+        return ShuffledTop1(self) if self.eval_set is not None and self.metric == "top1" \
+            else None
 
 
 def _output_classes(model: nn.Module) -> int | None:
@@ -583,25 +370,3 @@ def _output_classes(model: nn.Module) -> int | None:
 def _device_of(model: nn.Module) -> torch.device:
     p = next(model.parameters(), None)
     return p.device if p is not None else torch.device("cpu")
-
-
-def _kept_from(weights: Any, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings a run from ``weights`` (an autoprune classification checkpoint) keeps when
-    the user leaves them unset: the normalisation and interpolation its model was trained with,
-    and the fine-tuning lr when it started from pretrained hub weights (a base model of a
-    ``pretrained=True`` run is still a fine-tuned ImageNet model)."""
-    if weights is None or is_hub_spec(weights) or not Path(weights).is_file():
-        return {}
-    try:
-        meta = read_pruned_metadata(weights)
-    except (CheckpointError, OSError, ValueError):
-        return {}  # a plain state_dict, or a damaged file: load_weights says so
-    if not isinstance(meta, dict) or meta.get("task") not in (None, "classification"):
-        return {}
-    data = meta.get("data") if isinstance(meta.get("data"), dict) else {}
-    kept = {k: data[k] for k in ("mean", "std", "interpolation")
-            if values.get(k) is None and data.get(k) is not None}
-    started = meta.get("start_weights") if isinstance(meta.get("start_weights"), dict) else {}
-    if values.get("lr") is None and started.get("source") in PRETRAINED_SOURCES:
-        kept["lr"] = FINE_TUNE_LR
-    return kept
