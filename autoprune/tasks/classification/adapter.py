@@ -28,14 +28,19 @@ from .starting import FINE_TUNE_LR, SCRATCH_LR, check_pretrained, kept_from as _
 from .data import (DEFAULT_DATA, FASHION_MNIST, balanced_indices, data_kind as _kind,
                    dataset_classes, is_class_index as _is_class_index, resolve_dataset,
                    targets_of as _targets, val_split as _val_split)
+from . import yolo_names
+from .input_sizes import check_input_size, check_model_input_size
 
 
 def resolve_arch(name: str) -> str:
-    """Canonical architecture key ``timm/<name>`` or ``torchvision/<name>``.
+    """Canonical architecture key ``timm/<name>``, ``torchvision/<name>`` or
+    ``ultralytics/<name>`` (a YOLO classification model: ``yolo11n-cls``, :mod:`.yolo_names`).
 
-    A bare name is looked up in timm first, then torchvision; prefix ``torchvision/`` or
-    ``timm/`` to choose.
+    A bare name is looked up in timm first, then torchvision, then Ultralytics; prefix
+    ``torchvision/``, ``timm/`` or ``ultralytics/`` to choose.
     """
+    if yolo_names.canonical(name):
+        return yolo_names.canonical(name)
     source, _, bare = name.rpartition("/")
     if source not in ("", "timm", "torchvision"):
         raise ConfigError(f"unknown model source {source!r} in {name!r}: use 'timm/<name>', "
@@ -52,8 +57,12 @@ def resolve_arch(name: str) -> str:
                           f"segmentation, video or quantized model): the classification task "
                           f"takes the names of torchvision.models.list_models(module="
                           f"torchvision.models)")
-    raise ConfigError(f"unknown model name {name!r}: not a timm or torchvision model (e.g. "
-                      f"resnet18, mobilenetv3_small_100, efficientnet_b0, mobilenet_v2)")
+    why = yolo_names.refusal(name)
+    if why:
+        raise ConfigError(why)
+    raise ConfigError(f"unknown model name {name!r}: not a timm, torchvision or YOLO "
+                      f"classification model (e.g. resnet18, mobilenetv3_small_100, "
+                      f"efficientnet_b0, mobilenet_v2, yolo11n-cls)")
 
 
 def arch_of_model(model: nn.Module) -> str | None:
@@ -72,6 +81,9 @@ def arch_of_model(model: nn.Module) -> str | None:
             return f"timm/{cfg['architecture']}"
     if type(model).__module__.startswith("torchvision.models."):
         return _torchvision_arch(model)
+    if yolo_names.is_yolo_classifier(model):
+        from .yolo_cls import arch_of
+        return arch_of(model)
     return None
 
 
@@ -103,6 +115,9 @@ def build_classifier(arch: str, num_classes: int) -> nn.Module:
     """An untrained classifier (no weights are downloaded)."""
     arch = resolve_arch(arch)
     source, name = arch.split("/", 1)
+    if source == yolo_names.SOURCE:
+        from .yolo_cls import build
+        return build(arch, num_classes)
     if source == "timm":
         model = timm.create_model(name, pretrained=False, num_classes=num_classes)
         if getattr(model, "num_classes", num_classes) != num_classes:  # gemma4_vit_167m_enc
@@ -147,6 +162,8 @@ class ClassificationAdapter(SupervisedFit):
         self.input_size = s.input_size or (32 if fashion or is_fashion(eval_data) else native)
         if self.input_size < 8:
             raise ConfigError(f"input_size={self.input_size} is too small: use 32 or more")
+        if isinstance(model_name, str):  # a size its forward refuses: before any data is read
+            check_input_size(resolve_arch(model_name), self.input_size, build_classifier)
         self.device = pick_device(s.device)
         self.cfg = FitConfig(lr=lr, optimizer=s.optimizer, weight_decay=s.weight_decay,
                              warmup_epochs=s.warmup_epochs, label_smoothing=label_smoothing,
@@ -192,6 +209,11 @@ class ClassificationAdapter(SupervisedFit):
         ``model_name`` when starting from pretrained weights (else ImageNet's normalisation),
         with the user's ``mean`` / ``std`` / ``interpolation`` on top."""
         config = dict(DEFAULT_DATA)
+        if self.pretrained and isinstance(model_name, str) and yolo_names.canonical(model_name):
+            raise ConfigError(f"pretrained={self.pretrained!r} with {model_name!r}: a YOLO "
+                              f"classification model's weights are Ultralytics' .pt: pass "
+                              f"model='{yolo_names.stem(model_name)}.pt' (a local file, or from "
+                              f"Ultralytics' weights dir) instead of pretrained")
         if self.pretrained and isinstance(model_name, str):
             config.update(pretrained_data_config(resolve_arch(model_name), self.pretrained))
         for key, value in (("mean", mean), ("std", std)):
@@ -212,7 +234,12 @@ class ClassificationAdapter(SupervisedFit):
                       save_dir: Path) -> tuple[Any, Any]:
         """With ``pretrained`` (or a hub name as ``pretrain_weights``): the model built with
         those weights and a fresh head for the data's classes (fine-tuned from there); else the
-        model as given."""
+        model as given. A YOLO classification ``.pt`` (``yolo11n-cls.pt``): its weights, with a
+        new head for the data's classes where they differ."""
+        if yolo_names.is_weights_name(model):
+            from .yolo_cls import load_weights
+            module, self._start_weights, self._head_kept = load_weights(model, self.num_classes)
+            return module, pretrain_weights
         if not self.pretrained:
             return model, pretrain_weights
         if is_hub_spec(pretrain_weights):  # PaddleX's pretrain_weights="IMAGENET"
@@ -307,6 +334,7 @@ class ClassificationAdapter(SupervisedFit):
         if self.num_classes is not None and out is not None and out != self.num_classes:
             raise ConfigError(f"the model predicts {out} classes but the data has "
                               f"{self.num_classes}: build it with num_classes={self.num_classes}")
+        check_model_input_size(model, self.input_size)
 
     def example_inputs(self, model: nn.Module) -> torch.Tensor:
         return torch.randn(1, 3, self.input_size, self.input_size,
@@ -352,10 +380,10 @@ class ClassificationAdapter(SupervisedFit):
                              topk=(1, k) if k > 1 else (1,))
 
     def incremental_eval(self) -> ShuffledTop1 | None:
-        """Top-1 image by image in a seeded random order, for the adaptive analysis's early
-        stop (:mod:`.incremental`)."""
-        return ShuffledTop1(self) if self.eval_set is not None and self.metric == "top1" \
-            else None
+        """Top-1 image by image in a seeded random order (the adaptive analysis's early stop,
+        :mod:`.incremental`); none for a subclass that evaluates its own way."""
+        mine = type(self).evaluate is ClassificationAdapter.evaluate and self.metric == "top1"
+        return ShuffledTop1(self) if mine and self.eval_set is not None else None
 
 
 def _output_classes(model: nn.Module) -> int | None:
