@@ -190,3 +190,53 @@ def test_no_function_of_the_flow_is_over_60_lines():
             for path, node in _functions(PACKAGE / "flow")
             if node.end_lineno - node.lineno + 1 > 60]
     assert not long, "split these into stages: " + ", ".join(long)
+
+
+# the most lines a module of autoprune holds unless the first paragraph of its docstring says
+# why ("... over 400 lines: <the reason>")
+MOST_LINES = 400
+# modules over it for now, each with why it is excused here rather than split or explained; an
+# entry goes as soon as its module is under the limit or says why (the test says so)
+LONG_FOR_NOW = {
+    # being edited by the adaptive-analysis work (issue 41) while issue 39 splits the rest
+    "engine/sensitivity.py", "engine/store.py",
+    # outside issue 39's task split (its owners split them or give the reason): the CLI's
+    # parser and subcommands, the flow's run, runtimes, the INT8 quantizer, hub weights and
+    # pretrained classifiers
+    "cli/main.py", "cli/commands.py", "flow/run.py", "engine/runtimes.py",
+    "engine/int8/quantizer.py", "tasks/weights.py", "tasks/classification/pretrained.py",
+}
+
+
+def _first_paragraph(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return doc.split("\n\n")[0]
+
+
+def test_no_module_is_over_400_lines_without_saying_why():
+    """One job a module: a module over 400 lines says why in its docstring's first paragraph."""
+    import re
+
+    long, stale = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        lines = len(path.read_text().splitlines())
+        said = re.search(rf"\bover {MOST_LINES} lines\b", _first_paragraph(path), re.I)
+        if name in LONG_FOR_NOW:
+            if lines <= MOST_LINES or said:
+                stale.append(name)
+        elif lines > MOST_LINES and not said:
+            long.append(f"{name} ({lines})")
+    assert not long, (f"split these into modules of one job each, or say why one is over "
+                      f"{MOST_LINES} lines in the first paragraph of its docstring: "
+                      + ", ".join(long))
+    assert not stale, "these may leave LONG_FOR_NOW: " + ", ".join(stale)
+
+
+def test_the_size_check_reads_the_docstring_reason(tmp_path):
+    said = tmp_path / "said.py"
+    said.write_text('"""A parser (over 400 lines: one table of commands).\n\nMore."""\n')
+    silent = tmp_path / "silent.py"
+    silent.write_text('"""A parser.\n\nIt is over 400 lines: said too late."""\n')
+    assert "over 400 lines" in _first_paragraph(said)
+    assert "over 400 lines" not in _first_paragraph(silent)
