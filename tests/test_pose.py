@@ -58,13 +58,13 @@ def flow(data_yaml, tmp_path_factory):
 
 def test_names_belong_to_pose_only(data_yaml, tmp_path):
     for name, key in (("yolov8n-pose.yaml", "yolov8n-pose"), ("yolo11s-pose", "yolo11s-pose"),
-                      ("YOLO26n-pose.pt", "yolo26n-pose")):
+                      ("YOLO26n-pose.pt", "yolo26n-pose"), ("yolov8n-pose-p6.yaml", "yolov8n-pose-p6")):
         assert task_of(name) == "pose"
         assert PoseAdapter().arch_key(name) == key
     assert task_of("yolov8n") == "detection"
     for name, words in (("yolov8n.yaml", "is a detection model"),
                         ("yolo12n-pose.yaml", "is not a pose model autoprune prunes"),
-                        ("yolov8n-pose-p6.yaml", "is not a pose model autoprune prunes"),
+                        ("yolo11n-pose-p6.yaml", "is not a pose model autoprune prunes"),
                         ("yolo11n-obb.yaml", "is not a pose model autoprune prunes"),
                         ("resnet18", "unknown model name")):
         with pytest.raises(autoprune.ConfigError, match=words) as e:
