@@ -1,6 +1,7 @@
 """Sweep the model zoos autoprune builds: timm (the smallest member of every family), torchvision
 classifiers, segmentation-models-pytorch architectures x the four documented encoders, and the
-YOLO detection families (smallest scale). Each model untrained, 0.3 removed from every prunable
+Ultralytics zoo (the smallest scale of each YOLO detection family, plus yolov9c / yolov9e, the
+P2 / P6 heads, a P6 segmentation head, RT-DETR and the YOLO classification models). Each model untrained, 0.3 removed from every prunable
 group, forward, save_pruned / load_model round trip with identical outputs. One model per
 subprocess with a time limit; prints a line per model (name, input size, status, groups, FLOPs
 removed, seconds), a markdown table of the results by source (timm split into convolutional
@@ -38,7 +39,19 @@ Which models:
   as ``benchmarks/zoo_torchvision.py``), at that script's sizes.
 - smp: every ``segmentation_models_pytorch`` architecture x resnet18, resnet34, mobilenet_v2,
   efficientnet-b0 (the encoders README.md names), 64 px (PAN: 128 px, the least it takes).
-- yolo: the smallest scale of every family of ``autoprune.tasks.yolo_names.YOLO_FAMILIES``, 64 px.
+- yolo: the smallest scale of every family of ``autoprune.tasks.detection.names.YOLO_FAMILIES``
+  and :data:`ULTRALYTICS_MORE` (yolov9c / yolov9e, P2 / P6 heads, yolov8n-seg-p6, rtdetr-l / x,
+  yolov8n / yolo11n / yolo26n-cls), 64 px (RT-DETR: 128 px, the least it takes); each name goes
+  to the task that prunes it (``task_of``: detection, instance segmentation, RT-DETR,
+  classification), an unknown one to detection (whose refusal says why).
+
+``--flow`` runs instead, per model, the one-call flow on small data (``pruned_flops=0.3`` with
+a sensitivity analysis at ratio 0.3: Fashion-MNIST for a classifier, scenes whose val split is
+the training images for the YOLO tasks and RT-DETR, a few epochs), then exports the pruned
+checkpoint to ONNX and runs it in ONNX Runtime, and reloads it in a fresh process (outputs
+equal to 1e-4): the checks too slow for the test suite on the large models (yolov9e, rtdetr-x).
+
+    python benchmarks/zoo.py --flow yolo/yolov9e yolo/rtdetr-x --timeout 7200
 
 Input size: 64 px; a classifier whose unpruned forward fails at 64 px runs at the least multiple
 of its patch size above 64 px (a ViT whose patch does not divide 64), else at its native size,
@@ -68,7 +81,11 @@ TIMM_MODIFIERS = ("tf", "nf", "dm", "gc", "eca", "legacy")
 # model), plus two refused by name
 QUICK = ["timm/mobilenetv3_small_050", "timm/cs3darknet_focus_s", "timm/edgenext_xx_small",
          "timm/dpn48b", "torchvision/squeezenet1_1", "smp/unet/resnet18", "yolo/yolov8n",
-         "yolo/yolov9c"]
+         "yolo/yolo11n-p2"]
+# the rest of the Ultralytics zoo, beside the smallest scale of each YOLO detection family
+ULTRALYTICS_MORE = ["yolov9c", "yolov9e", "yolov8n-p2", "yolo26n-p2", "yolov8n-p6", "yolo26n-p6",
+                    "yolov8n-seg-p6", "rtdetr-l", "rtdetr-x", "yolov8n-cls", "yolo11n-cls",
+                    "yolo26n-cls"]
 SMP_NATIVE = {"pan": 128}  # PAN's pyramid pooling needs 128 px
 
 
@@ -98,15 +115,18 @@ def sweep_one(name: str, state: dict | None = None) -> dict:
 
     reach("build")
 
+    task = yolo_task(bare) if source == "yolo" else None
+
     def adapter_for(size: int):
         if source == "smp":
             return get_adapter("segmentation", num_classes=3, input_size=size)
-        if source == "yolo":
-            return get_adapter("detection", nc=3, input_size=size)
+        if source == "yolo" and task != "classification":
+            return get_adapter(task, nc=3, input_size=size)
         return get_adapter("classification", num_classes=10, input_size=size)
 
     size = TORCHVISION_NATIVE.get(bare, SMALL) if source == "torchvision" else \
-        SMP_NATIVE.get(bare.split("/")[0].lower(), SMALL) if source == "smp" else SMALL
+        SMP_NATIVE.get(bare.split("/")[0].lower(), SMALL) if source == "smp" else \
+        least_size(task) if source == "yolo" else SMALL
     state["size"] = size
     adapter = adapter_for(size)
     arch = adapter.arch_key(bare if source in ("smp", "yolo") else name)
@@ -152,6 +172,25 @@ def sweep_one(name: str, state: dict | None = None) -> dict:
     return {"status": "failed" if error else "ok", "size": size, "groups": len(groups),
             "flops_red": round(result.flops_reduction, 3), **({"error": error} if error else {}),
             "t": {k: round(v, 1) for k, v in times.items()}}
+
+
+def yolo_task(name: str) -> str:
+    """The task that prunes the Ultralytics model ``name`` (detection, instance segmentation,
+    RT-DETR, classification); detection for a name no task takes (its refusal says why)."""
+    from autoprune.errors import ConfigError
+    from autoprune.flow.registry import task_of
+
+    try:
+        return task_of(name)
+    except ConfigError:
+        return "detection"
+
+
+def least_size(task: str) -> int:
+    """64 px, or the least input size the task's models take (RT-DETR: 128)."""
+    from autoprune.flow.registry import get_task
+
+    return max(SMALL, getattr(get_task(task).adapter_class(), "least_input_size", SMALL))
 
 
 def retry_sizes(model, size: int) -> list[int]:
@@ -201,11 +240,33 @@ def _tensors(out) -> list:
     return []
 
 
-def _child(name: str) -> None:
+def flow(name: str, state: dict | None = None) -> dict:
+    """``--flow``: the one-call flow of ``name`` on small data, ONNX in ONNX Runtime and a
+    fresh-process reload (:mod:`zoo_flow`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from zoo_flow import flow_one
+
+    state = {} if state is None else state
+    source, bare = split_name(name)
+    if source == "smp":
+        raise ValueError("--flow runs classifiers and the Ultralytics zoo, not smp models")
+    task = yolo_task(bare) if source == "yolo" else "classification"
+    model = bare if task == "classification" and source == "yolo" else \
+        f"{bare}.yaml" if source == "yolo" else name
+    state["size"] = least_size(task)
+
+    def reach(stage: str) -> None:
+        state["stage"] = stage
+        print("STAGE " + json.dumps(state), flush=True)
+
+    return flow_one(task, model, state["size"], reach)
+
+
+def _child(name: str, run_flow: bool = False) -> None:
     warnings.filterwarnings("ignore")
     state: dict = {}
     try:
-        res = sweep_one(name, state)
+        res = flow(name, state) if run_flow else sweep_one(name, state)
     except Exception as e:  # noqa: BLE001 - reported, not raised
         where = traceback.extract_tb(e.__traceback__)[-1]
         first = (str(e).strip().splitlines() or [""])[0]
@@ -227,7 +288,7 @@ def split_name(name: str) -> tuple[str, str]:
     head, _, rest = name.partition("/")
     if head in SOURCES and rest:
         return head, rest
-    if re.match(r"yolo", name, re.I):
+    if re.match(r"yolo|rtdetr", name, re.I):
         return "yolo", name
     return "timm", name  # the classification adapter looks a bare name up (timm, then torchvision)
 
@@ -310,7 +371,8 @@ def smp_names() -> list[str]:
 def yolo_names() -> list[str]:
     from autoprune.tasks.detection.names import YOLO_FAMILIES, resolve_arch
 
-    return [f"yolo/{resolve_arch(fam + scales[:1])}" for fam, scales in YOLO_FAMILIES.items()]
+    return [f"yolo/{resolve_arch(fam + scales[:1])}" for fam, scales in YOLO_FAMILIES.items()] \
+        + [f"yolo/{name}" for name in ULTRALYTICS_MORE]
 
 
 LISTS = {"timm": timm_names, "torchvision": torchvision_names, "smp": smp_names,
@@ -318,11 +380,13 @@ LISTS = {"timm": timm_names, "torchvision": torchvision_names, "smp": smp_names,
 
 
 # -- the sweep -----------------------------------------------------------------------------------
-def run_one(name: str, timeout: int) -> dict:
-    """Sweep ``name`` in a child process; its result, or a failure (a crash, a timeout)."""
+def run_one(name: str, timeout: int, run_flow: bool = False) -> dict:
+    """Sweep ``name`` (``run_flow``: its one-call flow) in a child process; its result, or a
+    failure (a crash, a timeout)."""
     start = time.time()
     try:
-        run = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
+        run = subprocess.run([sys.executable, __file__, "--child", name,
+                              *(["--flow"] if run_flow else [])], capture_output=True,
                              text=True, timeout=timeout,
                              env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
         stdout, results = run.stdout, _tagged(run.stdout, "RESULT ")
@@ -357,6 +421,8 @@ def line(res: dict) -> str:
     else:
         stage = f" ({res['stage']})" if res.get("stage") else ""
         detail = f"failed{stage}: {res.get('error', '')}"
+    if res.get("flow"):
+        detail += "  flow: " + ", ".join(f"{k} {v}" for k, v in res["flow"].items())
     return f"{res['name']:44s} {size}  {detail}  ({res['wall']} s)"
 
 
@@ -402,10 +468,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--resume", action="store_true",
                    help="with --jsonl: skip the models the file already holds; the totals count "
                         "the whole file")
+    p.add_argument("--flow", action="store_true",
+                   help="run each model's one-call flow on small data, ONNX Runtime and a "
+                        "fresh-process reload instead of the prune-and-reload sweep")
     p.add_argument("--child", metavar="NAME", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        _child(args.child)
+        _child(args.child, args.flow)
         return {}
     sources = [s.strip() for s in (args.only or ",".join(SOURCES)).split(",") if s.strip()]
     unknown = [s for s in sources if s not in SOURCES]
@@ -427,7 +496,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = _open_for_append(args.jsonl) if args.jsonl else None
     start = time.time()
     for name in todo:
-        res = run_one(name, args.timeout)
+        res = run_one(name, args.timeout, args.flow)
         results[name] = res
         print(line(res), flush=True)
         if out:

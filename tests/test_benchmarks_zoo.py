@@ -1,7 +1,7 @@
 """benchmarks/zoo.py --quick: a fixed sample of the four zoos (timm, torchvision, smp, YOLO) runs in
 a subprocess, prints a line per model and the totals line. The sample holds models that prune
 today (a CSP stage with its conv_exp ignored, an attention model with its head projections
-ignored) and two refused by name (timm dpn48b, yolov9c), about a minute on the 2-core machine.
+ignored) and two refused by name (timm dpn48b, yolo11n-p2), about a minute on the 2-core machine.
 ``--resume`` skips the models its ``--jsonl`` file holds and counts the whole file."""
 import re
 import subprocess
@@ -26,7 +26,8 @@ def test_zoo_quick_prints_a_line_per_model_and_consistent_totals():
     for source in ("timm/", "torchvision/", "smp/", "yolo/"):
         assert any(ln.startswith(source) for ln in rows), source
     assert any(re.search(r" px  ok: \d+ groups, FLOPs -\d+ %  \([\d.]+ s\)$", ln) for ln in rows)
-    assert any(ln.startswith("yolo/yolov9c") and " refused: " in ln for ln in rows)
+    assert any(ln.startswith("yolo/yolo11n-p2") and " refused: " in ln and "P2 heads only for"
+               in ln for ln in rows)
     assert any(ln.startswith("timm/dpn48b") and " refused: timm model 'dpn48b' cannot be pruned"
                in ln for ln in rows)
     # a CSP model whose concatenations torch-pruning maps wrongly prunes its other groups
@@ -109,3 +110,28 @@ def test_resume_needs_a_jsonl():
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo.py"), "--resume",
                           "yolov8n"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert run.returncode == 2 and "--resume needs --jsonl FILE" in run.stderr
+
+
+def test_the_ultralytics_zoo_lists_the_new_families_and_routes_them_to_their_tasks():
+    zoo = _zoo()
+    names = zoo.yolo_names()
+    for name in ("yolo/yolov9c", "yolo/yolov9e", "yolo/yolov8n-p2", "yolo/yolo26n-p6",
+                 "yolo/yolov8n-seg-p6", "yolo/rtdetr-l", "yolo/rtdetr-x", "yolo/yolo11n-cls"):
+        assert name in names, name
+    assert [zoo.yolo_task(n) for n in ("yolov9e", "yolov8n-seg-p6", "rtdetr-x", "yolo26n-cls",
+                                       "yolo11n-p2")] == \
+        ["detection", "instance_segmentation", "rtdetr", "classification", "detection"]
+    assert zoo.least_size("rtdetr") == 128 and zoo.least_size("detection") == 64
+    assert zoo.split_name("rtdetr-l") == ("yolo", "rtdetr-l")
+
+
+def test_the_flow_mode_runs_classifiers_and_the_ultralytics_zoo_only():
+    zoo = _zoo()
+    import pytest
+
+    with pytest.raises(ValueError, match="not smp models"):
+        zoo.flow("smp/unet/resnet18")
+    row = zoo.line({"name": "yolo/yolo11n-cls", "size": 32, "status": "ok", "groups": 33,
+                    "flops_red": 0.3, "wall": 1.0,
+                    "flow": {"top1": "0.180 -> 0.102", "onnx": "runs", "reload": "equal"}})
+    assert row.endswith("flow: top1 0.180 -> 0.102, onnx runs, reload equal  (1.0 s)")
