@@ -57,6 +57,13 @@ LATENCY_EFFICIENCY = 0.7  # latency saved per FLOPs saved on CPUs (0.68-0.76 mea
 MAX_ROUNDS = 12
 
 
+def _close(steps: Any) -> None:
+    """Close an incremental evaluation's steps (a generator stopped early) if they can be."""
+    close = getattr(steps, "close", None)
+    if close is not None:
+        close()
+
+
 @dataclass(frozen=True)
 class Target:
     """What the allocation will be asked for: ``kind`` (loss, flops or latency) and ``value``."""
@@ -297,9 +304,7 @@ class PointMeter:
                     if not undecided(interval, thresholds):
                         break
         finally:
-            close = getattr(steps, "close", None)
-            if close is not None:
-                close()
+            _close(steps)
         if counts.seen >= self.total:
             return {"loss": relative_loss(self.baseline, counts.score / self.total,
                                           self.higher_is_better)}
@@ -331,9 +336,7 @@ class PointMeter:
                 if not undecided(interval, thresholds):
                     break
         finally:
-            close = getattr(steps, "close", None)
-            if close is not None:
-                close()
+            _close(steps)
         if value is not None:
             return {"loss": relative_loss(self.baseline, float(value), self.higher_is_better)}
         if interval is None:
