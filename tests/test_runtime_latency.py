@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -257,7 +258,8 @@ def test_unknown_runtime_and_missing_package_are_one_line(monkeypatch):
         return real(name, *args)
 
     monkeypatch.setattr(runtimes.importlib, "import_module", missing)
-    for name in ("onnxruntime", "openvino"):
+    for name in ("onnxruntime", "openvino"):  # as if never imported (restored afterwards)
+        monkeypatch.delitem(sys.modules, name, raising=False)
         with pytest.raises(ap.ConfigError) as info:
             check_latency_options("cpu", 1, 1, runtime=name)
         msg = assert_one_line(info)
