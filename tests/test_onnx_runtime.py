@@ -30,16 +30,9 @@ def _pruned_example(name):
     return adapter, model
 
 
-def _assert_same_rows(got, expected, atol=2e-3):
-    """Each image's rows equal the other side's up to their order (RT-DETR ranks its queries by
-    score; two queries of one score come out in either order from torch and ONNX Runtime)."""
-    for got_rows, wanted_rows in zip(got, expected):
-        np.testing.assert_allclose(np.sort(got_rows[:, 4]), np.sort(wanted_rows[:, 4]), atol=atol)
-        distance = np.abs(got_rows[:, None, :] - wanted_rows[None, :, :]).max(-1)
-        assert distance.min(1).max() <= atol and distance.min(0).max() <= atol
-
-
-@pytest.mark.parametrize("name", sorted(TASKS))
+# RT-DETR's export runs in ONNX Runtime at batch 2 in tests/test_rtdetr.py (its ranked queries
+# compared as a set of rows; building and exporting it again here would cost half a minute)
+@pytest.mark.parametrize("name", sorted(set(TASKS) - {"rtdetr"}))
 def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
     adapter, model = _pruned_example(name)
     path = adapter.export_onnx(model, tmp_path / "m.onnx")
@@ -54,10 +47,7 @@ def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
         assert len(outputs) == len(wanted)
         for got, expected in zip(outputs, (t.numpy() for t in wanted)):
             assert got.shape == expected.shape and got.shape[0] == batch
-            if name == "rtdetr":  # ranked queries: equal scores may come in either order
-                _assert_same_rows(got, expected)
-            else:
-                np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
+            np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
         got, expected = outputs[0], wanted[0].numpy()
     # the declared output shape: the batch axis named, every other axis the real, fixed size (the
     # exporter's shape inference had named a mask's height "batch")
