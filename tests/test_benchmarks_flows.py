@@ -1,7 +1,7 @@
-"""benchmarks/task_flows.py on tiny settings: the task flows prune for real, the control does
-not, and the table reports each. Instance segmentation and segmentation run (instance segmentation
-goes through the script's YOLO path that detection takes too; detection's own one-call flow is
-tests/test_detection.py's ``flow`` fixture), which keeps the test at two thirds of the three."""
+"""benchmarks/task_flows.py on tiny settings: a task flow prunes for real, the control does not,
+and the table reports it. Segmentation runs (a minute less than a YOLO task, whose 12 epochs the
+YOLO tasks' own ``flow`` fixtures train: tests/test_detection.py, test_instance_segmentation.py);
+the script's YOLO branch is the same one-call flow those fixtures run."""
 import importlib.util
 from pathlib import Path
 
@@ -19,16 +19,15 @@ def test_task_flows_quick(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("task_flows", ROOT / "benchmarks" / "task_flows.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    tasks = ["segmentation", "instance_segmentation"]
-    rows = [row for task in tasks for row in bench.main(
-        ["--quick", "--task", task, "--out", str(tmp_path), "--device", "cpu"])]
+    tasks = ["segmentation"]
+    rows = bench.main(["--quick", "--task", "segmentation", "--out", str(tmp_path),
+                       "--device", "cpu"])
     assert [r["task"] for r in rows] == tasks
     for r in rows:
         assert r["flops"][1] < r["flops"][0] and r["params"][1] < r["params"][0]
         assert all(0 <= m <= 1 for m in (*r["metric_values"], r["control_metric"]))
-    yolo = rows[1]
-    assert yolo["flops"][1] / yolo["flops"][0] == pytest.approx(0.6, abs=0.05)  # 0.4
-    assert yolo["metric"] == "map50_95_mask"
+    assert rows[0]["flops"][1] / rows[0]["flops"][0] == pytest.approx(0.7, abs=0.05)  # 0.3
+    assert rows[0]["metric"] == "miou"
     for task in tasks:  # the control kept the base model's shapes
         # every training run keeps its model in baseline/ (control: trained, not pruned)
         best = {d: tmp_path / task / d / "baseline" / "best.pt" for d in ("base", "control")}
@@ -37,4 +36,3 @@ def test_task_flows_quick(tmp_path, capsys):
         assert not read_pruned_metadata(best["control"]).get("pruned")
     out = capsys.readouterr().out
     assert "| segmentation |" in out
-    assert "| instance_segmentation | `pruned_flops=0.4` |" in out
