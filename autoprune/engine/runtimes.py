@@ -1,5 +1,6 @@
 """Deploy runtimes for latency: a model timed as ONNX Runtime (or OpenVINO) runs it, not only in
 PyTorch eager.
+(over 400 lines: ONNX Runtime and OpenVINO behind one interface, each small.)
 
 A runtime is named by a string: ``"torch"`` (eager, the default), ``"onnxruntime"`` (the CPU
 execution provider; TensorRT / CUDA providers first when they are installed and the latency device

@@ -1,4 +1,5 @@
 """Sensitivity analysis: how much the metric drops when one group alone loses a share of its channels.
+(over 400 lines: one analysis loop and its masked, batched and distributed variants.)
 
 This module runs the analysis: it opens or resumes the sensitivity file, shares the points out over
 torch.distributed ranks and writes every point atomically as soon as it is measured, so a rerun

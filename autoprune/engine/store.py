@@ -1,5 +1,6 @@
 """The sensitivity file: a JSON schema, atomic writes, loading, validation and merging
 (PaddleSlim pickles are imported by :mod:`autoprune.engine.paddleslim`).
+(over 400 lines: one file format, its schema, validation, writes, loading and merging.)
 
 Layout (format version 1)::
 

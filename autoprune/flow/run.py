@@ -1,5 +1,6 @@
 """The task-agnostic journey, in named stages: checks -> base model -> sensitivity table ->
 allocation -> prune and retrain (in one or several steps) -> report.
+(over 400 lines: the flow's stages in order, each a short function.)
 
 It talks to a task only through the :class:`~autoprune.flow.contract.TaskAdapter` contract, and
 takes its settings as one :class:`~autoprune.flow.config.FlowSettings`.

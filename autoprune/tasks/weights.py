@@ -2,6 +2,7 @@
 its sha256, a quick offline / reachability check, the Hugging Face hub and torch hub caches (read
 in their own layouts, written by the ``seed_*`` helpers) and the one-line error for a file that is
 neither cached nor fetchable.
+(over 400 lines: two hub caches read in their own layouts, and their seed helpers.)
 
 Nothing is fetched unless a caller asks for named weights; a cached copy is used without the
 network. "Offline" is ``HF_HUB_OFFLINE`` (Hugging Face), ``YOLO_OFFLINE`` (Ultralytics) or a

@@ -1,6 +1,7 @@
 """Static INT8 quantization by ONNX Runtime's own quantizer (``quant_pre_process`` then
 ``quantize_static``, QDQ format, int8 per-channel weights), calibrating once and reusing the
 activation ranges for pruned variants; and the INT8 file written atomically.
+(over 400 lines: calibration, range reuse and the atomic INT8 write share one state.)
 
 Range reuse: ``quantize_static`` takes a calibration cache (``calibration_cache_path``: the
 activation ranges by tensor name). The first model a quantizer sees is calibrated on the

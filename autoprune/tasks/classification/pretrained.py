@@ -2,6 +2,7 @@
 weights through their enums and torch hub's cache (``TORCH_HOME``), the classifier head made
 fresh for the user's classes, and the pretrained data config (mean, std, input size,
 interpolation, crop) with timm's transforms for it.
+(over 400 lines: timm and torchvision weights and their data configs side by side.)
 
 ``spec`` names the weights: ``True`` (timm's word) or ``"IMAGENET"`` (PaddleX's, any case) for the
 architecture's default weights; ``"timm/<model>.<tag>"`` / ``"<model>.<tag>"`` or
