@@ -194,6 +194,25 @@ def test_paired_timing_cancels_drift_of_the_machine_load(monkeypatch):
     assert timer.baseline_ms > 2.0
 
 
+@pytest.mark.parametrize("value,rounds", [(None, 15), ("4", 4), ("bad", None), ("0", None)])
+def test_report_rounds_come_from_the_environment(monkeypatch, value, rounds):
+    """A report's before/after timing takes 15 paired rounds, or $AUTOPRUNE_REPORT_ROUNDS; a
+    value that is not a positive whole number is one line naming the variable."""
+    if value is None:
+        monkeypatch.delenv(latency_mod.REPORT_ROUNDS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(latency_mod.REPORT_ROUNDS_ENV, value)
+    model = nn.Linear(3, 3)
+    if rounds is None:
+        with pytest.raises(ap.ConfigError, match="AUTOPRUNE_REPORT_ROUNDS=.* positive whole") as e:
+            latency_mod.paired_reduction(model, model, torch.zeros(1, 3))
+        assert_one_line(e)
+        return
+    assert latency_mod.report_rounds() == rounds
+    assert latency_mod.paired_reduction(model, model, torch.zeros(1, 3))["rounds"] == rounds
+    assert latency_mod.paired_reduction(model, model, torch.zeros(1, 3), rounds=2)["rounds"] == 2
+
+
 @pytest.mark.parametrize("threads,clock", [(1, "cpu"), (2, "wall")])
 def test_one_cpu_thread_is_timed_by_its_cpu_time_else_by_the_wall_clock(monkeypatch, threads,
                                                                         clock):

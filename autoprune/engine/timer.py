@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import platform
 import statistics
 import time
@@ -30,6 +31,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 import torch.nn as nn
 
+from ..errors import ConfigError
 from .measure import flush_denormals, timed_runs, to_device, warm_allocator
 from .runtimes import ExportCache, Runner, compile_model, onnx_model, runtime_setting
 from .timing import check_latency_options, check_precision
@@ -282,14 +284,32 @@ def _positional_inputs(inputs: Any) -> tuple:
     return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
 
 
+REPORT_ROUNDS_ENV = "AUTOPRUNE_REPORT_ROUNDS"
+
+
+def report_rounds(default: int = 15) -> int:
+    """The paired rounds a report's before/after timing takes: ``default``, or the whole number
+    in ``$AUTOPRUNE_REPORT_ROUNDS`` (fewer for a quick look, as the test suite does; more on a
+    noisy machine). Timings that choose ratios (sensitivity points, candidate allocations) keep
+    their own rounds. A value that is not a positive whole number is a one-line ConfigError."""
+    value = os.environ.get(REPORT_ROUNDS_ENV, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{REPORT_ROUNDS_ENV}={value!r} must be a positive whole number such "
+                          f"as 15: set it so or unset it")
+    return int(value)
+
+
 def paired_reduction(baseline: nn.Module, pruned: nn.Module, example_inputs: Any, *,
                      device: Any = "cpu", threads: int | None = None, batch: int = 1,
-                     rounds: int = 15, runtime: str = "torch", precision: str = "fp32",
+                     rounds: int | None = None, runtime: str = "torch", precision: str = "fp32",
                      **more: Any) -> dict[str, Any]:
     """How much faster ``pruned`` is than ``baseline`` (timed in ``rounds`` pairs, see
-    :class:`PairedTimer`, in ``runtime``): ``{"reduction", "baseline_ms", "pruned_ms",
-    "setting", "reduction_range", "rounds"}``, the range being the least and the most of the
-    neighbouring round pairs' reductions."""
+    :class:`PairedTimer`, in ``runtime``; None: :func:`report_rounds`, 15): ``{"reduction",
+    "baseline_ms", "pruned_ms", "setting", "reduction_range", "rounds"}``, the range being the
+    least and the most of the neighbouring round pairs' reductions."""
+    rounds = report_rounds() if rounds is None else rounds
     timer = PairedTimer(baseline, example_inputs, device=device, threads=threads, batch=batch,
                         rounds=rounds, runtime=runtime, precision=precision, **more)
     relative = timer.compare(pruned)

@@ -288,6 +288,7 @@ def paired_latencies(adapter: TaskAdapter, models: Mapping[str, nn.Module],
     "setting": ...}``. ``onnx``: each side's (FP32, INT8) ONNX bytes."""
     from ..engine.int8.speed import paired_ms
     from ..engine.latency import latency_setting
+    from ..engine.timer import report_rounds
     from ..engine.runtimes import OpenVinoRunner, OrtRunner
 
     threads = timing.threads or torch.get_num_threads()
@@ -302,7 +303,7 @@ def paired_latencies(adapter: TaskAdapter, models: Mapping[str, nn.Module],
             runner = OpenVinoRunner if runtime == "openvino" else OrtRunner
             runners.append(runner(data, args, threads=threads))
     clock = time.thread_time if threads == 1 else time.perf_counter
-    ms = paired_ms(runners, rounds=9, clock=clock)
+    ms = paired_ms(runners, rounds=report_rounds(9), clock=clock)
     setting = latency_setting(args[0], threads=threads, batch=timing.batch, runtime=runtime)
     setting.pop("precision", None)  # both precisions are timed here
     return {"ms": dict(zip(names, ms)), "setting": setting}

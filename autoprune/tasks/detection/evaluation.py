@@ -38,6 +38,7 @@ def evaluate(adapter: Any, model: nn.Module) -> dict[str, float]:
         with yolo.quiet(), yolo.one_process():
             validator = adapter.validator_class(dataloader=adapter._loader,
                                                 save_dir=temp_folder(adapter), args=args)
+            validator.given_a_copy = True  # net is this call's own copy: not copied again
             stats = validator(model=net)
     finally:
         torch.set_num_threads(threads)
