@@ -199,7 +199,7 @@ def write_half_scenes(root: str | os.PathLike, classes: Sequence[int], *, train:
     import yaml
 
     from autoprune.datasets.scenes import make_scene
-    from autoprune.engine.store import write_text_atomic
+    from autoprune.engine.files import write_text_atomic
 
     root = Path(root)
     ids = {c: (i if relabel else c) for i, c in enumerate(classes)}

@@ -223,7 +223,7 @@ def test_a_full_disk_while_exporting_is_one_line_and_keeps_the_earlier_file(chec
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(torch.onnx, "export", no_space)
-    monkeypatch.setattr("autoprune.engine.store.shutil.disk_usage",
+    monkeypatch.setattr("autoprune.engine.files.shutil.disk_usage",
                         lambda p: shutil._ntuple_diskusage(100, 100, 0))
     assert main(["export", str(checkpoint), str(onnx)]) == 2
     _cli_error(capsys, f"could not write {onnx} (no space left on the device)")

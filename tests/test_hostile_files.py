@@ -151,7 +151,7 @@ def _full_disk(monkeypatch, fail_after: int = 0):
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
 
     monkeypatch.setattr(torch, "save", save)
-    monkeypatch.setattr("autoprune.engine.store.shutil.disk_usage",
+    monkeypatch.setattr("autoprune.engine.files.shutil.disk_usage",
                         lambda p: shutil._ntuple_diskusage(100, 100, 0))
 
 
@@ -186,7 +186,7 @@ def test_full_disk_while_completing_a_sensitivity_file_keeps_it(sens_file, monke
     def no_space(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("autoprune.engine.store.os.fsync", no_space)
+    monkeypatch.setattr("autoprune.engine.files.os.fsync", no_space)
     model, x = make_model("toy"), make_input()
     with pytest.raises(ap.WriteError) as info:
         ap.sensitivity(model, x, RefEval(model, x), ratios=(0.3, 0.5),
@@ -308,7 +308,7 @@ def test_two_analyses_of_one_file_both_finish_with_every_point(tmp_path):
 
 
 def test_temp_files_of_live_writers_are_kept_and_stale_ones_removed(tmp_path):
-    from autoprune.engine.store import remove_stale_temp_files
+    from autoprune.engine.files import remove_stale_temp_files
 
     path = tmp_path / "s.json"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

@@ -254,8 +254,8 @@ def test_paddleslim_import_refuses_truncated_and_missing(tmp_path):
 # ---- shard files of a distributed run ------------------------------------------------------------
 
 def test_shards_and_temp_files_of_a_name_with_brackets_are_found(tmp_path):
-    from autoprune.engine.store import (SensitivityRecord, absorb_shards, remove_stale_temp_files,
-                                 shard_path, write_record)
+    from autoprune.engine.files import remove_stale_temp_files
+    from autoprune.engine.store import SensitivityRecord, absorb_shards, shard_path, write_record
 
     path = tmp_path / "sens[1].json"  # glob would read [1] as a character class
     shard = SensitivityRecord()

@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
-from ..engine.store import atomic_write, write_text_atomic
+from ..engine.files import atomic_write, write_text_atomic
 from ..errors import ConfigError
 from .fashion_mnist import CLASSES, _FILES, _load, find_root
 from .scenes import Scene, make_scenes, polygon

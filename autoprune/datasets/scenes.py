@@ -27,7 +27,7 @@ import numpy as np
 import yaml
 from PIL import Image
 
-from ..engine.store import atomic_write, write_text_atomic
+from ..engine.files import atomic_write, write_text_atomic
 from ..errors import ConfigError
 from .fashion_mnist import CLASSES, _FILES, _load, find_root
 

@@ -25,7 +25,7 @@ from .attributes import sync_attributes, sync_metadata
 from .data import tensors_in
 from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
                       UnreadableCheckpointError)
-from .store import atomic_write
+from .files import atomic_write
 
 FORMAT = "autoprune-pruned"
 VERSION = 1

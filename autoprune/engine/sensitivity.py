@@ -36,9 +36,10 @@ from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluat
 from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
 from .prefix_cache import PrefixCache
 from .distributed import barrier, broadcast, gather, rank_and_world, shard
+from .files import remove_stale_temp_files
 from .store import (Sensitivities, SensitivityRecord, SensitivityTable, absorb_shards,
                     check_fingerprint, merge_points, ratio_key, read_record, record_from_json,
-                    remove_stale_temp_files, shard_path, write_record)
+                    shard_path, write_record)
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 

@@ -14,7 +14,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from ..engine.store import now, read_record, write_text_atomic
+from ..engine.files import write_text_atomic
+from ..engine.store import now, read_record
 from ..errors import ConfigError, SensitivityFileError
 
 DEFAULT = "DEFAULT"

@@ -200,7 +200,7 @@ def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[st
     ``path`` atomically when it runs faster than the FP32 one, else not shipped (an INT8 file
     of an earlier run at ``path`` is removed: it would be taken for this one). Its folder is made
     when missing (``baseline/`` of a run that prunes a given checkpoint trains no base there)."""
-    from ..engine.store import atomic_write
+    from ..engine.files import atomic_write
 
     entry = {**done.entry, "latency_ms": int8_ms, "int8_faster": int8_ms < fp32_ms}
     path = Path(path)

@@ -17,7 +17,8 @@ from ..engine.int8.settings import INT8_ROUND_TO
 from ..engine.latency import (Timing, latency_setting, measure_latencies, paired_reduction,
                               setting_differences)
 from ..engine.latency_target import LatencyRatios, check_latency_target, ratios_by_latency
-from ..engine.store import SensitivityRecord, read_json, read_record, write_text_atomic
+from ..engine.files import read_json, write_text_atomic
+from ..engine.store import SensitivityRecord, read_record
 from ..errors import ConfigError
 from .contract import TaskAdapter
 from .layout import RATIOS_FILE

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from ..engine.store import atomic_write
+from ..engine.files import atomic_write
 
 
 def plot_sensitivities(sens: Mapping[str, Mapping[float, float]], path: str | Path,

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 import torch.nn as nn
 
-from ..engine.store import write_text_atomic
+from ..engine.files import write_text_atomic
 from ..engine.latency import describe, paired_reduction
 from ..engine.measure import count_flops, count_params, size_mb, to_device
 from ..errors import ConfigError

@@ -61,7 +61,7 @@ def save_run_config(save_dir: Path, record: Mapping[str, Any]) -> Path:
     """Write ``save_dir/args.yaml`` (atomically)."""
     import yaml
 
-    from ..engine.store import write_text_atomic
+    from ..engine.files import write_text_atomic
 
     return write_text_atomic(Path(save_dir) / RUN_CONFIG,
                              yaml.safe_dump(dict(record), sort_keys=False))

@@ -119,7 +119,7 @@ def stub_path(task: Task) -> Path:
 
 def write_stubs(tasks: Iterable[Task] | None = None) -> list[Path]:
     """Write the stubs of ``tasks`` (every registered task of autoprune's own package)."""
-    from ..engine.store import write_text_atomic
+    from ..engine.files import write_text_atomic
 
     written = []
     for task in tasks or [t for t in TASKS.values() if t.package.startswith("autoprune.")]:

@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from ..engine.provenance import SOURCES, Provenance, file_provenance, sha256_of
-from ..engine.store import write_text_atomic
+from ..engine.files import write_text_atomic
 from ..errors import AutopruneError, ConfigError
 
 PROBE_TIMEOUT = 2.0  # seconds for the one TCP connect that decides whether to try a download

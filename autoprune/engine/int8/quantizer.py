@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ...errors import ConfigError
-from ..store import atomic_write
+from ..files import atomic_write
 from .calibration import calibration_batches, image_count, reader
 from .cpu import cpu_features
 from .settings import OPSET_MIN, QuantizeSettings

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from ...engine.padding import pad_channels
-from ...engine.store import atomic_write
+from ...engine.files import atomic_write
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
 from .console import quiet
 from .twins import PADDED, SPLIT_FREE, TWINS, SplitCv1, probe_input, same_outputs

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import yaml
 
-from ....engine.store import write_text_atomic
+from ....engine.files import write_text_atomic
 from ....errors import WriteError
 from ..data import label_path
 from .source import LabelledImage, Plan
