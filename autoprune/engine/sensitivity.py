@@ -1,45 +1,44 @@
 """Sensitivity analysis: how much the metric drops when one group alone loses a share of its channels.
-(over 400 lines: one analysis loop and its masked, batched and distributed variants.)
+(over 400 lines: one analysis loop and its masked, batched, adaptive and distributed variants.)
 
-This module runs the analysis: it opens or resumes the sensitivity file, shares the points out over
-torch.distributed ranks and writes every point atomically as soon as it is measured, so a rerun
-computes only what is missing. How one point is evaluated (a real prune undone exactly, or masked,
-batched variants) lives in :mod:`autoprune.points`.
+This module runs the analysis: it shares the points out over torch.distributed ranks and writes
+every point atomically as soon as it is measured, so a rerun computes only what is missing. Its
+file (opened or resumed and checked, the points missing, the session's end) is
+:mod:`autoprune.engine.analysis_file`; how one point is evaluated (a real prune undone exactly,
+or masked, batched variants), :mod:`autoprune.engine.points`.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import numbers
 import os
 import time
 from typing import Any, Iterable, Mapping
 
-import torch
 import torch.nn as nn
 
-from ..errors import ConfigError, MetricError, SensitivityFileError
-from .channels import check_criterion, criterion_name
+from ..errors import ConfigError, MetricError
+from .adaptive import PointMeter, Target, Thresholds, check_bound, check_target
+from .adaptive_run import AdaptiveRun, unpruned_scores
+from .allocate import FlopsModel
+from .analysis_file import (check_same_evaluation, check_weights, finish, missing_points,
+                            note_non_finite, open_record, stopped_early, table_of,
+                            weights_sha256)
+from .channels import check_criterion
+from .cost import adaptive_shares, estimate
+from .distributed import broadcast, rank_and_world, shard
 from .groups import PruningGraph
+from .incremental import CountingEval, images_of
 from .keywords import regroup
 from .latency import (Timing, check_latency_table, latency_points, latency_setting,
                       measure_point_latencies, setting_differences)
-from .adaptive import Target, check_bound, check_target
-from .adaptive import PointMeter, Thresholds
-from .adaptive_run import AdaptiveRun, unpruned_scores
-from .allocate import FlopsModel
-from .cost import adaptive_shares, estimate
-from .progress import progress_bar
-from .incremental import CountingEval, images_of
 from .measure import flush_denormals
 from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
 from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
 from .prefix_cache import PrefixCache
-from .distributed import barrier, broadcast, gather, rank_and_world, shard
-from .files import remove_stale_temp_files
-from .store import (Sensitivities, SensitivityRecord, SensitivityTable, absorb_shards,
-                    check_fingerprint, merge_points, ratio_key, read_record, record_from_json,
-                    shard_path, write_record)
+from .progress import progress_bar
+from .store import Sensitivities, SensitivityRecord, ratio_key, record_from_json, shard_path, \
+    write_record
 
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -106,154 +105,6 @@ def analysis_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def weights_sha256(model: nn.Module) -> str:
-    """A hash of every parameter and buffer (names, shapes and bytes)."""
-    h = hashlib.sha256()
-    for name, t in model.state_dict().items():
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better,
-                 metric_name, weights: str, extra: Mapping[str, Any]) -> SensitivityRecord:
-    """The record to fill: the file at ``path`` if it exists (checked against this model), else new.
-
-    Points that a killed distributed run left in shard files are merged in (and saved), once each
-    shard is checked to come from an analysis of this model, weights and evaluation.
-    """
-    groups = {g.name: g.channels for g in graph.groups}
-    model_meta = {"arch": arch, "fingerprint": graph.fingerprint, "groups": groups}
-    if path is not None:
-        remove_stale_temp_files(path)
-    if path is None or not os.path.exists(path):
-        record = SensitivityRecord(model=model_meta, criterion=criterion_name(criterion),
-                                   metric={"name": metric_name, "baseline": None,
-                                           "higher_is_better": higher_is_better})
-    else:
-        record = read_record(path)
-        check_fingerprint(record, path, graph.fingerprint)
-        if record.criterion != criterion_name(criterion):
-            raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}: "
-                                       f"pass criterion={record.criterion!r} or a new file path")
-        if bool(record.metric.get("higher_is_better", True)) != bool(higher_is_better):
-            raise SensitivityFileError(f"{path} was measured with higher_is_better="
-                                       f"{record.metric.get('higher_is_better')}: pass the same, "
-                                       f"or a new file path")
-        record.model = {**record.model, **model_meta, "arch": record.model.get("arch") or arch}
-    if path is not None:
-        def check(shard_file, shard: SensitivityRecord) -> None:
-            _check_shard(shard_file, shard, fingerprint=graph.fingerprint, criterion=criterion,
-                         higher_is_better=higher_is_better, weights=weights, extra=extra)
-
-        shards = absorb_shards(record, path, check)
-        if shards:
-            write_record(record, path)
-            for shard_file in shards:
-                shard_file.unlink(missing_ok=True)
-    return record
-
-
-def _check_shard(shard_file, shard: SensitivityRecord, *, fingerprint: str, criterion: str,
-                 higher_is_better: bool, weights: str, extra: Mapping[str, Any]) -> None:
-    """Refuse a shard file that another analysis (model, weights, criterion, evaluation) left."""
-    stored_weights, images = shard.model.get("weights_sha256"), shard.extra.get("eval_images")
-    if shard.model.get("fingerprint") and shard.model["fingerprint"] != fingerprint:
-        differs = f"group fingerprint {shard.model['fingerprint']}, this model has {fingerprint}"
-    elif shard.criterion != criterion_name(criterion):
-        differs = f"criterion {shard.criterion!r}, this run uses {criterion_name(criterion)!r}"
-    elif bool(shard.metric.get("higher_is_better", True)) != bool(higher_is_better):
-        differs = f"higher_is_better={shard.metric.get('higher_is_better')}, this run " \
-                  f"{higher_is_better}"
-    elif stored_weights and weights and stored_weights != weights:
-        differs = "other weights of this model"
-    elif images is not None and extra.get("eval_images") is not None and \
-            images != extra.get("eval_images"):
-        differs = f"{images} evaluation images, this run has {extra.get('eval_images')}"
-    else:
-        return
-    raise SensitivityFileError(f"{shard_file} was left by another analysis ({differs}): delete "
-                               f"{shard_file} to start over")
-
-
-def _stopped_early(record: SensitivityRecord, group: str, ratio: float, cap: float | None) -> bool:
-    """True when a smaller ratio of ``group`` already lost more than ``cap``."""
-    if cap is None:
-        return False
-    return any(r < ratio and loss > cap for r, loss in record.sensitivities.get(group, {}).items())
-
-
-def _check_weights(record: SensitivityRecord, weights: str, path) -> None:
-    stored = record.model.get("weights_sha256")
-    if stored and stored != weights:
-        if record.sensitivities:
-            raise SensitivityFileError(
-                f"{path} was measured on other weights of this model: finishing it would mix "
-                f"two models; pass a new file path (or delete the old one)")
-        record.metric["baseline"] = None  # only a baseline of the other weights: measure anew
-    record.model["weights_sha256"] = weights
-
-
-def _check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
-                           path: Any) -> None:
-    """Refuse to add points to a file measured on another number of evaluation images (its
-    baseline and points would not compare with the new ones); a file with no points yet only
-    has its baseline measured again."""
-    before, now = record.extra.get("eval_images"), extra.get("eval_images")
-    if before is None or now is None or before == now:
-        return
-    if not record.sensitivities:
-        record.metric["baseline"] = None  # only a baseline of the other images: measure anew
-    else:
-        raise SensitivityFileError(
-            f"{path} was measured on {before} evaluation images, this run has {now}: finishing "
-            f"it would mix two evaluations; use the same eval_limit / eval_images, or a new file")
-
-
-def _missing(record: SensitivityRecord, names: list[str], ratios: list[float],
-             early_stop: float | None) -> list[tuple[str, float]]:
-    """The points still to measure: not in ``record`` (or only as an adaptive analysis's
-    interval: a full analysis measures it on every image), and not skipped by an early stop."""
-    return [(n, r) for n in names for r in ratios
-            if (not record.has_point(n, r) or record.is_interval(n, r))
-            and not _stopped_early(record, n, r, early_stop)]
-
-
-def _add_counts(before: Any, now: dict[str, Any]) -> dict[str, Any]:
-    """This session's ``extra["evaluation"]`` added to the stored one: point counts summed,
-    unmaskable groups joined, the other keys this session's."""
-    if not isinstance(before, Mapping):
-        return now
-    out = {**before, **now}
-    old, new = before.get("points"), now.get("points")
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        number = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
-        out["points"] = {**old, **{k: old[k] + v if number(old.get(k)) and number(v) else v
-                                   for k, v in new.items()}}
-    old, new = before.get("unmaskable_groups"), now.get("unmaskable_groups")
-    if isinstance(old, list) and isinstance(new, list):
-        out["unmaskable_groups"] = old + [g for g in new if g not in old]
-    number = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
-    for key in COUNTERS:  # counted over every session and rank
-        if number(before.get(key)) and number(now.get(key)):
-            out[key] = before[key] + now[key]
-    return out
-
-
-# what each session and rank adds up in ``extra["evaluation"]``
-COUNTERS = ("images_evaluated", "evaluations", "decided_early")
-
-
-def _note_non_finite(extra: dict[str, Any], points: list[str]) -> None:
-    """Note in ``extra["non_finite_points"]`` the points whose metric was NaN or infinite."""
-    noted = extra.get("non_finite_points")
-    noted = list(noted) if isinstance(noted, list) else []
-    new = [p for p in points if p not in noted]
-    if new:
-        extra["non_finite_points"] = noted + new
-
-
 def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
                    points: list[tuple[str, float]], baseline: float) -> PrefixCache | None:
     """Record the unpruned stage outputs, then check that replaying them changes nothing."""
@@ -266,11 +117,6 @@ def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
     with cache.skipping_before(first) as skipped:
         replayed = _evaluate(model, eval_fn, "for the unpruned model")
     return cache if skipped and replayed == recorded else None
-
-
-def _table(record: SensitivityRecord, names: list[str], ratios: list[float]) -> Sensitivities:
-    return {n: {r: record.sensitivities[n][r] for r in ratios
-                if r in record.sensitivities.get(n, {})} for n in names}
 
 
 def _by_group(points: list[tuple[str, float]]) -> dict[str, list[float]]:
@@ -361,16 +207,16 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     if rank == 0:
         weights = weights_sha256(model)
         how = {**dict(extra or {}), "early_stop": early_stop}
-        record = _open_record(path, graph, arch=arch or type(model).__name__,
+        record = open_record(path, graph, arch=arch or type(model).__name__,
                               criterion=criterion, higher_is_better=higher_is_better,
                               metric_name=metric_name, weights=weights, extra=how)
         if timing is not None and record.latency:  # refused before any point is measured
             wanted = latency_setting(example_inputs, **timing.kwargs())
             if setting_differences(record.extra.get("latency"), wanted):
                 check_latency_table(record, wanted, path)
-        pending = _missing(record, names, ratios, early_stop)
+        pending = missing_points(record, names, ratios, early_stop)
         if pending:
-            _check_same_evaluation(record, how, path)
+            check_same_evaluation(record, how, path)
         else:  # nothing to measure: a complete file keeps the record of how it was measured
             how = {k: v for k, v in how.items() if k not in record.extra}
             if record.model.get("weights_sha256") not in (None, weights):
@@ -379,7 +225,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                       flush=True)
         record.extra.update(how)
         if pending or record.metric.get("baseline") is None:
-            _check_weights(record, weights, path)
+            check_weights(record, weights, path)
         if record.metric.get("baseline") is None:
             if adaptive and eval_fn.incremental is not None:  # with the per-image scores
                 scores = unpruned_scores(model, eval_fn, graph, shard(names, rank, world),
@@ -399,11 +245,12 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         summary, own = _adaptive(model, example_inputs, eval_fn, graph, record, names, ratios,
                                  baseline, higher_is_better, opts, goal, scores, criterion,
                                  None if plan else path, progress)
-        return _finish(record, summary, None if plan else path, names, ratios,
-                       None if plan else timing, model, example_inputs, graph, criterion,
-                       progress, own=own)
+        return finish(record, summary, None if plan else path, names, ratios, own=own,
+                      time_points=None if plan else _point_timer(
+                          model, example_inputs, graph, names, ratios, criterion, timing,
+                          path, progress))
 
-    missing = _missing(record, names, ratios, early_stop)
+    missing = missing_points(record, names, ratios, early_stop)
     # with early stop a group's ratios must be measured in order, by one rank; batched variants
     # need a group's ratios together too
     whole_groups = early_stop is not None or resolve_evaluation(model, evaluation) == "masked"
@@ -429,21 +276,35 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                          replayed=passes[1] if len(passes) > 1 and cache else None)
     if plan:
         runner.close()
-        return _table(record, names, ratios)
+        return table_of(record, names, ratios)
     start = time.perf_counter()
     for name, ratios_left in _by_group(mine).items():
         for ratio, loss in runner.run(name, ratios_left, baseline, higher_is_better,
-                                      skip=lambda r: _stopped_early(record, name, r, early_stop)):
+                                      skip=lambda r: stopped_early(record, name, r, early_stop)):
             for rec in (record, own):
                 rec.set_point(name, ratio, loss)
-            _note_non_finite(record.extra, runner.non_finite)  # own.extra is record.extra
+            note_non_finite(record.extra, runner.non_finite)  # own.extra is record.extra
             if target is not None:
                 write_record(record if rank == 0 else own, target)
     runner.close()
     summary = {**runner.summary(), **eval_fn.counts(), **_wall(cost, start)} \
         if mine or eval_fn.calls else None
-    return _finish(record, summary, path, names, ratios, timing, model, example_inputs, graph,
-                   criterion, progress, own=own, non_finite=runner.non_finite)
+    return finish(record, summary, path, names, ratios, own=own, non_finite=runner.non_finite,
+                  time_points=_point_timer(model, example_inputs, graph, names, ratios,
+                                           criterion, timing, path, progress))
+
+
+def _point_timer(model: nn.Module, example_inputs: Any, graph: PruningGraph, names: list[str],
+                 ratios: list[float], criterion: Any, timing: Timing | None, path: Any,
+                 progress: bool) -> Any:
+    """What times the analysis's points at its end (None: the analysis times nothing): each
+    point of ``names`` x ``ratios`` not timed yet, written to ``path`` as it goes."""
+    if timing is None:
+        return None
+    write = None if path is None else lambda r: write_record(r, path)
+    return lambda record: measure_point_latencies(
+        model, example_inputs, graph, record, latency_points(record, names, ratios),
+        criterion=criterion, timing=timing, path=path, progress=progress, write=write)
 
 
 def _announce(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, graph: PruningGraph,
@@ -559,42 +420,3 @@ class WholeMeter:
                                           self.higher_is_better)}
 
 
-def _finish(record: SensitivityRecord, summary: dict[str, Any] | None, path: Any,
-            names: list[str], ratios: list[float], timing: Timing | None, model: nn.Module,
-            example_inputs: Any, graph: PruningGraph, criterion: str, progress: bool, *,
-            own: SensitivityRecord | None = None, non_finite: list[str] = ()) -> Sensitivities:
-    """This session's counts into the file, every rank's points merged (rank 0 writes the file
-    and removes the shards), the points timed when asked; the table of ``names`` x ``ratios``."""
-    rank, world = rank_and_world()
-    own = own if own is not None else SensitivityRecord(extra=record.extra)
-    target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
-    if summary:
-        record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), summary)
-        if target is not None:
-            write_record(record if rank == 0 else own, target)
-
-    if world > 1:
-        for r, (points, intervals, counts, bad) in enumerate(
-                gather((own.sensitivities, own.intervals, summary, list(non_finite)))):
-            merge_points(record, SensitivityRecord(sensitivities=points, intervals=intervals))
-            if r != rank and counts:  # this rank's own counts are in already
-                record.extra["evaluation"] = _add_counts(record.extra.get("evaluation"), counts)
-            _note_non_finite(record.extra, bad)
-        if rank == 0 and path is not None:
-            write_record(record, path)
-            for r in range(1, world):
-                shard_path(path, r).unlink(missing_ok=True)
-        barrier()
-    if timing is not None and rank == 0:
-        measure_point_latencies(model, example_inputs, graph, record,
-                                latency_points(record, names, ratios), criterion=criterion,
-                                timing=timing, path=path, progress=progress,
-                                write=None if path is None else lambda r: write_record(r, path))
-    if timing is not None and world > 1:
-        barrier()
-    table = _table(record, names, ratios)
-    if timing is None:
-        return table
-    timed = SensitivityTable(table)
-    timed.record = record
-    return timed

@@ -21,7 +21,8 @@ from ..engine.checkpoint import BASE_SHAPES, save_pruned
 from ..engine.distributed import barrier, broadcast, init_from_env, rank_and_world
 from ..engine.provenance import file_provenance
 from ..engine.prune import PruneResult, check_round_to, prune
-from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios, weights_sha256
+from ..engine.analysis_file import weights_sha256
+from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios
 from ..engine.store import SensitivityRecord, read_record
 from ..errors import CheckpointError, ConfigError, SensitivityFileError
 from .allocation import Targets, choose_ratios, table_for
