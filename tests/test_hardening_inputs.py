@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 import autoprune as ap
@@ -116,6 +117,34 @@ def test_coco_file_name_outside_the_root_is_refused(sets, tmp_path, how):
     msg = assert_one_line(e)
     assert "instances_val.json: image id 1" in msg and OUTSIDE in msg, msg
     assert not list((tmp_path / "cache").rglob("secret*")), "nothing was linked into the cache"
+
+
+@needs_fmnist
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
+def test_yolo_image_list_lines_outside_the_root_are_refused(sets, tmp_path, how):
+    """A data.yaml whose val: is an image list (.txt): its lines are read relative to the list,
+    and one that leads out of the data root is one line naming the list and the line; the same
+    list with its lines inside the root reads."""
+    from autoprune.tasks.detection.data import read_data_yaml
+
+    yolo = _copy(sets, "yolo", tmp_path)
+    secret = _secret(tmp_path)
+    images = sorted((yolo / "images" / "val").glob("*.png"))
+    listing = yolo / "val.txt"
+    listing.write_text("".join(f"./images/val/{p.name}\n" for p in images))
+    cfg = yaml.safe_load((yolo / "data.yaml").read_text())
+    cfg.update(path=str(yolo), val="val.txt")  # the copy is the data root
+    (yolo / "data.yaml").write_text(yaml.safe_dump(cfg))
+    assert read_data_yaml(yolo / "data.yaml")["val"] == sorted(p.resolve() for p in images)
+    bad = {"dotdot": "../outside/secret.png", "absolute": str(secret),
+           "symlink": "images/val/link.png"}[how]
+    if how == "symlink":
+        (yolo / "images" / "val" / "link.png").symlink_to(secret)
+    listing.write_text(listing.read_text() + bad + "\n")
+    with pytest.raises(ConfigError) as e:
+        read_data_yaml(yolo / "data.yaml")
+    msg = assert_one_line(e)
+    assert f"val.txt line {len(images) + 1}" in msg and OUTSIDE in msg, msg
 
 
 @needs_fmnist

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Iterator
 import yaml
 
 from ...engine.data import walk_files
+from ...engine.paths import confined
 from ...errors import ConfigError
 
 IMAGE_SUFFIXES = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm",
@@ -28,12 +29,12 @@ def _images_of(entry: Any, root: Path, split: str, data_yaml: Path) -> list[Path
                                   f"into a folder already read: Ultralytics would read those "
                                   f"images again and again; remove the link")
             files += [p for p in found if p.suffix.lower() in IMAGE_SUFFIXES]
-        elif path.is_file() and path.suffix == ".txt":
-            for line in path.read_text().splitlines():
+        elif path.is_file() and path.suffix == ".txt":  # an image list: each line confined
+            for n, line in enumerate(path.read_text().splitlines(), 1):
                 line = line.strip()
                 if line:
-                    p = Path(line)
-                    files.append(p if p.is_absolute() else (path.parent / p).resolve())
+                    image = confined(line, root, base=path.parent, where=f"{path} line {n}")
+                    files.append(image if Path(line).is_absolute() else image.resolve())
         else:
             raise ConfigError(f"the {split} images of {data_yaml} are missing ({path} does not "
                               f"exist): fix '{split}:' or 'path:' in the data.yaml")
