@@ -51,6 +51,19 @@ def test_timm_kind_tells_convolutional_families_from_token_mixing_ones():
                      "no_such": "unknown"}
 
 
+def test_the_flow_takes_p2_and_p6_heads_at_a_larger_size_and_longer():
+    """zoo.py --flow: a P2 / P6 head variant trains at 128 px and longer (at the flow's 64 px and
+    12 epochs they scored 0 and the sensitivities refuse a zero baseline); other names as before."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo_flow", ROOT / "benchmarks" / "zoo_flow.py")
+    flow = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flow)
+    assert flow.head_recipe("yolov8n-p2.yaml") == {"size": 128, "pretrain_epochs": 30}
+    assert flow.head_recipe("yolo26n-p6") == {"size": 128, "pretrain_epochs": 60}
+    assert flow.head_recipe("yolov8n.yaml") == flow.head_recipe("yolov8n-p2-cls") == {}
+
+
 def _zoo():
     import importlib.util
 
