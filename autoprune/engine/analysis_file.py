@@ -31,7 +31,7 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 def open_record(path, graph: PruningGraph, *, arch, criterion, higher_is_better,
-                 metric_name, weights: str, extra: Mapping[str, Any]) -> SensitivityRecord:
+                metric_name, weights: str, extra: Mapping[str, Any]) -> SensitivityRecord:
     """The record to fill: the file at ``path`` if it exists (checked against this model), else new.
 
     Points that a killed distributed run left in shard files are merged in (and saved), once each
@@ -99,6 +99,8 @@ def stopped_early(record: SensitivityRecord, group: str, ratio: float, cap: floa
 
 
 def check_weights(record: SensitivityRecord, weights: str, path) -> None:
+    """Record ``weights`` (their hash) in the file; a file with points of other weights is
+    refused, one with only their baseline has it measured again."""
     stored = record.model.get("weights_sha256")
     if stored and stored != weights:
         if record.sensitivities:
@@ -110,7 +112,7 @@ def check_weights(record: SensitivityRecord, weights: str, path) -> None:
 
 
 def check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
-                           path: Any) -> None:
+                          path: Any) -> None:
     """Refuse to add points to a file measured on another number of evaluation images (its
     baseline and points would not compare with the new ones); a file with no points yet only
     has its baseline measured again."""
@@ -126,12 +128,20 @@ def check_same_evaluation(record: SensitivityRecord, extra: Mapping[str, Any],
 
 
 def missing_points(record: SensitivityRecord, names: list[str], ratios: list[float],
-             early_stop: float | None) -> list[tuple[str, float]]:
+                   early_stop: float | None) -> list[tuple[str, float]]:
     """The points still to measure: not in ``record`` (or only as an adaptive analysis's
     interval: a full analysis measures it on every image), and not skipped by an early stop."""
     return [(n, r) for n in names for r in ratios
             if (not record.has_point(n, r) or record.is_interval(n, r))
             and not stopped_early(record, n, r, early_stop)]
+
+
+# what each session and rank adds up in ``extra["evaluation"]``
+COUNTERS = ("images_evaluated", "evaluations", "decided_early")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def add_counts(before: Any, now: dict[str, Any]) -> dict[str, Any]:
@@ -142,21 +152,15 @@ def add_counts(before: Any, now: dict[str, Any]) -> dict[str, Any]:
     out = {**before, **now}
     old, new = before.get("points"), now.get("points")
     if isinstance(old, Mapping) and isinstance(new, Mapping):
-        number = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
-        out["points"] = {**old, **{k: old[k] + v if number(old.get(k)) and number(v) else v
+        out["points"] = {**old, **{k: old[k] + v if _number(old.get(k)) and _number(v) else v
                                    for k, v in new.items()}}
     old, new = before.get("unmaskable_groups"), now.get("unmaskable_groups")
     if isinstance(old, list) and isinstance(new, list):
         out["unmaskable_groups"] = old + [g for g in new if g not in old]
-    number = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
     for key in COUNTERS:  # counted over every session and rank
-        if number(before.get(key)) and number(now.get(key)):
+        if _number(before.get(key)) and _number(now.get(key)):
             out[key] = before[key] + now[key]
     return out
-
-
-# what each session and rank adds up in ``extra["evaluation"]``
-COUNTERS = ("images_evaluated", "evaluations", "decided_early")
 
 
 def note_non_finite(extra: dict[str, Any], points: list[str]) -> None:

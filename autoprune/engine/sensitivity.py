@@ -13,7 +13,7 @@ import math
 import numbers
 import os
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch.nn as nn
 
@@ -208,8 +208,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         weights = weights_sha256(model)
         how = {**dict(extra or {}), "early_stop": early_stop}
         record = open_record(path, graph, arch=arch or type(model).__name__,
-                              criterion=criterion, higher_is_better=higher_is_better,
-                              metric_name=metric_name, weights=weights, extra=how)
+                             criterion=criterion, higher_is_better=higher_is_better,
+                             metric_name=metric_name, weights=weights, extra=how)
         if timing is not None and record.latency:  # refused before any point is measured
             wanted = latency_setting(example_inputs, **timing.kwargs())
             if setting_differences(record.extra.get("latency"), wanted):
@@ -296,7 +296,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
 
 def _point_timer(model: nn.Module, example_inputs: Any, graph: PruningGraph, names: list[str],
                  ratios: list[float], criterion: Any, timing: Timing | None, path: Any,
-                 progress: bool) -> Any:
+                 progress: bool) -> Callable[[SensitivityRecord], None] | None:
     """What times the analysis's points at its end (None: the analysis times nothing): each
     point of ``names`` x ``ratios`` not timed yet, written to ``path`` as it goes."""
     if timing is None:

@@ -33,18 +33,16 @@ import datetime as _dt
 import glob
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from ..errors import SensitivityFileError
-from .files import write_text_atomic
+from .files import PathLike, write_text_atomic
 
 FORMAT = "autoprune-sensitivity"
 VERSION = 1
 Sensitivities = dict[str, dict[float, float]]
-PathLike = Union[str, os.PathLike]
 
 _MODEL_KEYS = ("arch", "fingerprint", "groups", "weights_sha256")
 _METRIC_KEYS = {"metric_name": "name", "baseline": "baseline", "higher_is_better": "higher_is_better"}
