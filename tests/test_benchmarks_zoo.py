@@ -120,6 +120,17 @@ def test_resume_skips_the_models_the_jsonl_holds_and_counts_the_whole_file(tmp_p
     assert lines[-1] == "ok=0 refused=2 failed=1 total=3", lines
 
 
+def test_a_child_past_its_time_limit_is_killed_and_the_sweep_goes_on():
+    """Each model runs in a child forked from the fork server; one that runs past --timeout is
+    killed and reported as failed, and the next model still runs."""
+    lines = _sweep("yolo/yolov9c", "torchvision/not_a_model", "--timeout", "1")
+    rows = [ln for ln in lines[:-1] if not ln.startswith(("#", "|"))]
+    assert rows[0].startswith("yolo/yolov9c ") and \
+        re.search(r" failed( \(\w+\))?: no result within 1 s ", rows[0]), rows[0]
+    assert rows[1].startswith("torchvision/not_a_model ") and " refused: " in rows[1]
+    assert lines[-1] == "ok=0 refused=1 failed=1 total=2"
+
+
 def test_resume_needs_a_jsonl():
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo.py"), "--resume",
                           "yolov8n"], capture_output=True, text=True, timeout=60, cwd=ROOT)
