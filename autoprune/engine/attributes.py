@@ -25,10 +25,11 @@ DERIVED: dict[tuple[str, str], dict[str, str]] = {
 }
 
 
-def sync_attributes(model: nn.Module) -> None:
+def sync_attributes(model: nn.Module, holders: Iterable[nn.Module] | None = None) -> None:
     """Set every attribute of :data:`DERIVED` in ``model`` from the layer it repeats (in place),
-    and every norm's ``normalized_shape`` from its weight (:func:`_sync_normalized_shape`)."""
-    for module in model.modules():
+    and every norm's ``normalized_shape`` from its weight (:func:`_sync_normalized_shape`);
+    ``holders``: :func:`attribute_holders` of ``model``, listed once for many calls."""
+    for module in model.modules() if holders is None else holders:
         _sync_normalized_shape(module)
         for attr, source in DERIVED.get((type(module).__module__, type(module).__name__),
                                         {}).items():
@@ -36,6 +37,14 @@ def sync_attributes(model: nn.Module) -> None:
             for part in source.split("."):
                 value = getattr(value, part)
             setattr(module, attr, value)
+
+
+def attribute_holders(model: nn.Module) -> list[nn.Module]:
+    """The modules of ``model`` that :func:`sync_attributes` may change (a norm's
+    ``normalized_shape``, a class of :data:`DERIVED`): a pruning graph syncs only these after each
+    removal, instead of walking every module of the model."""
+    return [m for m in model.modules() if hasattr(m, "normalized_shape")
+            or (type(m).__module__, type(m).__name__) in DERIVED]
 
 
 def _sync_normalized_shape(module: nn.Module) -> None:

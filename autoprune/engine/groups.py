@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch_pruning as tp
 
-from .attributes import sync_attributes
+from .attributes import attribute_holders, sync_attributes
 from .channels import ROOT_TYPES, channels_to_remove, grouped
 from .input_fit import forward_refusal
 from .probe import leave_out_unsafe, output_shape
@@ -90,6 +90,7 @@ class PruningGraph:
         self.names = {m: n for n, m in model.named_modules()}
         self._order = {n: i for i, n in enumerate(self.names.values())}
         self.modules = dict(model.named_modules())
+        self._attribute_holders = attribute_holders(model)  # synced after each removal
         self.example_inputs = example_inputs
         self._parts: dict[tuple[str, int], int] = {}  # packed parts of a group's root
         self.over_budget: list[str] = []  # roots whose group's walk went over its budget
@@ -298,7 +299,7 @@ class PruningGraph:
                 if _out_channels(module) < module._parameters[name].shape[0]:
                     _drop_rows(module, name, removed)
             self.resized()
-            sync_attributes(self.model)
+            sync_attributes(self.model, self._attribute_holders)
 
     def _extra_channel_parameters(self, tp_group) -> list[tuple[nn.Module, str, list[int]]]:
         """``(layer, parameter name, output channels removed)`` for each parameter of a

@@ -2,8 +2,10 @@
 
 The dependency graph does not describe every layout (attention heads read through views,
 weight-standardised convs...): each listed group loses half its channels once, for a forward pass,
-and is left whole if that fails or changes the shape of the prediction. The verdict is kept per
-architecture, groups and input shape for the life of the process.
+and is left whole if that fails or changes the shape of the prediction. The layers before the
+group's first touched layer are not run again: their recorded outputs are replayed
+(:class:`~autoprune.engine.prefix_cache.PrefixCache`). The verdict is kept per architecture,
+groups and input shape for the life of the process.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 import torch
 
 from .data import tensors_in
+from .prefix_cache import PrefixCache
 from .removal import pruned_temporarily
 
 _UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
@@ -52,13 +55,16 @@ def unsafe_groups(graph: Any, groups: list) -> list[str]:
     args = graph.example_inputs if isinstance(graph.example_inputs, (list, tuple)) \
         else (graph.example_inputs,)
     unsafe = []
+    cache = PrefixCache(model)  # each pass starts at the group's first layer (exact: see there)
     try:
         with torch.no_grad():
-            want = output_shape(model(*args))
+            with cache.recording():
+                want = output_shape(model(*args))
             for group in groups:
                 try:
+                    first = cache.first_touched(graph.touched_modules(group))
                     idxs = graph.channels_to_remove(group, 0.5)
-                    with pruned_temporarily(graph, group, idxs):
+                    with pruned_temporarily(graph, group, idxs), cache.skipping_before(first):
                         fits = output_shape(model(*args)) == want
                 except Exception:  # noqa: BLE001 - any failure means: not safe to prune
                     fits = False
