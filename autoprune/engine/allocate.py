@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from .channels import channels_to_keep
 from .groups import PruningGraph
 from .measure import count_flops
-from .module_copy import model_copy
+from .fast_copy import fast_deepcopy
 from .prune import prune
 
 log = logging.getLogger("autoprune")
@@ -200,7 +200,7 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
 
 
 def _measured_reduction(model, example_inputs, ratios, round_to, ignored_layers) -> float:
-    result = prune(model_copy(model), example_inputs, ratios, round_to=round_to,
+    result = prune(fast_deepcopy(model), example_inputs, ratios, round_to=round_to,
                    ignored_layers=ignored_names(model, ignored_layers))
     return result.flops_reduction
 

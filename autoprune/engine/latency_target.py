@@ -29,7 +29,7 @@ from .keywords import regroup
 from .latency import PairedTimer, Timing, check_latency_table, describe, latency_setting
 from .latency_alloc import (Overlap, allocation, curves, greedy_path, isotonic,
                             threshold_allocation)
-from .module_copy import model_copy
+from .fast_copy import fast_deepcopy
 from .prune import check_round_to, prune
 from .store import SensitivityRecord, check_fingerprint, read_record
 
@@ -62,7 +62,7 @@ def measure_reduction(model: nn.Module, example_inputs: Any, ratios: Mapping[str
     against the unpruned model by ``timer``, in the timer's runtime)."""
     if not ratios:
         return 0.0
-    pruned = prune(model_copy(model), example_inputs, ratios, criterion=criterion,
+    pruned = prune(fast_deepcopy(model), example_inputs, ratios, criterion=criterion,
                    round_to=round_to, ignored_layers=ignored_names(model, ignored_layers)).model
     return 1.0 - timer.compare(pruned)
 

@@ -32,7 +32,7 @@ import torch.nn as nn
 
 from ..errors import ConfigError
 from .measure import flush_denormals, timed_runs, to_device, warm_allocator
-from .module_copy import model_copy
+from .fast_copy import fast_deepcopy
 from .runtimes import ExportCache, Runner, compile_model, onnx_model, runtime_setting
 from .timing import check_latency_options, check_precision
 
@@ -177,7 +177,7 @@ class PairedTimer:
         self.threads = self.setting["threads"]
         self.rounds, self.runs, self.warmup = rounds, runs, warmup
         self.inputs = to_device(timed_inputs(example_inputs, batch), self.device)
-        self.base = model_copy(model).to(self.device).eval()
+        self.base = fast_deepcopy(model).to(self.device).eval()
         self.base_rounds: list[float] = []
         self.last_ratios: list[float] = []
         self._base_runner: Runner | None = None  # the unpruned model in the runtime, once
@@ -244,7 +244,7 @@ class PairedTimer:
     def compare(self, candidate: nn.Module) -> float:
         """``candidate``'s latency / the unpruned model's, timed in pairs (see the class)."""
         on_device = next(candidate.parameters(), torch.empty(0)).device == self.device
-        model = candidate if on_device else model_copy(candidate).to(self.device)
+        model = candidate if on_device else fast_deepcopy(candidate).to(self.device)
         was_training = model.training
         model.eval()
         try:

@@ -15,7 +15,7 @@ import torch.nn as nn
 from ..engine.files import write_text_atomic
 from ..engine.latency import describe, paired_reduction
 from ..engine.measure import count_flops, count_params, size_mb, to_device
-from ..engine.module_copy import model_copy
+from ..engine.fast_copy import fast_deepcopy
 from ..errors import ConfigError
 from .contract import TaskAdapter
 
@@ -29,7 +29,7 @@ def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
     inputs = adapter.timing_inputs(baseline)
     on_cpu = to_device(inputs, "cpu")
     batch = int(on_cpu.shape[0]) if torch.is_tensor(on_cpu) and on_cpu.dim() else 1
-    models = {"baseline": model_copy(baseline).cpu(), "pruned": model_copy(pruned).cpu()}
+    models = {"baseline": fast_deepcopy(baseline).cpu(), "pruned": fast_deepcopy(pruned).cpu()}
     out: dict[str, Any] = {
         side: {"params": count_params(m), "flops": count_flops(m, on_cpu), "size_mb": size_mb(m),
                "metrics": metrics}

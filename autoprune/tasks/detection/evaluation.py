@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import yaml
 
-from ...engine.module_copy import model_copy
+from ...engine.fast_copy import fast_deepcopy
 from ...errors import ConfigError
 from . import models as yolo
 from .sources import EvalImages
@@ -25,7 +25,7 @@ def evaluate(adapter: Any, model: nn.Module) -> dict[str, float]:
     on the (limited) val split; the data loader is kept for the next call."""
     if adapter.eval_data is None:
         raise ConfigError("evaluation needs data=<data.yaml> with a val split")
-    net = model_copy(model).eval()
+    net = fast_deepcopy(model).eval()
     if any(p.dtype != torch.float32 for p in net.parameters()):
         net.float()
     net.fuse(verbose=False)  # on the copy: AutoBackend would fuse it (and print its FLOPs)

@@ -1,6 +1,6 @@
-"""engine.module_copy.model_copy: what copy.deepcopy gives (independent tensors, shared modules and
+"""engine.fast_copy.fast_deepcopy: what copy.deepcopy gives (independent tensors, shared modules and
 tied weights kept shared, a bound forward bound to the copy, other attributes deep-copied), so the
-evaluation's fusing and the timer's candidates never touch the user's model."""
+evaluation's fusing, the timer's candidates and Ultralytics' checkpoints never touch the original."""
 import copy
 
 import pytest
@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrizations
 
-from autoprune.engine.module_copy import model_copy
+from autoprune.engine.fast_copy import fast_deepcopy
 from conftest import ToyNet
 
 
@@ -23,7 +23,7 @@ def test_copy_equals_the_model_and_owns_its_tensors():
     model = ToyNet()
     model.stem[0].weight.grad = torch.ones_like(model.stem[0].weight)
     model.stem[1].weight.requires_grad_(False)
-    new = model_copy(model)
+    new = fast_deepcopy(model)
     assert type(new) is ToyNet and new is not model
     x = torch.rand(2, 3, 32, 32)
     assert torch.equal(_outputs(model, x), _outputs(new, x))
@@ -57,7 +57,7 @@ def test_shared_modules_tied_weights_and_attributes_as_deepcopy_keeps_them():
             return self.head(self.twice(x)) + self.scales[0].sum()
 
     model = Tied()
-    new = model_copy(model)
+    new = fast_deepcopy(model)
     assert new.head.weight is new.embed.weight and new.head.weight is not model.embed.weight
     assert new.twice[0] is new.twice[1] is new.embed
     assert new.forward.__self__ is new          # bound to the copy, not to the model
@@ -80,14 +80,14 @@ def test_fusing_the_copy_leaves_the_model_unfused():
     x = torch.rand(1, 3, 64, 64)
     before = _outputs(model, x)[0]
     bns = sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
-    fused = model_copy(model)
+    fused = fast_deepcopy(model)
     fused.fuse(verbose=False)
     assert not any(isinstance(m, nn.BatchNorm2d) for m in fused.modules())
     assert sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == bns
     assert "forward" not in vars(model.model[0])
     assert torch.equal(_outputs(model, x)[0], before)
     assert torch.allclose(_outputs(fused, x)[0], before, atol=1e-3)
-    again = model_copy(fused)  # a fused model copies too, its forward bound to the copy
+    again = fast_deepcopy(fused)  # a fused model copies too, its forward bound to the copy
     assert vars(again.model[0])["forward"].__self__ is again.model[0]
     assert torch.equal(_outputs(again, x)[0], _outputs(fused, x)[0])
 
@@ -95,7 +95,7 @@ def test_fusing_the_copy_leaves_the_model_unfused():
 def test_a_module_with_its_own_copy_protocol_goes_through_deepcopy():
     conv = parametrizations.weight_norm(nn.Conv2d(3, 4, 3))
     model = nn.Sequential(conv, nn.ReLU())
-    new = model_copy(model)
+    new = fast_deepcopy(model)
     x = torch.rand(1, 3, 8, 8)
     assert torch.equal(_outputs(model, x), _outputs(new, x))
     assert new[0].parametrizations.weight.original0 is not conv.parametrizations.weight.original0
@@ -108,4 +108,41 @@ def test_a_non_leaf_tensor_attribute_fails_as_deepcopy_does(bad):
     with pytest.raises(RuntimeError):
         copy.deepcopy(model)
     with pytest.raises(RuntimeError):
-        model_copy(model)
+        fast_deepcopy(model)
+
+
+def test_an_optimizer_state_copies_as_deepcopy_copies_it():
+    """Ultralytics' checkpoint deep-copies the optimizer's state (nested dicts and lists of
+    tensors): the fast copy equals deepcopy's and owns its tensors."""
+    model = ToyNet()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model(torch.rand(2, 3, 32, 32)).sum().backward()
+    opt.step()
+    state = opt.state_dict()
+    new, slow = fast_deepcopy(state), copy.deepcopy(state)
+    assert new["param_groups"] == slow["param_groups"]
+    assert new["param_groups"][0]["params"] is not state["param_groups"][0]["params"]
+    for i, entry in state["state"].items():
+        for key, value in entry.items():
+            assert torch.equal(new["state"][i][key], slow["state"][i][key])
+            assert new["state"][i][key].data_ptr() != value.data_ptr()
+
+
+def test_ultralytics_saves_checkpoints_through_the_fast_copy_and_gets_its_own_back():
+    from ultralytics.engine import trainer as ultralytics_trainer
+
+    from autoprune.tasks.detection.trainer import fast_copies_in
+
+    original = ultralytics_trainer.deepcopy
+    assert original is copy.deepcopy
+    with fast_copies_in(ultralytics_trainer):
+        patched = ultralytics_trainer.deepcopy
+        assert patched is not original
+        model = ToyNet()
+        twin = patched(model)
+        assert torch.equal(twin.stem[0].weight, model.stem[0].weight)
+        assert twin.stem[0].weight.data_ptr() != model.stem[0].weight.data_ptr()
+    assert ultralytics_trainer.deepcopy is original
+    with pytest.raises(KeyError), fast_copies_in(ultralytics_trainer):
+        raise KeyError("an interrupted save")
+    assert ultralytics_trainer.deepcopy is original
