@@ -203,3 +203,22 @@ def test_summed_loss_reads_the_curve_as_the_allocations_do():
     assert loss(sens, {"a": 0.8}) == pytest.approx(0.3)
     assert loss(sens, {"a": 0.5, "b": 0.25, "c": 0.0}) == pytest.approx(0.2)
     assert loss(sens, {"c": 0.25}) == pytest.approx(0.5)
+
+
+def test_ratios_by_flops_counts_the_unpruned_flops_once(x1, monkeypatch):
+    """Each measured prune of a copy counts only the pruned copy's FLOPs: the unpruned model's
+    are the cost model's total, counted once (a count is a full forward pass with hooks)."""
+    import autoprune.engine.allocate as allocate
+    import autoprune.engine.prune as prune_module
+
+    model = make_model("resnet18")
+    sens = smooth_table([g.name for g in ap.prunable_groups(model, x1)])
+    counted, prunes = [], []
+    real_count, real_prune = prune_module.count_flops, allocate.prune
+    monkeypatch.setattr(prune_module, "count_flops",
+                        lambda m, x, **kw: counted.append(1) or real_count(m, x, **kw))
+    monkeypatch.setattr(allocate, "prune", lambda *a, **kw: prunes.append(1) or real_prune(*a, **kw))
+    result = ap.ratios_by_flops(model, x1, sens, 0.4)
+    assert prunes and len(counted) == len(prunes)  # the pruned copies only
+    _check_achieved(model, x1, result, 0.4)
+    assert ap.prune(copy.deepcopy(model), x1, dict(result), flops_before=123).flops_before == 123

@@ -162,7 +162,8 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
     best = None
     if most < pruned_flops - 0.01:  # the prediction can underestimate: measure before refusing
         top = {k: v for k, v in top.items() if v > 0}
-        most = _measured_reduction(model, example_inputs, top, round_to, ignored_layers)
+        most = _measured_reduction(model, example_inputs, top, round_to, ignored_layers,
+                                   flops.total)
         if most < pruned_flops - 0.01:
             raise ConfigError(f"pruned_flops={pruned_flops} is not reachable with this profile: "
                               f"the most it allows is {most:.3f} (measured, every group at its "
@@ -185,7 +186,8 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
     for _ in range(4):
         threshold, ratios = bisect(goal)
         ratios = {k: v for k, v in ratios.items() if v > 0}
-        achieved = _measured_reduction(model, example_inputs, ratios, round_to, ignored_layers)
+        achieved = _measured_reduction(model, example_inputs, ratios, round_to, ignored_layers,
+                                       flops.total)
         if best is None or abs(achieved - pruned_flops) < abs(best[0] - pruned_flops):
             best = (achieved, threshold, ratios)
         if abs(achieved - pruned_flops) <= 0.002:
@@ -199,9 +201,10 @@ def ratios_by_flops(model: nn.Module, example_inputs: Any, sens: Table, pruned_f
     return result
 
 
-def _measured_reduction(model, example_inputs, ratios, round_to, ignored_layers) -> float:
+def _measured_reduction(model, example_inputs, ratios, round_to, ignored_layers,
+                        flops_before: int) -> float:
     result = prune(fast_deepcopy(model), example_inputs, ratios, round_to=round_to,
-                   ignored_layers=ignored_names(model, ignored_layers))
+                   ignored_layers=ignored_names(model, ignored_layers), flops_before=flops_before)
     return result.flops_reduction
 
 

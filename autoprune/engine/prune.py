@@ -61,14 +61,16 @@ def check_round_to(round_to: int | None) -> None:
 
 def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
           criterion: str = "l1_norm", round_to: int | None = None,
-          ignored_layers: Iterable[Any] = ()) -> PruneResult:
+          ignored_layers: Iterable[Any] = (), flops_before: int | None = None) -> PruneResult:
     """Remove ``ratios[group]`` of each group's channels from ``model`` **in place**.
 
     Channels are chosen by ``criterion`` (``l1_norm``, ``l2_norm``, ``fpgm``, ``bn_scale``) on the
     unpruned weights, group by group, so the choice for one group does not depend on the others
     (the same choice the sensitivity analysis measured). At least one channel is kept;
-    ``round_to`` keeps multiples of that many channels. Returns a :class:`PruneResult` whose
-    ``model`` is the same object, now smaller.
+    ``round_to`` keeps multiples of that many channels. ``flops_before``: the model's FLOPs on
+    ``example_inputs`` where the caller has counted them already (an allocation pruning copies
+    of one model several times). Returns a :class:`PruneResult` whose ``model`` is the same
+    object, now smaller.
     """
     ratios = check_ratio_map(ratios)
     check_criterion(criterion)
@@ -78,7 +80,8 @@ def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
     if not hasattr(model, BASE_SHAPES):  # what it was before any pruning: checked on load
         setattr(model, BASE_SHAPES, {k: list(v.shape) for k, v in model.state_dict().items()})
     result = PruneResult(model, params_before=count_params(model),
-                         flops_before=count_flops(model, example_inputs))
+                         flops_before=count_flops(model, example_inputs)
+                         if flops_before is None else flops_before)
     chosen = []
     for group in graph.groups:
         ratio = ratios.get(group.name, 0.0)
