@@ -320,6 +320,24 @@ def stop_after_first_save(monkeypatch, trainer_class) -> None:
     monkeypatch.setattr(trainer_class, "save_model", save_then_stop)
 
 
+# what a rank started by spawn_ranks finds imported: the fork server imports these once per test
+# worker, and each rank forks from it (instead of importing them again: about 10 s a rank)
+RANK_PRELOAD = ["torch", "torchvision", "timm", "autoprune", "autoprune.engine.sensitivity",
+                "autoprune.flow.training", "autoprune.tasks.classification"]
+
+
+def spawn_ranks(fn: Callable, args: tuple, nprocs: int = 2) -> None:
+    """``torch.multiprocessing.spawn(fn, args, nprocs)`` (``fn(rank, *args)`` in each of
+    ``nprocs`` processes, joined, a rank's exception raised here), the processes forked from a
+    fork server that imported :data:`RANK_PRELOAD` once."""
+    import multiprocessing
+
+    import torch.multiprocessing as mp
+
+    multiprocessing.set_forkserver_preload(RANK_PRELOAD)
+    mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="forkserver")
+
+
 def run_offline_child(tmp_path, body: str, timeout: int = 600) -> dict:
     """Run the Python code ``body`` in a fresh process where every network call is refused and
     recorded in ``attempts`` (a list the code may print), no ``YOLO_*`` variable is set and the

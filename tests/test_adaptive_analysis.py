@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.utils.data import TensorDataset
 
 import autoprune
@@ -17,7 +16,7 @@ from autoprune.engine.bounds import (PairedCounts, hypergeom_cdf, look_points, m
 from autoprune.engine.incremental import Step
 from autoprune.engine.store import read_record
 from autoprune.errors import ConfigError
-from conftest import ToyNet, assert_one_line, needs_fmnist
+from conftest import ToyNet, assert_one_line, needs_fmnist, spawn_ranks
 
 RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
 STEP = 0.2  # the ratio grid's step
@@ -222,8 +221,7 @@ def test_two_ranks_merge_to_the_single_process_analysis(toy_task, tmp_path):
     goal = {"flops": 0.5}
     single = _run(model, x, Top1(x, y), tmp_path / "one.json", adaptive=True, target=goal)
     path = tmp_path / "two.json"
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(path), model.state_dict(), goal),
-             nprocs=2, join=True)
+    spawn_ranks(_worker, (2, str(tmp_path / "init"), str(path), model.state_dict(), goal))
     merged = read_record(path)
     one = read_record(tmp_path / "one.json")
     assert merged.sensitivities == {g: p for g, p in one.sensitivities.items()} == \

@@ -4,13 +4,12 @@ writes one file; a killed distributed run's shard files are absorbed by the next
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torchvision
 
 import autoprune
 from autoprune.engine.store import SensitivityRecord, shard_path, write_record
 
-from conftest import needs_fmnist
+from conftest import needs_fmnist, spawn_ranks
 
 GROUPS = ["conv1", "layer1.0.conv1", "layer2.0.conv2", "layer3.0.conv1", "layer4.1.conv1"]
 RATIOS = (0.3, 0.6)
@@ -47,8 +46,8 @@ def test_two_gloo_ranks_equal_single_process(tmp_path, evaluation):
     single = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS, ratios=RATIOS, progress=False)
 
     path = tmp_path / "sens.json"
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(path), str(tmp_path / "out"),
-                            evaluation), nprocs=2, join=True)
+    spawn_ranks(_worker, (2, str(tmp_path / "init"), str(path), str(tmp_path / "out"),
+                          evaluation))
     tolerance = 0 if evaluation == "auto" else 1e-5  # masked: equal up to float noise
     for rank in range(2):
         got = torch.load(f"{tmp_path / 'out'}.{rank}", weights_only=True)
@@ -183,8 +182,7 @@ def test_ddp_training_over_two_ranks_equals_one_process_on_the_total_batch(tmp_p
 
     from autoprune.flow.training import FitConfig, fit
 
-    mp.spawn(_ddp_fit_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "out"), distill),
-             nprocs=2, join=True)
+    spawn_ranks(_ddp_fit_worker, (2, str(tmp_path / "init"), str(tmp_path / "out"), distill))
     ranks = [torch.load(f"{tmp_path / 'out'}.{r}", weights_only=True) for r in range(2)]
     assert [r["steps"] for r in ranks] == [4, 4] and [r["batch"] for r in ranks] == [8, 8]
     data = _tiny_data()
