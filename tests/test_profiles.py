@@ -31,7 +31,8 @@ BUNDLED = [(task, key) for task, archs in available_profiles().items() for key i
 # what the DEFAULT profiles promise to cover (README, pretrained_sensitivities/build_all.sh)
 PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50",
                                "torchvision/mobilenet_v2", "timm/mobilenetv3_large_100",
-                               "timm/mobilenetv3_small_100", "timm/efficientnet_b0"],
+                               "timm/mobilenetv3_small_100", "timm/efficientnet_b0",
+                               "ultralytics/yolo11n-cls"],
             "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s", "yolo26n"],
             "segmentation": [f"smp/{a}/{e}" for a in ("unet", "fpn", "deeplabv3plus")
                              for e in ("resnet18", "mobilenet_v2")],
@@ -42,6 +43,8 @@ PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50"
 
 def test_every_promised_architecture_has_a_bundled_profile():
     assert sorted(BUNDLED) == sorted((t, k) for t, keys in PROMISED.items() for k in keys)
+
+
 ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10},
                 "segmentation": {"num_classes": 11}, "instance_segmentation": {"nc": 10},
                 # the scenes' pose models predict 5 keypoints (x, y, visibility)
