@@ -62,9 +62,11 @@ def unsafe_groups(graph: Any, groups: list) -> list[str]:
                 want = output_shape(model(*args))
             for group in groups:
                 try:
-                    first = cache.first_touched(graph.touched_modules(group))
+                    touched = graph.touched_modules(group)
+                    first = cache.first_touched(touched)
                     idxs = graph.channels_to_remove(group, 0.5)
-                    with pruned_temporarily(graph, group, idxs), cache.skipping_before(first):
+                    with pruned_temporarily(graph, group, idxs, touched), \
+                            cache.skipping_before(first):
                         fits = output_shape(model(*args)) == want
                 except Exception:  # noqa: BLE001 - any failure means: not safe to prune
                     fits = False

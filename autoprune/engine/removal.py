@@ -10,11 +10,13 @@ import torch.nn as nn
 
 
 @contextlib.contextmanager
-def pruned_temporarily(graph: Any, group: Any, idxs: Sequence[int]) -> Iterator[None]:
+def pruned_temporarily(graph: Any, group: Any, idxs: Sequence[int],
+                       touched: Sequence[Any] | None = None) -> Iterator[None]:
     """Remove channels ``idxs`` of ``group`` (a :class:`~autoprune.engine.groups.PrunableGroup` of
     the :class:`~autoprune.engine.groups.PruningGraph` ``graph``) for the duration of the block,
-    then restore exactly."""
-    modules = graph.touched_modules(group)
+    then restore exactly; ``touched``: ``graph.touched_modules(group)`` where the caller has
+    it already."""
+    modules = list(graph.touched_modules(group) if touched is None else touched)
     # a layer that resizes its own sub-layers (MultiheadAttention's out_proj) is restored with them
     modules += [sub for m in modules if m is not graph.model for sub in m.modules()
                 if sub is not m and sub not in modules]

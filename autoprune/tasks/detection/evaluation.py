@@ -26,8 +26,9 @@ def evaluate(adapter: Any, model: nn.Module) -> dict[str, float]:
     if adapter.eval_data is None:
         raise ConfigError("evaluation needs data=<data.yaml> with a val split")
     net = fast_deepcopy(model).eval()
-    if any(p.dtype != torch.float32 for p in net.parameters()):
-        net.float()
+    if any(t.is_floating_point() and t.dtype != torch.float32
+           for t in (*net.parameters(), *net.buffers())):
+        net.float()  # as Ultralytics validates: float32 (its checkpoints hold half)
     net.fuse(verbose=False)  # on the copy: AutoBackend would fuse it (and print its FLOPs)
     if not getattr(net, "names", None) or len(net.names) != yolo.model_nc(net):
         net.names = adapter.names
