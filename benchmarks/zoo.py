@@ -273,6 +273,8 @@ def _child(name: str, run_flow: bool = False) -> None:
         res = {"status": "refused" if refused else "failed",
                "error": f"{'' if refused else type(e).__name__ + ': '}{first[:300]}",
                "where": f"{where.filename.split('site-packages/')[-1]}:{where.lineno}", **state}
+    if split_name(name)[0] == "timm":  # here, where timm is imported already (see summary)
+        res["kind"] = timm_kind(name)
     print("RESULT " + json.dumps(res), flush=True)
 
 
@@ -379,25 +381,37 @@ LISTS = {"timm": timm_names, "torchvision": torchvision_names, "smp": smp_names,
 
 
 # -- the sweep -----------------------------------------------------------------------------------
-# the libraries every child needs, imported once by the fork server that forks the children: a
-# child then starts in a fraction of a second instead of the 6 s those imports take
-PRELOAD = ["torch", "torchvision", "timm", "segmentation_models_pytorch", "autoprune",
-           "autoprune.tasks.classification", "autoprune.tasks.segmentation",
-           "autoprune.tasks.detection", "autoprune.tasks.rtdetr", "onnxruntime"]
+# the libraries the children need, imported once by the fork server that forks them: a child
+# then starts in a fraction of a second instead of the 6 s those imports take. Only the sources
+# of the models a sweep runs are imported (a torchvision-only sweep does not import Ultralytics).
+PRELOAD = {"*": ["torch", "autoprune", "onnxruntime"],
+           "timm": ["timm", "autoprune.tasks.classification"],
+           "torchvision": ["torchvision", "autoprune.tasks.classification"],
+           "smp": ["segmentation_models_pytorch", "autoprune.tasks.segmentation"],
+           "yolo": ["autoprune.tasks.detection", "autoprune.tasks.rtdetr",
+                    "autoprune.tasks.classification"]}
 _CHILD_ENV = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
 _forks = None
 
 
-def forks():
-    """The multiprocessing context whose fork server holds :data:`PRELOAD` (started on first
-    use, with :data:`_CHILD_ENV`; a module it cannot import is skipped)."""
+def preload(sources: set[str]) -> list[str]:
+    """The modules the fork server imports for models of ``sources`` (:data:`PRELOAD`)."""
+    modules = list(PRELOAD["*"])
+    for source in sorted(sources):
+        modules += [m for m in PRELOAD.get(source, ()) if m not in modules]
+    return modules
+
+
+def forks(sources: set[str] = frozenset(PRELOAD)):
+    """The multiprocessing context whose fork server holds :func:`preload` of ``sources``
+    (started on first use, with :data:`_CHILD_ENV`; a module it cannot import is skipped)."""
     global _forks
     if _forks is None:
         import multiprocessing
 
         os.environ.update(_CHILD_ENV)  # the server and its children read them at start
         _forks = multiprocessing.get_context("forkserver")
-        _forks.set_forkserver_preload(PRELOAD)
+        _forks.set_forkserver_preload(preload(set(sources)))
     return _forks
 
 
@@ -529,6 +543,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"(skipped), {len(results)} in all", flush=True)
     out = _open_for_append(args.jsonl) if args.jsonl else None
     start = time.time()
+    if todo:
+        forks({split_name(n)[0] for n in todo})
     for name in todo:
         res = run_one(name, args.timeout, args.flow)
         results[name] = res
@@ -550,12 +566,13 @@ def main(argv: list[str] | None = None) -> dict:
 
 def summary(results: dict[str, dict]) -> str:
     """A markdown table of the results by source (timm split into convolutional families and
-    those with token-mixing layers, :func:`timm_kind`) and status."""
+    those with token-mixing layers: the ``kind`` the child recorded, else :func:`timm_kind`,
+    which imports timm) and status."""
     rows: dict[str, dict[str, int]] = {}
     for name, res in results.items():
         source = res.get("source") or split_name(name)[0]
         if source == "timm":
-            source = f"timm ({timm_kind(name)})"
+            source = f"timm ({res.get('kind') or timm_kind(name)})"
         row = rows.setdefault(source, {"ok": 0, "refused": 0, "failed": 0})
         row[res["status"]] += 1
     lines = ["| source | ok | refused | failed | ok share |", "|---|---:|---:|---:|---:|"]

@@ -99,7 +99,7 @@ def test_resume_skips_the_models_the_jsonl_holds_and_counts_the_whole_file(tmp_p
 
     jsonl = tmp_path / "zoo.jsonl"
     earlier = {"name": "timm/mobilenetv3_small_050", "status": "failed", "source": "timm",
-               "error": "no result within 1 s", "wall": 1.0}  # a result no real run gives
+               "kind": "cnn", "error": "no result within 1 s", "wall": 1.0}  # no real run's
     # ... and a last line cut short by a killed sweep (no newline): skipped, not glued to
     jsonl.write_text(json.dumps(earlier) + "\n" + '{"name": "timm/resnet18", "sta')
     names = ["timm/mobilenetv3_small_050", "torchvision/not_a_model"]  # (a refusal is quick)
@@ -112,11 +112,10 @@ def test_resume_skips_the_models_the_jsonl_holds_and_counts_the_whole_file(tmp_p
     assert [r["name"] for r in results] == names and results[0] == earlier
     assert results[1]["wall"] > 0
 
-    lines = _sweep(*names, "--jsonl", str(jsonl), "--resume")  # nothing left: nothing runs
-    assert not [ln for ln in lines[:-1] if not ln.startswith(("#", "|"))]
-    assert lines[-1] == "ok=0 refused=1 failed=1 total=2"
-    # a shard of other models counts the file's models too
-    lines = _sweep("torchvision/not_a_model_either", "--jsonl", str(jsonl), "--resume")
+    # again, with one more model: only it runs, and the file's models are counted too
+    lines = _sweep(*names, "torchvision/not_a_model_either", "--jsonl", str(jsonl), "--resume")
+    rows = [ln for ln in lines[:-1] if not ln.startswith(("#", "|"))]
+    assert len(rows) == 1 and rows[0].startswith("torchvision/not_a_model_either "), rows
     assert lines[-1] == "ok=0 refused=2 failed=1 total=3", lines
 
 
@@ -160,3 +159,14 @@ def test_the_flow_mode_runs_classifiers_and_the_ultralytics_zoo_only():
                     "flops_red": 0.3, "wall": 1.0,
                     "flow": {"top1": "0.180 -> 0.102", "onnx": "runs", "reload": "equal"}})
     assert row.endswith("flow: top1 0.180 -> 0.102, onnx runs, reload equal  (1.0 s)")
+
+
+def test_the_fork_server_imports_only_what_the_sweeps_sources_need():
+    zoo = _zoo()
+    only_torchvision = zoo.preload({"torchvision"})
+    assert only_torchvision[:3] == ["torch", "autoprune", "onnxruntime"]
+    assert "torchvision" in only_torchvision and "autoprune.tasks.classification" in only_torchvision
+    assert not {"timm", "segmentation_models_pytorch", "autoprune.tasks.detection"} & \
+        set(only_torchvision)
+    every = zoo.preload({"timm", "torchvision", "smp", "yolo"})
+    assert len(every) == len(set(every)) and {"autoprune.tasks.rtdetr", "timm"} <= set(every)

@@ -583,6 +583,39 @@ def test_fit_with_resume_continues_the_stage_then_reuses_it(flow, data_yaml, tmp
     assert all(torch.equal(rewritten[k], v) for k, v in best.items())
 
 
+def test_the_last_validation_of_a_stage_is_its_best_epochs_own(flow, data_yaml, tmp_path,
+                                                               monkeypatch):
+    """One process: Ultralytics' final validation of best.pt is answered with what the best
+    epoch's validation measured on those weights (one validation per epoch, none more), and
+    best.pt's metadata holds those metrics; last.pt and best.pt are stripped as before."""
+    from autoprune.tasks.detection.validator import PatientValidator
+
+    result, _ = flow
+    calls = []
+    real = PatientValidator.__call__
+    monkeypatch.setattr(PatientValidator, "__call__",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
+                               train_args=SMALL["train_args"])
+    meta = {"task": "detection", "arch": "yolov8n", "build": {"nc": 10}, "input_size": 64}
+    adapter.fit(det.load_model(result.pruned_path), 2, tmp_path / "run", meta=meta)
+    assert len(calls) == 2  # epochs 1 and 2; best.pt is not validated a third time
+    rows = list(__import__("csv").DictReader(
+        (tmp_path / "run" / "ultralytics" / "results.csv").open()))
+    fitness = [0.1 * float(r["metrics/mAP50(B)"]) + 0.9 * float(r["metrics/mAP50-95(B)"])
+               for r in rows]
+    best = rows[max(range(len(rows)), key=fitness.__getitem__)]
+    saved = autoprune.engine.checkpoint.read_pruned_metadata(tmp_path / "run" / "best.pt")
+    assert saved["metrics"]["map50_95"] == pytest.approx(float(best["metrics/mAP50-95(B)"]),
+                                                          abs=1e-5)
+    assert saved["metrics"]["map50"] == pytest.approx(float(best["metrics/mAP50(B)"]), abs=1e-5)
+    for name in ("last.pt", "best.pt"):  # stripped: a finished run, not one to resume
+        _, ckpt = yolo.read_ultralytics(tmp_path / "run" / "ultralytics" / "weights" / name)
+        assert ckpt["optimizer"] is None and ckpt["epoch"] == -1, name
+    assert autoprune.engine.checkpoint.read_pruned_metadata(
+        tmp_path / "run" / "last.pt")["epoch"] == 2
+
+
 def test_prune_steps_end_with_one_shots_channels(flow, data_yaml, tmp_path):
     """prune_steps=2 on a detector: two Ultralytics runs, the model re-pruned in between, ending
     with the channels of pruning the base model at once with the same ratios."""

@@ -107,27 +107,6 @@ def _torchrun(args: list[str]) -> str:
 
 
 @needs_fmnist
-def test_torchrun_cli_two_processes(tmp_path):
-    from autoprune import classification as cls
-
-    # 2 epochs without warmup: top-1 0.40-0.53 over seeds 0-2, 6-10 of the 12 losses non-zero; 1
-    # epoch left a model at chance (top-1 0.1) with as few as 2 non-zero, close to a vacuous check
-    base = cls.train("resnet18", "fashion-mnist", epochs=2, warmup_epochs=0, batch_size=32,
-                     train_limit=320, eval_limit=40, save_dir=tmp_path / "base",
-                     progress=False).baseline_path
-    out = tmp_path / "sens.json"
-    _torchrun(["sensitivity", str(base), "fashion-mnist", str(out), "--ratios", "0.5",
-               "--limit", "40", "--device", "cpu"])
-    sens = autoprune.load_sensitivities(out)
-    assert len(sens) == 12 and all(list(p) == [0.5] for p in sens.values())
-    single = cls.analyze_sensitivity(base, "fashion-mnist", tmp_path / "single.json",
-                                     ratios=(0.5,), eval_limit=40, device="cpu", progress=False)
-    assert sens.keys() == single.keys()
-    for name in sens:
-        assert sens[name][0.5] == pytest.approx(single[name][0.5], abs=1e-6)
-    assert any(p[0.5] != 0 for p in sens.values())
-
-
 # -- DDP training ------------------------------------------------------------------------------
 
 def _tiny_net() -> torch.nn.Module:
@@ -202,7 +181,9 @@ def test_ddp_training_over_two_ranks_equals_one_process_on_the_total_batch(tmp_p
 @needs_fmnist
 def test_torchrun_train_prunes_with_ddp_and_rank0_writes(tmp_path):
     """`torchrun --nproc_per_node 2 -m autoprune train cfg.yaml`: both stages train as DDP, the
-    analysis is shared out, rank 0 alone prints and writes the checkpoints and the report."""
+    analysis is shared out (its numbers those of one process: the same analysis of the same
+    base model here), rank 0 alone prints and writes the checkpoints and the report.
+    (`torchrun -m autoprune sensitivity`, 1 and 2 processes: test_benchmarks_speed.)"""
     import yaml
 
     from autoprune import classification as cls
@@ -226,8 +207,15 @@ def test_torchrun_train_prunes_with_ddp_and_rank0_writes(tmp_path):
     pruned = cls.load_model(run / "pruned" / "best.pt")
     assert sum(p.numel() for p in pruned.parameters()) < \
         sum(p.numel() for p in cls.load_model(run / "baseline" / "best.pt").parameters())
-    assert len(autoprune.load_sensitivities(run / "sens.json")) == 12
+    sens = autoprune.load_sensitivities(run / "sens.json")
+    assert len(sens) == 12 and all(list(p) == [0.5] for p in sens.values())
     assert not list(run.glob("sens.json.rank*"))
+    single = cls.analyze_sensitivity(run / "baseline" / "best.pt", "fashion-mnist",
+                                     tmp_path / "single.json", ratios=(0.5,), eval_limit=40,
+                                     input_size=32, device="cpu", progress=False)
+    assert sens.keys() == single.keys()
+    for name in sens:
+        assert sens[name][0.5] == pytest.approx(single[name][0.5], abs=1e-6)
 
 
 def test_ddp_batch_smaller_than_world_is_refused(monkeypatch):

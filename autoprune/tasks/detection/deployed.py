@@ -8,7 +8,6 @@ sub-task's adapter adds its own metadata (:meth:`~.adapter.DetectionAdapter.onnx
 """
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ...engine.fast_copy import fast_deepcopy
 from ...errors import ConfigError
 from . import models as yolo  # first: Ultralytics set up offline
 
@@ -47,7 +47,7 @@ def ultralytics_metadata(model: nn.Module, *, task: str, names: dict[int, str] |
 def deploy_module(model: nn.Module) -> nn.Module:
     """A float CPU copy of ``model`` with Ultralytics' export head (one output tensor per head;
     what ONNX Runtime runs)."""
-    net = copy.deepcopy(model).float().cpu().eval()
+    net = fast_deepcopy(model).float().cpu().eval()
     for m in net.modules():
         if isinstance(m, yolo.Detect):
             m.export, m.format = True, "onnx"

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ...engine.fast_copy import fast_deepcopy
+from ...engine.fast_copy import fast_copies_in
 from ...errors import ConfigError
 from ...flow.training import use_sync_batchnorm
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
@@ -27,6 +27,7 @@ from .validator import PatientValidator
 from ultralytics import YOLO  # noqa: E402
 from ultralytics.engine import trainer as ultralytics_trainer  # noqa: E402
 from ultralytics.models.yolo.detect import DetectionTrainer  # noqa: E402
+from ultralytics.utils import torch_utils as ultralytics_torch_utils  # noqa: E402
 from ultralytics.utils.torch_utils import unwrap_model  # noqa: E402
 
 try:  # Ultralytics' knowledge distillation (its `distill_model` argument), June 2026 on
@@ -58,6 +59,7 @@ class KeepModuleTrainer(DetectionTrainer):
     """
 
     _restore_bn = None
+    _best_metrics: dict | None = None  # the validation of the epoch best.pt holds, this process
     patient_validator: type = PatientValidator  # a task's twin: its own validator's twin
 
     def __init__(self, *args, module: nn.Module | None = None, teacher: nn.Module | None = None,
@@ -116,8 +118,10 @@ class KeepModuleTrainer(DetectionTrainer):
         return ckpt
 
     def _setup_train(self):
+        """Ultralytics' set-up; the EMA's copy of the model by
+        :func:`~autoprune.engine.fast_copy.fast_deepcopy`."""
         with cpu_ddp(self.device.type == "cpu" and self.world_size > 1), \
-                self._teacher_as_distill_model():
+                self._teacher_as_distill_model(), fast_copies_in(ultralytics_torch_utils):
             super()._setup_train()
         if self.sync_bn:  # the EMA (what checkpoints hold) is a copy: plain BatchNorm again
             plain_batchnorm(self.ema.ema)
@@ -134,14 +138,29 @@ class KeepModuleTrainer(DetectionTrainer):
     def save_model(self):
         """Ultralytics' checkpoint, its content unchanged, with its two deep copies (the EMA
         model, the optimizer's state) made by :func:`~autoprune.engine.fast_copy.fast_deepcopy`:
-        0.2 s less per epoch for a YOLOv8n (a third of its save)."""
+        0.2 s less per epoch for a YOLOv8n (a third of its save). The metrics of the epoch that
+        best.pt now holds are kept for :meth:`final_eval`."""
         with fast_copies_in(ultralytics_trainer):
-            return super().save_model()
+            saved = super().save_model()
+        if self.fitness is not None and self.best_fitness == self.fitness and self.metrics:
+            self._best_metrics = {**self.metrics, "fitness": self.fitness}
+        return saved
 
     def final_eval(self):
-        """Validate best.pt at the end: under torchrun rank 0 alone, on the whole val split."""
+        """Ultralytics strips the optimizer from last.pt and best.pt, then validates best.pt
+        again. In one process the metrics are those its epoch's validation measured on the same
+        weights (the EMA that best.pt holds) when this process saw that epoch: a whole
+        validation pass less per stage (autoprune's report evaluates the models itself). Under
+        torchrun (where each rank validated its own shard) rank 0 alone validates best.pt on the
+        whole val split."""
         if self.world_size <= 1 or group_size() <= 1:
-            return super().final_eval()
+            if self._best_metrics is None:  # e.g. resumed after its best epoch
+                return super().final_eval()
+            validator, self.validator = self.validator, _Replay(self.validator, self._best_metrics)
+            try:
+                return super().final_eval()
+            finally:
+                self.validator = validator
         if dist.get_rank() == 0:
             self.validator.dataloader = None  # it held this rank's shard of the val split
             with one_process():
@@ -154,20 +173,18 @@ class KeepModuleTrainer(DetectionTrainer):
         return validator
 
 
-@contextmanager
-def fast_copies_in(module) -> Iterator[None]:
-    """``module``'s ``deepcopy`` (a name it imported from ``copy``) is
-    :func:`~autoprune.engine.fast_copy.fast_deepcopy` for the duration of the block; a module
-    without one is left as it is."""
-    original = getattr(module, "deepcopy", None)
-    if original is None:
-        yield
-        return
-    module.deepcopy = lambda value, memo=None: fast_deepcopy(value)
-    try:
-        yield
-    finally:
-        module.deepcopy = original
+class _Replay:
+    """A validator that answers with the metrics it was given (those of best.pt's epoch): the
+    real one's settings (``args``) and everything else stay the real one's."""
+
+    def __init__(self, validator: object, metrics: dict) -> None:
+        self._validator, self._metrics = validator, metrics
+
+    def __getattr__(self, name: str):
+        return getattr(self._validator, name)
+
+    def __call__(self, *args, **kwargs) -> dict:
+        return dict(self._metrics)
 
 
 def drop_feature_hooks(model: nn.Module) -> None:

@@ -13,6 +13,7 @@ import copy
 import torch
 import torch.nn as nn
 
+from ...engine.fast_copy import fast_deepcopy
 from ...engine.padding import remove_channels
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
 
@@ -159,7 +160,7 @@ def probe_input(block: SplitCv1) -> torch.Tensor:
 def same_outputs(a: nn.Module, b: nn.Module, channels: int) -> bool:
     """True when the two blocks give the same outputs (float, eval mode) on a random input."""
     x = torch.randn(2, channels, 16, 16, generator=torch.Generator().manual_seed(0))
-    a, b = copy.deepcopy(a).float().eval(), copy.deepcopy(b).float().eval()
+    a, b = fast_deepcopy(a).float().eval(), fast_deepcopy(b).float().eval()
     with torch.no_grad():
         want, got = a(x), b(x)
     return want.shape == got.shape and bool(torch.allclose(
