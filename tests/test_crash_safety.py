@@ -4,35 +4,45 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import autoprune
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import forked_process
 
-SCRIPT = textwrap.dedent("""
-    import sys, time, torch, torchvision, autoprune
+TOTAL = 9
+
+
+def _analysis(path: str, delay: float) -> None:
+    """The analysis a killed process runs (a process forked from the fork server)."""
+    import time
+
+    import torch
+    import torchvision
+
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10).eval()
     x = torch.randn(2, 3, 32, 32)
     ref = model(x).detach()
-    delay = float(sys.argv[2])
+
     def eval_fn(m):
         time.sleep(delay)
         return float(torch.nn.functional.cosine_similarity(m(x).flatten(), ref.flatten(), dim=0))
+
     autoprune.sensitivity(model, x, eval_fn, groups=["conv1", "layer1.0.conv1", "layer2.0.conv2"],
-                          ratios=(0.2, 0.5, 0.8), sensitivities_file=sys.argv[1], progress=False)
-""")
-TOTAL = 9
+                          ratios=(0.2, 0.5, 0.8), sensitivities_file=path, progress=False)
 
 
-def _start(path: Path, delay: float) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(path), str(delay)], env=env)
+def _start(path: Path, delay: float):
+    """A process running :func:`_analysis`, forked from a fork server that imported torch,
+    torchvision and autoprune once (a real process: SIGKILL ends it as it would end a CLI)."""
+    return forked_process(_analysis, str(path), delay)
+
+
+def _finished(proc) -> int | None:
+    proc.join(timeout=300)
+    return proc.exitcode
 
 
 def _points(path: Path) -> int:
@@ -44,7 +54,7 @@ def _points(path: Path) -> int:
 
 def test_sigkill_leaves_valid_resumable_file(tmp_path):
     reference = tmp_path / "reference.json"
-    assert _start(reference, 0.0).wait(timeout=300) == 0
+    assert _finished(_start(reference, 0.0)) == 0
     expected = autoprune.load_sensitivities(reference)
     assert _points(reference) == TOTAL
 
@@ -55,18 +65,19 @@ def test_sigkill_leaves_valid_resumable_file(tmp_path):
         before = _points(path)
         proc = _start(path, 0.2)
         deadline = time.time() + 120
-        while _points(path) <= before and time.time() < deadline and proc.poll() is None:
+        while _points(path) <= before and time.time() < deadline and proc.is_alive():
             time.sleep(0.02)  # wait until this run has written at least one new point
         time.sleep(rng.uniform(0.0, 0.3))  # then kill it at a random moment
-        if proc.poll() is not None:
+        if not proc.is_alive():
             break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(timeout=60)
+        assert proc.exitcode == -signal.SIGKILL
         kills += 1
         seen.append(_points(path))
     assert kills >= 2, "the analysis finished before it could be killed twice"
     assert seen == sorted(seen) and seen[-1] < TOTAL
 
-    assert _start(path, 0.0).wait(timeout=300) == 0
+    assert _finished(_start(path, 0.0)) == 0
     assert autoprune.load_sensitivities(path) == expected
     assert not list(tmp_path.glob(".killed.json.*.tmp"))  # temp files of killed runs are cleaned

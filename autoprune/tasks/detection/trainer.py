@@ -149,10 +149,10 @@ class KeepModuleTrainer(DetectionTrainer):
     def final_eval(self):
         """Ultralytics strips the optimizer from last.pt and best.pt, then validates best.pt
         again. In one process the metrics are those its epoch's validation measured on the same
-        weights (the EMA that best.pt holds) when this process saw that epoch: a whole
-        validation pass less per stage (autoprune's report evaluates the models itself). Under
-        torchrun (where each rank validated its own shard) rank 0 alone validates best.pt on the
-        whole val split."""
+        weights (the EMA that best.pt holds, before its half-precision storage) when this
+        process saw that epoch (else the real validation runs): a whole validation pass less per
+        stage (autoprune's report evaluates the models itself). Under torchrun (where each rank
+        validated its own shard) rank 0 alone validates best.pt on the whole val split."""
         if self.world_size <= 1 or group_size() <= 1:
             if self._best_metrics is None:  # e.g. resumed after its best epoch
                 return super().final_eval()
