@@ -257,3 +257,66 @@ def test_bundled_default_profile_prunes_the_trained_model(flow, data_yaml, tmp_p
                   sensitivities_file="DEFAULT", pruned_flops=0.2, eval_limit=8, **SMALL)
     assert r.sensitivities_path.name == "obb-yolov8n-obb.json"
     assert r.report["flops_reduction"] == pytest.approx(0.2, abs=0.02)
+
+
+def _candidates(n: int, classes: int, seed: int, side: float = 60.0, size: int = 640):
+    """Rotated candidate boxes as Ultralytics' NMS hands them to fast_nms: centres offset by
+    class x max_wh, many overlapping, with tied scores."""
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * size * 0.3 + size * 0.35  # crowded: lots overlap
+    wh = torch.rand(n, 2, generator=g) * side + 2
+    angle = (torch.rand(n, 1, generator=g) - 0.5) * 3.1
+    cls = torch.randint(0, classes, (n, 1), generator=g).float()
+    scores = torch.rand(n, generator=g).round(decimals=2)  # ties
+    return torch.cat((xy + cls * 7680, wh, angle), 1), scores
+
+
+def test_rotated_nms_class_by_class_keeps_exactly_what_ultralytics_keeps():
+    """class_by_class: the kept boxes and their order equal Ultralytics' fast_nms over the whole
+    n x n probiou matrix; boxes outside its bound (large, or agnostic: one class) and calls
+    that are not the rotated one go to Ultralytics' own computation."""
+    from ultralytics.utils import nms
+    from ultralytics.utils.metrics import batch_probiou
+
+    from autoprune.tasks.detection import validator
+
+    real = nms.TorchNMS.fast_nms
+    grouped = validator.class_by_class(real)
+    computed = []
+    spy = lambda *a, **k: computed.append(len(a[0])) or real(*a, **k)  # noqa: E731
+    for seed, (n, classes) in enumerate([(600, 15), (300, 2), (1200, 10)]):
+        boxes, scores = _candidates(n, classes, seed)
+        for thr in (0.3, 0.7):
+            want = real(boxes, scores, thr, iou_func=batch_probiou)
+            got = validator.class_by_class(spy)(boxes, scores, thr, iou_func=batch_probiou)
+            assert torch.equal(got, want) and computed == [], (seed, thr)
+    for boxes, scores in (_candidates(400, 5, 7, side=900.0), _candidates(400, 1, 8)):
+        want = real(boxes, scores, 0.7, iou_func=batch_probiou)
+        assert torch.equal(validator.class_by_class(spy)(boxes, scores, 0.7,
+                                                         iou_func=batch_probiou), want)
+    assert computed == [400, 400]  # the whole matrix, as Ultralytics computes it
+    upright = torch.rand(300, 4) * 100
+    upright[:, 2:] += upright[:, :2]
+    upright_scores = torch.rand(300)
+    assert torch.equal(validator.class_by_class(spy)(upright, upright_scores, 0.5),
+                       real(upright, upright_scores, 0.5))
+    assert computed == [400, 400, 300]
+    # Ultralytics' whole NMS on the rotated predictions of an untrained head (10 classes, 336
+    # anchors at 128 px, every class above conf): the same detections through patient_nms
+    g = torch.Generator().manual_seed(5)
+    pred = torch.cat((torch.rand(1, 2, 336, generator=g) * 128, torch.rand(1, 2, 336,
+                      generator=g) * 40 + 2, torch.rand(1, 10, 336, generator=g) * 0.05,
+                      (torch.rand(1, 1, 336, generator=g) - 0.5) * 3), 1)
+    want = nms.non_max_suppression(pred.clone(), 0.001, 0.7, multi_label=True, nc=10,
+                                   rotated=True, max_time_img=1e6)
+    made = []
+    real_grouping = validator.class_by_class
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validator, "class_by_class", lambda *a: made.append(a) or real_grouping(*a))
+        with validator.patient_nms():
+            got = nms.non_max_suppression(pred.clone(), 0.001, 0.7, multi_label=True, nc=10,
+                                          rotated=True)
+    assert made and torch.equal(got[0], want[0]) and len(want[0]) == 300  # max_det
+    with validator.patient_nms():
+        assert nms.TorchNMS.fast_nms is real  # swapped only while Ultralytics' NMS runs
+    assert nms.TorchNMS.fast_nms is real
