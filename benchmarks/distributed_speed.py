@@ -72,16 +72,19 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="tiny case (a few minutes on 2 CPU cores)")
     p.add_argument("--model", default="resnet18")
     p.add_argument("--size", type=int, default=32, help="input size (Fashion-MNIST is 28 px)")
-    p.add_argument("--train-images", type=int, default=3000)
-    p.add_argument("--limit", type=int, default=1000, help="validation images of the analysis")
-    p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9")
+    p.add_argument("--train-images", type=int, help="training images (3000; --quick: 1500)")
+    p.add_argument("--limit", type=int, help="validation images of the analysis (1000; --quick: "
+                                             "200)")
+    p.add_argument("--ratios", help="ratios measured (0.1,0.3,0.5,0.7,0.9; --quick: 0.3,0.6)")
     p.add_argument("--configs", default=",".join(f"{n}x{t}" for n, t in CONFIGS),
                    help="PROCSxTHREADS list; the first is the reference, a 2-process one is "
                         "compared with it")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per launch")
     args = p.parse_args(argv)
-    if args.quick:
-        args.train_images, args.limit, args.ratios = 1500, 200, "0.3,0.6"
+    defaults = (1500, 200, "0.3,0.6") if args.quick else (3000, 1000, "0.1,0.3,0.5,0.7,0.9")
+    given = (args.train_images, args.limit, args.ratios)  # a flag given wins over --quick
+    args.train_images, args.limit, args.ratios = (g if g is not None else d
+                                                  for g, d in zip(given, defaults))
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     if not any(n == 2 for n, _ in configs):
         p.error("--configs needs a 2-process entry such as 2x1")

@@ -50,9 +50,10 @@ def test_latency_vs_flops_tiny(capsys):
 @needs_fmnist
 def test_distributed_speed_tiny(capsys):
     bench = _load("distributed_speed")
-    result = bench.main(["--quick", "--train-images", "128", "--limit", "32", "--ratios", "0.5",
-                         "--configs", "1x1,2x1", "--timeout", "300"])
+    result = bench.main(["--quick", "--model", "resnet10t", "--train-images", "128", "--limit",
+                         "32", "--ratios", "0.5", "--configs", "1x1,2x1", "--timeout", "300"])
     out = capsys.readouterr().out
+    assert "on 128 images at 32 px" in out and "ratios 0.5, 32 validation images" in out
     assert result["max_abs_diff"] < 1e-6  # 2 ranks measure the same numbers as 1 process
     assert set(result["walls"]) == {(1, 1), (2, 1)}
     table = _table_rows(out)
