@@ -69,18 +69,22 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--quick", action="store_true", help="small CPU case")
     p.add_argument("--arch", default="resnet18")
     p.add_argument("--pruned-flops", type=float, default=0.5)
-    p.add_argument("--epochs", type=int, default=3, help="base training epochs")
-    p.add_argument("--retrain-epochs", type=int, default=3)
-    p.add_argument("--train-images", type=int, default=12000)
-    p.add_argument("--val-images", type=int, default=1000)
+    p.add_argument("--epochs", type=int, help="base training epochs (3; --quick: 2)")
+    p.add_argument("--retrain-epochs", type=int, help="3 (--quick: 1)")
+    p.add_argument("--train-images", type=int, help="12000 (--quick: 4000)")
+    p.add_argument("--val-images", type=int, help="1000 (--quick: 500)")
     p.add_argument("--size", type=int, default=32)
-    p.add_argument("--ratios", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9")
+    p.add_argument("--ratios", help="0.1,0.2,...,0.9 (--quick: 0.2,0.4,0.6,0.8)")
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    if args.quick:
-        args.epochs, args.retrain_epochs, args.train_images, args.val_images = 2, 1, 4000, 500
-        args.ratios = "0.2,0.4,0.6,0.8"
+    defaults = dict(epochs=2, retrain_epochs=1, train_images=4000, val_images=500,
+                    ratios="0.2,0.4,0.6,0.8") if args.quick else \
+        dict(epochs=3, retrain_epochs=3, train_images=12000, val_images=1000,
+             ratios="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9")
+    for key, value in defaults.items():  # a flag given wins over --quick
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     ratios = tuple(float(r) for r in args.ratios.split(","))
     common = dict(input_size=args.size, train_limit=args.train_images, eval_limit=args.val_images,
                   batch_size=128, lr=0.05, device=args.device, seed=args.seed, progress=False)

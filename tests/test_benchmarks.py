@@ -19,7 +19,7 @@ def _script(name):
 def test_equal_flops_accuracy_prunes_all_three_ways_to_the_same_flops(capsys):
     best = _script("equal_flops_accuracy").main(
         ["--epochs", "1", "--retrain-epochs", "1", "--train-images", "256", "--val-images", "64",
-         "--ratios", "0.3,0.6", "--size", "32"])
+         "--ratios", "0.3,0.6", "--size", "32", "--arch", "resnet10t"])
     out = capsys.readouterr().out
     rows = re.findall(r"^\| (sensitivity|uniform|tp-global) \| [\d.]+M \(-([\d.]+)%\) \| "
                       r"[\d.]+M \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)
