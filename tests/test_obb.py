@@ -281,7 +281,6 @@ def test_rotated_nms_class_by_class_keeps_exactly_what_ultralytics_keeps():
     from autoprune.tasks.detection import validator
 
     real = nms.TorchNMS.fast_nms
-    grouped = validator.class_by_class(real)
     computed = []
     spy = lambda *a, **k: computed.append(len(a[0])) or real(*a, **k)  # noqa: E731
     for seed, (n, classes) in enumerate([(600, 15), (300, 2), (1200, 10)]):

@@ -8,7 +8,6 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-import torch_pruning as tp
 from torch_pruning.utils import op_counter
 
 from .fast_copy import fast_copies_in
