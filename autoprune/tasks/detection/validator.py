@@ -1,5 +1,5 @@
 """Ultralytics' detection validator with an NMS that has no time limit: the same results,
-independent of the machine's load; rotated boxes (OBB) compared within their class only."""
+independent of the machine's load; rotated boxes compared within their class only."""
 from __future__ import annotations
 
 import contextlib
@@ -49,10 +49,10 @@ def class_by_class(fast_nms, max_wh: float = MAX_WH):
     """Ultralytics' ``TorchNMS.fast_nms`` for rotated boxes (``iou_func=batch_probiou``) that
     computes the probiou of boxes of the same class only (the classes told apart by the offset
     ``max_wh`` Ultralytics adds to each class's centres): the same kept boxes in the same order,
-    with a fraction of the n x n probiou matrix (a 15-class OBB model: 1/15 of the time and
-    memory; an analysis point of a heavily pruned model can hold tens of thousands of candidate
-    boxes). Any other call, and boxes outside the bound that makes it exact (see
-    :data:`RESIDUAL`), go to ``fast_nms`` as they are."""
+    with a fraction of the n x n probiou matrix (15 classes: 1/15 of the time and memory; an
+    analysis point of a heavily pruned model can hold tens of thousands of candidate boxes).
+    Any other call, and boxes outside the bound that makes it exact (see :data:`RESIDUAL`), go
+    to ``fast_nms`` as they are."""
 
     def grouped(boxes, scores, iou_threshold, use_triu=True, iou_func=None, exit_early=True,
                 **more):
