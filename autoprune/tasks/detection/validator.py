@@ -62,14 +62,14 @@ def class_by_class(fast_nms, max_wh: float = MAX_WH):
         if iou_func is not batch_probiou or not use_triu or more or len(boxes) < GROUPED_FROM:
             return fast_nms(boxes, scores, iou_threshold, **kwargs)
         keys = torch.floor(boxes[:, 0] / max_wh + 0.5)
-        residual = boxes[:, :2] - keys[:, None] * max_wh
+        residual, classes = boxes[:, :2] - keys[:, None] * max_wh, torch.unique(keys)
         if not bool(torch.isfinite(boxes).all()) or bool(residual.abs().max() > RESIDUAL) or \
-                bool(boxes[:, 2:4].abs().max() > SIDE) or len(torch.unique(keys)) < 2:
+                bool(boxes[:, 2:4].abs().max() > SIDE) or len(classes) < 2:
             return fast_nms(boxes, scores, iou_threshold, **kwargs)
         order = torch.argsort(scores, descending=True)  # as fast_nms orders them
         ordered_keys, kept = keys[order], torch.zeros(len(boxes), dtype=torch.bool,
                                                       device=boxes.device)
-        for key in torch.unique(ordered_keys):
+        for key in classes:
             where = torch.nonzero(ordered_keys == key).squeeze(-1)  # this class, score order
             same = boxes[order[where]]
             ious = batch_probiou(same, same).triu_(diagonal=1)
