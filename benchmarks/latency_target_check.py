@@ -47,9 +47,16 @@ def _adapter(name: str, size: int | None = None):
     return get_adapter(task, input_size=size or default, **kwargs)
 
 
-def remeasure(name: str, path: str) -> dict:
+def _timing(device: str, batch: int = 1):
+    """How the check times: on the CPU with one thread, or on the GPU (``device="cuda"``)."""
+    from autoprune.engine.timing import Timing
+
+    return Timing(device=device, threads=1 if device == "cpu" else None, batch=batch)
+
+
+def remeasure(name: str, path: str, device: str = "cpu", batch: int = 1) -> dict:
     """In this (fresh) process: the unpruned model against the checkpoint at ``path``, timed in
-    pairs on the CPU with one thread."""
+    pairs as :func:`_timing` says (CPU: one thread)."""
     import torch
 
     from autoprune import read_pruned_metadata
@@ -60,18 +67,20 @@ def remeasure(name: str, path: str) -> dict:
     adapter = _adapter(name, read_pruned_metadata(path).get("input_size"))
     base = adapter.build(adapter.arch_key(MODELS[name][1])).eval()
     pruned = load_model(path, adapter).eval()
-    out = paired_reduction(base, pruned, adapter.example_inputs(base), device="cpu", threads=1,
-                           rounds=25)
+    timing = _timing(device, batch)
+    out = paired_reduction(base, pruned, adapter.example_inputs(base), device=timing.device,
+                           threads=timing.threads, batch=timing.batch, rounds=25)
     return {"reduction": out["reduction"], "baseline_ms": out["baseline_ms"],
             "pruned_ms": out["pruned_ms"]}
 
 
-def fresh_median(name: str, path: Path, runs: int) -> dict:
+def fresh_median(name: str, path: Path, runs: int, device: str = "cpu", batch: int = 1) -> dict:
     """:func:`remeasure` in ``runs`` new processes, one after the other; the run with the median
     reduction (the load of a shared machine moves a single run by several points)."""
     results = []
     for _ in range(runs):
-        child = subprocess.run([sys.executable, __file__, "--remeasure", name, str(path)],
+        child = subprocess.run([sys.executable, __file__, "--remeasure", name, str(path),
+                                "--device", device, "--batch", str(batch)],
                                capture_output=True, text=True, check=False)
         if child.returncode != 0:
             raise RuntimeError(f"the fresh process failed: {child.stderr.strip()[-800:]}")
@@ -83,12 +92,12 @@ def fresh_median(name: str, path: Path, runs: int) -> dict:
 
 
 def check(name: str, target: float, ratios: list[float] | None, tolerance: float,
-          work: Path, fresh_runs: int = 3) -> dict:
+          work: Path, fresh_runs: int = 3, device: str = "cpu", batch: int = 1) -> dict:
     """Steps 1-3 of the module docstring for one model; its figures."""
     import torch
 
     from autoprune import save_pruned
-    from autoprune.engine.latency import Timing, measure_latencies
+    from autoprune.engine.latency import measure_latencies
     from autoprune.engine.latency_target import ratios_by_latency
     from autoprune.engine.measure import count_flops
     from autoprune.engine.prune import prune
@@ -106,16 +115,18 @@ def check(name: str, target: float, ratios: list[float] | None, tolerance: float
         losses = {g: {r: v for r, v in pts.items() if any(abs(r - q) < 1e-9 for q in ratios)}
                   for g, pts in losses.items()}
     start = time.time()
-    record = measure_latencies(model, example, losses, threads=1, ignored_layers=ignored,
-                               arch=key, path=work / f"{name}-latency.json", progress=False)
+    timing = _timing(device, batch)
+    record = measure_latencies(model, example, losses, timing=timing, ignored_layers=ignored,
+                               arch=key, path=work / f"{name}-{device}-b{batch}-latency.json",
+                               progress=False)
     timed = time.time() - start
-    chosen = ratios_by_latency(model, example, record, target, timing=Timing(threads=1),
+    chosen = ratios_by_latency(model, example, record, target, timing=timing,
                                ignored_layers=ignored, search={"tolerance": tolerance})
     pruned = copy.deepcopy(model)
     prune(pruned, example, {g: r for g, r in chosen.items() if r > 0}, ignored_layers=ignored)
     path = save_pruned(pruned, work / f"{name}.pt", task=task, arch=key,
                        build=adapter.build_kwargs(model), input_size=size, pruned=True)
-    fresh = fresh_median(name, path, fresh_runs)
+    fresh = fresh_median(name, path, fresh_runs, device, batch)
     flops = count_flops(model, example), count_flops(pruned, example)
     return {"model": name, "size": size, "target": target, "table_saving": chosen.table_saving,
             "achieved": chosen.achieved, "fresh": fresh["reduction"],
@@ -137,11 +148,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="mobilenetv3_large_100 only")
     p.add_argument("--work-dir", help="keep the timed tables and checkpoints here (a rerun reuses "
                    "the timings) instead of a temporary folder")
+    p.add_argument("--device", default="cpu", help="where latency is timed: cpu (one thread, the "
+                   "default) or cuda")
+    p.add_argument("--batch", type=int, default=1, help="batch size timed (default 1)")
     p.add_argument("-v", "--verbose", action="store_true", help="log each timed allocation")
     p.add_argument("--remeasure", nargs=2, metavar=("MODEL", "CHECKPOINT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.remeasure:
-        print(json.dumps(remeasure(*args.remeasure)), flush=True)
+        print(json.dumps(remeasure(*args.remeasure, args.device, args.batch)), flush=True)
         return []
     names = ["mobilenetv3_large_100"] if args.quick else args.models.split(",")
     unknown = [n for n in names if n not in MODELS]
@@ -158,7 +172,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name in names:
-            r = check(name, args.target, ratios, args.tolerance, work, args.fresh_runs)
+            r = check(name, args.target, ratios, args.tolerance, work, args.fresh_runs,
+                      args.device, args.batch)
             rows.append(r)
             print(f"{name:24s} {r['size']:4d} {r['target']:7.3f} {r['table_saving']:9.3f} "
                   f"{r['achieved']:8.3f} {r['fresh']:7.3f} "
@@ -166,7 +181,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"{-r['flops_removed']:+7.1%}  {'yes' if r['within'] else 'NO'} "
                   f"({r['points']} points timed in {r['timing_s']:.0f} s; fresh runs "
                   f"{', '.join(f'{x:.3f}' for x in r['fresh_runs'])})", flush=True)
-    print(f"models={len(rows)} within={sum(r['within'] for r in rows)} target={args.target} "
+    print(f"device={args.device} batch={args.batch} models={len(rows)} within={sum(r['within'] for r in rows)} target={args.target} "
           f"tolerance={args.tolerance}", flush=True)
     return rows
 

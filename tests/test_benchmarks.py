@@ -49,7 +49,11 @@ def test_sensitivity_speed_prints_speedup_and_difference(capsys):
     script.evaluate_topk = _true_class_probability  # both paths, the reference and autoprune's
     script.main(["--val-images", "64", "--size", "32", "--ratios", "0.5", "--groups", "2",
                  "--train-images", "128"])
-    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    out = capsys.readouterr().out
+    last = out.rstrip().splitlines()[-1]
+    assert re.search(r"^autoprune adaptive \(loss target 0\.05\): [\d.]+ s \(speedup [\d.]+, "
+                     r"\d+ images evaluated of 128, same allocation as PaddleSlim's table: "
+                     r"(yes|no)\)$", out, re.M), out
     m = re.fullmatch(r"speedup=([\d.]+) max_abs_diff=([\d.e+-]+)", last)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) <= 1e-4
 

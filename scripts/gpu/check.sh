@@ -1,37 +1,57 @@
 #!/usr/bin/env bash
-# The GPU check of issue "GPU figures", run on a lent GPU machine in two commands of under 10
-# minutes each (prepare with scripts/gpu/prepare.sh; see there how to call it):
-#   check.sh tests   the test suite on the GPU (device="auto" picks CUDA: AMP training, the masked
-#                    batched sensitivity evaluation, device selection, ...), 12 workers
-#   check.sh bench   the GPU figures: sensitivity speed (PaddleSlim's algorithm against autoprune's
-#                    default and the adaptive analysis), latency against FLOPs at batch 1 and 32,
-#                    a pruned_latency=0.4 target timed on the GPU re-measured in a fresh process,
-#                    and the main job (classification) on the GPU with its report
-# Everything it prints and writes lands in $OUT (logs, report.json, figures).
+# The GPU check of issue "GPU figures", run on a lent GPU machine in two commands that fit a
+# session's 15 minutes of device time with the machine's start (prepare with
+# scripts/gpu/prepare.sh; see there how to call it):
+#   check.sh bench   the GPU figures (~5.5 min): sensitivity speed (PaddleSlim's algorithm
+#                    against autoprune's default, masked variants and the adaptive analysis),
+#                    latency against FLOPs at batch 1 and 32 with round_to 1, 8 and 32, a
+#                    pruned_latency=0.4 target timed on the GPU and re-measured in fresh processes,
+#                    and the main job (./run.sh's demo) on the GPU with its report
+#   check.sh tests   the test suite on the GPU (~5 min, 14 workers): device="auto" picks CUDA
+#                    (AMP training, the masked batched analysis, GPU latency rows), plus
+#                    tests/test_gpu.py, which only runs where there is a GPU
+# Each step has its own time limit, so one slow step cannot take the others' time. Everything
+# lands in $OUT (at most 8 files come back: gpu.txt, bench.log, demo_report.json, demo_report.md,
+# tests.log, junit.xml).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False HF_HUB_OFFLINE=1 \
+export PYTHONUNBUFFERED=1 YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False HF_HUB_OFFLINE=1 CI=true \
        AUTOPRUNE_FASHION_MNIST="$PWD/.fmnist" YOLO_CONFIG_DIR=/tmp/yolo-config
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH="/tmp/site:$PWD"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, timm, onnxruntime as o; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0)); print('onnxruntime', o.__version__, o.get_available_providers())"
-} 2>&1 | tee "$OUT/gpu.txt"
+python3 -c "import polars" 2>/dev/null || export PYTHONPATH="$PYTHONPATH:$PWD/scripts/gpu/shim"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  lscpu | grep -E "^Model name|^CPU\(s\)"
+  python3 -c "import torch, timm, ultralytics, torch_pruning, onnxruntime as o; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0), '| timm', timm.__version__, '| ultralytics', ultralytics.__version__, '| torch-pruning', torch_pruning.__version__, '| onnxruntime', o.__version__, o.get_available_providers())"
+} 2>&1 | tee -a "$OUT/gpu.txt"
+step() {  # step <seconds> <title> <command...>: time-limited, logged to bench.log with its wall time
+  local limit=$1 title=$2; shift 2
+  echo "=== $title (limit ${limit} s)" | tee -a "$OUT/bench.log"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/bench.log" | grep -v "^\s*$" | tail -25
+  echo "=== $title: rc=${PIPESTATUS[0]} wall=$((SECONDS - t0)) s" | tee -a "$OUT/bench.log"
+}
 case "${1:-tests}" in
-  tests)
-    # the whole suite but the benchmark smoke tests (CPU figures) and torchrun's gloo tests
-    timeout 540 python3 -m pytest tests -q -x -n 12 --dist loadfile -p no:cacheprovider \
-      --ignore-glob='tests/test_benchmarks*' 2>&1 | tee "$OUT/tests.log" | tail -40
-    ;;
   bench)
-    timeout 200 python3 benchmarks/sensitivity_speed.py --device cuda 2>&1 | tee "$OUT/sensitivity_speed.log" | tail -25
-    timeout 150 python3 benchmarks/latency_vs_flops.py --device cuda --batches 1,32 \
-      --round-to none,8,32 2>&1 | tee "$OUT/latency_vs_flops.log" | tail -25
-    timeout 180 python3 -m autoprune demo --device cuda --save-dir /tmp/demo-gpu --train-limit 6000 \
-      2>&1 | tee "$OUT/demo.log" | tail -25
+    step 90 "sensitivity speed, resnet18 64 px, 2,000 PNG val images" \
+      python3 benchmarks/sensitivity_speed.py --device cuda
+    step 65 "latency vs FLOPs on the GPU" python3 benchmarks/latency_vs_flops.py --device cuda \
+      --batches 1,32 --round-to none,8,32 --runs 20
+    step 65 "pruned_latency=0.4 timed on the GPU, re-measured in fresh processes" \
+      python3 benchmarks/latency_target_check.py --device cuda --models resnet18,yolov8n \
+      --fresh-runs 3
+    step 95 "the main job (autoprune demo) on the GPU" \
+      python3 -m autoprune demo --device cuda --save-dir /tmp/demo-gpu
     cp /tmp/demo-gpu/report.json "$OUT/demo_report.json" 2>/dev/null
+    cp /tmp/demo-gpu/report.md "$OUT/demo_report.md" 2>/dev/null
     ;;
-  *) echo "usage: check.sh tests|bench"; exit 2 ;;
+  tests)
+    # the whole suite but the benchmark smoke tests (their figures are the CPU's)
+    timeout 275 python3 -m pytest tests -q -n 14 --dist loadfile -p no:cacheprovider \
+      --timeout 200 -rfE --tb=short --junitxml="$OUT/junit.xml" \
+      --ignore-glob='tests/test_benchmarks*' 2>&1 | tee "$OUT/tests.log" | tail -60
+    ;;
+  *) echo "usage: check.sh bench|tests"; exit 2 ;;
 esac
