@@ -49,7 +49,8 @@ case "${1:-tests}" in
     ;;
   tests)
     # the whole suite but the benchmark smoke tests (their figures are the CPU's)
-    timeout 275 python3 -m pytest tests -q -n 14 --dist loadfile -p no:cacheprovider \
+    PYTHONPATH="$PYTHONPATH:$PWD/scripts/gpu" timeout -s INT "${LIMIT:-275}" python3 -m pytest \
+      tests -q -n 14 --dist loadfile -p no:cacheprovider -p live_failures -p no:benchmark \
       --timeout 200 -rfE --tb=short --junitxml="$OUT/junit.xml" \
       --ignore-glob='tests/test_benchmarks*' 2>&1 | tee "$OUT/tests.log" | tail -60
     ;;
