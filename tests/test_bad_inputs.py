@@ -330,6 +330,37 @@ def test_bad_input_gives_its_one_line_error(case, tmp_path):
     assert "\n" not in text and text.strip() == text
 
 
+def test_a_label_out_of_range_is_caught_before_the_loss():
+    """The training loop checks class labels on the loader's CPU copy before the loss sees them:
+    on a GPU the loss's own check is a device-side assert that breaks every later CUDA call of
+    the process (the GPU run of the suite lost 275 tests to one such label). A loss that does
+    not check (it ignores the labels) shows the loop's own check; ``ignore_index`` labels pass."""
+    from autoprune.flow.training.loop import _batch_loss
+
+    net, x = torch.nn.Conv2d(3, 4, 1), torch.randn(2, 3, 8, 8)
+    calls = []
+
+    class Unchecked(torch.nn.Module):
+        ignore_index = 255
+
+        def forward(self, out, target):
+            calls.append(target)
+            return out.mean()
+
+    def loss(labels):
+        return _batch_loss(net, x, labels, Unchecked(), None, False, torch.device("cpu"), labels)
+
+    loss(torch.full((2, 8, 8), 255).index_fill_(1, torch.tensor([0]), 3))  # 255 ignored, 3 < 4
+    assert len(calls) == 1
+    for bad in (4, -1):
+        with pytest.raises(ap.ConfigError, match=rf"a training label is out of range \(Target "
+                           rf"{bad} is out of bounds for 4 classes"):
+            loss(torch.zeros(2, 8, 8, dtype=torch.long).index_fill_(2, torch.tensor([5]), bad))
+    assert len(calls) == 1  # the loss never saw the bad labels
+    loss(torch.rand(2, 4, 8, 8))  # soft (float) targets are not class labels
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("config, message", [
     (None, "no config file at"),
     ("model: [resnet18\n", "is not valid YAML"),

@@ -126,9 +126,11 @@ def _fit(model: nn.Module, loader: DataLoader, cfg: FitConfig, device: torch.dev
         bar = progress_bar(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False,
                            enabled=cfg.progress and rank == 0, lines=False)
         for inputs, targets in bar:
+            labels = targets  # as the loader gives them (on the CPU): checked before the loss
             inputs = inputs.to(device, non_blocking=True)
             targets = targets.to(device, non_blocking=True)
-            loss = _batch_loss(net, inputs, targets, loss_fn, distill, loop.use_amp, device)
+            loss = _batch_loss(net, inputs, targets, loss_fn, distill, loop.use_amp, device,
+                               labels)
             diverged = not torch.isfinite(loss)
             if world > 1:  # every rank stops together (a lone raise would hang the others)
                 diverged = all_reduce_sum(float(diverged), device) > 0
@@ -202,11 +204,14 @@ class _Loop:
 
 
 def _batch_loss(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Callable,
-                distill: Distill | None, use_amp: bool, device: torch.device) -> torch.Tensor:
-    """The training loss of one batch: the task loss, with ``distill``'s term when given."""
+                distill: Distill | None, use_amp: bool, device: torch.device,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+    """The training loss of one batch: the task loss, with ``distill``'s term when given.
+    ``labels``: the targets as the loader gave them, checked against the outputs' classes."""
     with torch.autocast(device.type, enabled=use_amp):
         outputs = net(inputs)
         try:
+            _labels_in_range(outputs, targets if labels is None else labels, loss_fn)
             loss = loss_fn(outputs, targets)
         except IndexError as e:  # CrossEntropy on a label >= the number of outputs
             raise ConfigError(f"a training label is out of range ({e}): labels must be "
@@ -218,6 +223,19 @@ def _batch_loss(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, los
             kd = (distill.kd_loss or kd_loss)(outputs, teacher_out, distill.temperature)
             loss = (1 - distill.alpha) * loss + distill.alpha * kd
     return loss
+
+
+def _labels_in_range(outputs: Any, labels: Any, loss_fn: Callable) -> None:
+    """IndexError for a class label outside ``0 .. outputs.shape[1] - 1`` (the loss's
+    ``ignore_index`` aside). On a GPU such a label is a device-side assert that breaks the
+    process's CUDA context for good, so it is checked here, on the loader's (CPU) copy."""
+    if not (isinstance(outputs, torch.Tensor) and isinstance(labels, torch.Tensor)) \
+            or outputs.dim() < 2 or labels.is_floating_point() or labels.dtype == torch.bool:
+        return
+    valid = labels[labels != getattr(loss_fn, "ignore_index", -100)]
+    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= outputs.shape[1]):
+        bad = int(valid.max()) if int(valid.max()) >= outputs.shape[1] else int(valid.min())
+        raise IndexError(f"Target {bad} is out of bounds for {outputs.shape[1]} classes.")
 
 
 def _rng_states(loader: DataLoader) -> dict[str, Any]:
