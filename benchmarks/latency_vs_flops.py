@@ -126,6 +126,7 @@ def main(argv=None) -> list[dict]:
                     pruned = copy.deepcopy(model)
                     res = prune(pruned, example, ratios, round_to=rt, ignored_layers=ignored)
                     ratio = statistics.median(ratios.values()) if ratios else 0.0
+                    timings = []  # printed as measured: a run stopped at its limit keeps them
                     for b in batches:  # paired: the unpruned model is timed right before
                         before = timed(model, inputs[b], devices, args.warmup, args.runs)
                         after = timed(res.model, inputs[b], devices, args.warmup, args.runs)
@@ -137,10 +138,12 @@ def main(argv=None) -> list[dict]:
                             row[f"{d}_before"], row[f"{d}_after"] = before[d], after[d]
                             row[f"{d}_speedup"] = before[d] / after[d]
                             row[f"{d}_eff"] = row[f"{d}_speedup"] / row["flops_x"]
+                            timings.append(f"batch {b} {d} {before[d]:.2f} -> {after[d]:.2f} ms "
+                                           f"({row[f'{d}_speedup']:.2f}x)")
                         rows.append(row)
                     print(f"  round_to={rt} target={target}: ratio {ratio:.3f}, FLOPs "
-                          f"-{res.flops_reduction:.1%} ({time.perf_counter() - t0:.1f} s)",
-                          flush=True)
+                          f"-{res.flops_reduction:.1%}; {'; '.join(timings)} "
+                          f"({time.perf_counter() - t0:.1f} s)", flush=True)
                     del pruned, res
 
     label = {"cpu": "CPU", "cuda": "GPU"}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +106,18 @@ RUNS = {"detection": _detection, "segmentation": _segmentation,
 def flow(task: str, s: dict[str, Any], out: Path) -> dict[str, Any]:
     """Base model, pruned + retrained, and the unpruned control; returns the figures."""
     run, metric = RUNS[task], METRICS[task]
+    start = time.perf_counter()
     base = run(s, out / "base", None, False)
     pruned = run(s, out / "pruned", base.baseline_path, True)
+    wall = time.perf_counter() - start  # the base model, then analysis, pruning and retraining
     control = run(s, out / "control", base.baseline_path, False)
     before, after = pruned.report["baseline"], pruned.report["pruned"]
     return {"task": task, "metric": metric, "target": s["target"],
             "settings": {k: v for k, v in s.items() if k != "progress"},
             "flops": [before["flops"], after["flops"]], "params": [before["params"], after["params"]],
             "latency_cpu_ms": [before["latency_cpu_ms"], after["latency_cpu_ms"]],
+            "latency_gpu_ms": [before.get("latency_gpu_ms"), after.get("latency_gpu_ms")],
+            "wall_s": wall,
             "metric_values": [before["metrics"][metric], after["metrics"][metric]],
             "control_metric": control.metrics[metric]}
 

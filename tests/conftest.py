@@ -369,7 +369,14 @@ def run_offline_child(tmp_path, body: str, timeout: int = 600) -> dict:
         def refuse(*args, **kwargs):
             attempts.append(repr(args[:2])[:120])
             raise OSError("network access refused by the test")
-        socket.socket.connect = socket.socket.connect_ex = refuse
+        def local_only(connect):  # Unix sockets stay: DataLoader workers hand tensors over them
+            def call(self, *args, **kwargs):
+                if self.family == socket.AF_UNIX:
+                    return connect(self, *args, **kwargs)
+                return refuse(self, *args, **kwargs)
+            return call
+        socket.socket.connect = local_only(socket.socket.connect)
+        socket.socket.connect_ex = local_only(socket.socket.connect_ex)
         socket.create_connection = socket.getaddrinfo = socket.gethostbyname = refuse
         import torch
         torch.set_num_threads(1)

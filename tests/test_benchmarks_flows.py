@@ -28,6 +28,7 @@ def test_task_flows_quick(tmp_path, capsys):
         assert all(0 <= m <= 1 for m in (*r["metric_values"], r["control_metric"]))
     assert rows[0]["flops"][1] / rows[0]["flops"][0] == pytest.approx(0.7, abs=0.05)  # 0.3
     assert rows[0]["metric"] == "miou"
+    assert rows[0]["wall_s"] > 0 and rows[0]["latency_gpu_ms"] == [None, None]  # CPU run
     for task in tasks:  # the control kept the base model's shapes
         # every training run keeps its model in baseline/ (control: trained, not pruned)
         best = {d: tmp_path / task / d / "baseline" / "best.pt" for d in ("base", "control")}

@@ -43,6 +43,9 @@ def test_latency_vs_flops_tiny(capsys):
     assert table[1][3] == "8" and table[1][11].endswith("x")
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"rows=2 mean_cpu_eff=\d+\.\d{3}", last), last
+    # each row's times printed as measured (a run stopped at its time limit keeps them)
+    assert re.search(r"^  round_to=8 target=0\.5: ratio [\d.]+, FLOPs -[\d.]+%; batch 1 cpu "
+                     r"[\d.]+ -> [\d.]+ ms \([\d.]+x\) \(", out, re.M), out
 
 
 @pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),

@@ -1,6 +1,8 @@
 """Sensitivity analysis sharded over 2 gloo processes equals the single-process result; rank 0
 writes one file; a killed distributed run's shard files are absorbed by the next run."""
 
+import re
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -281,10 +283,33 @@ def test_a_group_started_by_autoprune_is_destroyed_before_interpreter_shutdown(t
         "from autoprune.engine.distributed import init_from_env, all_reduce_sum\n"
         "say = lambda text: os.write(1, (text + '\\n').encode())  # one write a line: two ranks share stdout\n"
         "atexit.register(lambda: say(f'group alive at exit: {dist.is_initialized()}'))\n"
-        "assert init_from_env()\n"
+        "assert init_from_env('cpu')\n"  # gloo, also where there is a GPU
         "total = all_reduce_sum(1.0)\n"
         "say(f'rank {dist.get_rank()} sum {total}')\n")
     out = torchrun([str(script)])  # (ranks whose print() interleaved, "...: ...:False\n False")
     assert "rank 0 sum 2.0" in out and "rank 1 sum 2.0" in out
     assert "group alive at exit: True" not in out
     assert out.count("group alive at exit: False") == 2
+
+
+@pytest.mark.parametrize("device, local_rank, gpus, expected", [
+    ("auto", "0", 1, True), ("cuda", "0", 2, True), ("auto", "1", 2, True),
+    ("cpu", "1", 1, False), (torch.device("cpu"), "3", 1, False), ("auto", "1", 0, False),
+    ("auto", "1", 1, "torchrun started local rank 1 on a machine with 1 GPU (one process per "
+                     "GPU): start `torchrun --nproc_per_node 1`, or pass device='cpu'"),
+    ("cuda:0", "2", 2, "with 2 GPUs")])
+def test_torchrun_ranks_take_a_gpu_each_or_the_cpu(device, local_rank, gpus, expected,
+                                                   monkeypatch):
+    """NCCL on cuda:LOCAL_RANK only where the rank has a GPU of its own and the CPU was not asked
+    for; more ranks than GPUs is a one-line error, not set_device's CUDA error on rank 1 (seen
+    on the one-GPU machine: the gloo tests' rank 1 died with exit code 2)."""
+    from autoprune.engine.distributed import _ranks_on_gpus
+
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    if isinstance(expected, bool):
+        assert _ranks_on_gpus(device) is expected
+    else:
+        with pytest.raises(autoprune.ConfigError, match=re.escape(expected)):
+            _ranks_on_gpus(device)

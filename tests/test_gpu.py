@@ -91,7 +91,8 @@ def test_flow_on_cuda_trains_with_amp_and_reports_gpu_latency(tmp_path):
     rows (CPU and GPU) in the report, and checkpoints that load on the CPU."""
     r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", device="cuda",
                   epochs=1, batch_size=32, input_size=32, train_limit=320, eval_limit=64,
-                  ratios=(0.3, 0.6), pruned_flops=0.3, progress=False)
+                  ratios=(0.3, 0.6), sensitivities_file=tmp_path / "sens.json",
+                  pruned_flops=0.3, progress=False)
     rep = json.loads((tmp_path / "run" / "report.json").read_text())
     for side in ("baseline", "pruned"):
         assert rep[side]["latency_gpu_ms"] > 0 and rep[side]["latency_cpu_ms"] > 0

@@ -130,9 +130,13 @@ def test_bad_latency_settings_refused_before_training(tmp_path, kwargs, match):
     assert not (tmp_path / "baseline").exists()
 
 
-def test_latency_target_needs_a_sensitivity_file(tmp_path):
-    with pytest.raises(autoprune.ConfigError, match="needs sensitivities_file"):
-        cls.train("resnet18", "fashion-mnist", save_dir=tmp_path, pruned_latency=0.4, **SMALL)
+@pytest.mark.parametrize("target", ["pruned_latency", "pruned_flops"])
+def test_a_latency_or_flops_target_needs_a_sensitivity_file(tmp_path, target):
+    """Without sensitivities_file the flow only trains: a FLOPs target was trained and not
+    pruned, and nothing said so (found when the GPU test asked for one)."""
+    with pytest.raises(autoprune.ConfigError, match=f"^{target} needs sensitivities_file"):
+        cls.train("resnet18", "fashion-mnist", save_dir=tmp_path, **{target: 0.4}, **SMALL)
+    assert not (tmp_path / "baseline").exists()
 
 
 @pytest.mark.parametrize("task", ["classification", "detection", "segmentation"])

@@ -17,7 +17,7 @@ import torch
 from autoprune.errors import CheckpointError, ConfigError
 from autoprune.tasks import weights
 from autoprune.tasks.weights import Provenance
-from conftest import refuse_network_probes
+from conftest import refuse_network_probes, run_offline_child
 
 REAL_REACHABLE = weights.reachable
 HEAD = ("fc.weight", "fc.bias")
@@ -412,3 +412,32 @@ def test_when_github_answers_yolo_weights_go_to_the_weights_dir(monkeypatch, yol
     assert asked == [str(yolo_dirs / "yolov8n.pt")] and path == yolo_dirs / "yolov8n.pt"
     assert prov.url == f"https://github.com/ultralytics/assets/releases/download/" \
                        f"{pretrained.ASSETS_RELEASE}/yolov8n.pt"
+
+
+def test_the_offline_child_refuses_the_network_but_not_unix_sockets(tmp_path):
+    """The guard of the offline tests (conftest.run_offline_child): a TCP connection is refused
+    and recorded; a Unix socket, which DataLoader workers use to hand tensors over (on the GPU
+    machine the guard broke a fresh-process test that way), still connects."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="ap")) / "s"  # short: Unix socket paths end at 108 bytes
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        got = run_offline_child(tmp_path, f"""
+            local = socket.socket(socket.AF_UNIX)
+            local.connect({str(path)!r})
+            try:
+                socket.socket(socket.AF_INET).connect(("127.0.0.1", 9))
+                tcp = "connected"
+            except OSError as e:
+                tcp = str(e)
+            print("RESULT", json.dumps({{"tcp": tcp, "attempts": attempts}}))
+        """)
+    finally:
+        server.close()
+        path.unlink()
+        path.parent.rmdir()
+    assert got["tcp"] == "network access refused by the test"
+    assert len(got["attempts"]) == 1 and "127.0.0.1" in got["attempts"][0]

@@ -169,7 +169,8 @@ def test_wheel_ships_the_profiles_and_resolves_default(tmp_path):
                     str(site), str(wheel)], check=True)
     code = ("import autoprune.profiles as p, json; "
             "print(json.dumps({'dir': str(p.profile_dir()), 'profiles': p.available_profiles()}))")
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # the installed copy first
+        p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
                          capture_output=True, text=True).stdout
     found = json.loads(out)

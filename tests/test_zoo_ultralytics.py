@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -253,8 +254,9 @@ def reload_in_fresh_process(paths: list, tmp_path: Path) -> dict[str, float]:
         "print('RESULT', json.dumps(diffs))\n")
     run = subprocess.run([sys.executable, str(script), *map(str, paths)], capture_output=True,
                          text=True, timeout=600, cwd=ROOT,
-                         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-                              "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": os.pathsep.join(  # the parent's after the checkout
+                             p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+                             "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.split("RESULT ", 1)[1])
 

@@ -34,7 +34,7 @@ from .doctor import difference_warning, doctor_lines
 
 
 def demo(args: argparse.Namespace) -> None:
-    init_from_env()  # under torchrun: DDP training, the analysis shared out
+    init_from_env(args.device)  # under torchrun: DDP training, the analysis shared out
     run_demo(args.save_dir, arch=args.arch, epochs=args.epochs,
              pretrain_epochs=args.pretrain_epochs, train_limit=args.train_limit,
              eval_limit=args.eval_limit, input_size=args.input_size,
@@ -156,7 +156,7 @@ def train(args: argparse.Namespace) -> None:
             raise ConfigError(f"{save_dir} holds {found}: `{again}` continues it (a finished "
                               f"stage is not trained again), --overwrite starts over, or set "
                               f"another save_dir")
-    init_from_env()  # under torchrun: DDP training, the sensitivity points shared out
+    init_from_env(cfg.get("device", "auto"))  # under torchrun: DDP training, the points shared
     api.train(**cfg)
 
 
@@ -213,7 +213,7 @@ def _ratios(text: str | None):
 def sensitivity(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint, args.data], "a sensitivity file", None)
     latency = _latency(args)
-    init_from_env()  # under torchrun: the points are shared out over the ranks
+    init_from_env(getattr(args, "device", None) or "auto")  # under torchrun: the points shared
     task = args.task
     if args.task is None and Path(args.checkpoint).is_file():
         task = checkpoint_meta(args.checkpoint).get("task")

@@ -12,6 +12,8 @@ from typing import Any, Sequence, TypeVar
 import torch
 import torch.distributed as dist
 
+from ..errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -70,16 +72,18 @@ def barrier() -> None:
         dist.barrier()
 
 
-def init_from_env() -> bool:
+def init_from_env(device: Any = "auto") -> bool:
     """Initialise the process group when launched by torchrun (``WORLD_SIZE`` > 1).
 
-    NCCL when CUDA is available (each rank on ``cuda:LOCAL_RANK``), gloo otherwise. Returns
-    whether a process group is active.
+    NCCL when the ranks run on GPUs (``device`` "auto" or "cuda" and CUDA available; each rank on
+    ``cuda:LOCAL_RANK``), gloo on the CPU (``device="cpu"``, or no CUDA). A rank left without a
+    GPU of its own (more processes per node than GPUs) is a one-line ConfigError. Returns whether
+    a process group is active.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not dist.is_available():
         return False
     if not dist.is_initialized():
-        use_cuda = torch.cuda.is_available()
+        use_cuda = _ranks_on_gpus(device)
         if use_cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
@@ -87,6 +91,20 @@ def init_from_env() -> bool:
         # threads can abort the process ("terminate called without an active exception",
         # pytorch/pytorch#190489) after all the work was done
         atexit.register(shutdown)
+    return True
+
+
+def _ranks_on_gpus(device: Any) -> bool:
+    """Whether this torchrun rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
+    if str(device).split(":")[0] == "cpu" or not torch.cuda.is_available():
+        return False
+    local, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if local >= gpus:
+        have = "1 GPU" if gpus == 1 else f"{gpus} GPUs"
+        raise ConfigError(f"torchrun started local rank {local} on a machine with {have} (one "
+                          f"process per GPU): start `torchrun --nproc_per_node {gpus}`, or pass "
+                          f"device='cpu' to run the {os.environ.get('LOCAL_WORLD_SIZE', 'ranks')} "
+                          f"processes on the CPU (gloo)")
     return True
 
 

@@ -106,7 +106,7 @@ def run_task(task: Task, given: dict[str, Any]) -> TrainResult:
     flow_defaults = settings.flow_defaults
     given = {**flow_defaults, **given}
     flow, own = split_settings(given, settings, task.name)
-    init_from_env()  # under torchrun (a script, or the CLI): DDP training, the analysis shared
+    init_from_env(own.device)  # under torchrun (a script, the CLI): DDP training, the analysis
     torch.manual_seed(flow.seed)
     adapter_class = task.adapter_class()
     adapter_class.check_settings(own, flow)  # before any data is read

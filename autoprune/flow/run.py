@@ -77,7 +77,7 @@ def train(adapter: TaskAdapter, model: str | nn.Module, flow: FlowSettings | Non
     folder (``baseline/``, ``pruned/``), reports at the top of ``save_dir``. Under torchrun (a
     script, or ``torchrun -m autoprune train``) the process group is started here when it is
     not yet: training runs as DDP, the analysis is shared out over the ranks."""
-    init_from_env()
+    init_from_env(adapter.device)
     run = start(adapter, model, flow or from_flat(FlowSettings, keywords), inputs, settings)
     if run.targets is None:
         return plain_training(run)
@@ -161,6 +161,9 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
         if flow.pruned_latency is not None:
             raise ConfigError("pruned_latency needs sensitivities_file: a path to measure the "
                               "sensitivities and latencies into, or 'DEFAULT'")
+        if flow.pruned_flops is not None:  # else trained, not pruned, and nothing said
+            raise ConfigError("pruned_flops needs sensitivities_file: a path to measure the "
+                              "sensitivities into, or 'DEFAULT' (the bundled profile)")
         if distill or flow.prune_steps > 1:
             raise ConfigError("distill and prune_steps shape the retraining after pruning: pass "
                               "sensitivities_file (a path or 'DEFAULT') and a target, or drop "

@@ -6,13 +6,13 @@
 #                    against autoprune's default, masked variants and the adaptive analysis),
 #                    latency against FLOPs at batch 1 and 32 with round_to 1, 8 and 32, a
 #                    pruned_latency=0.4 target timed on the GPU and re-measured in fresh processes,
-#                    and the main job (./run.sh's demo) on the GPU with its report
+#                    the task flows and the main job (./run.sh's demo) on the GPU with reports
 #   check.sh tests   the test suite on the GPU (~5 min, 14 workers): device="auto" picks CUDA
 #                    (AMP training, the masked batched analysis, GPU latency rows), plus
 #                    tests/test_gpu.py, which only runs where there is a GPU
 # Each step has its own time limit, so one slow step cannot take the others' time. Everything
-# lands in $OUT (at most 8 files come back: gpu.txt, bench.log, demo_report.json, demo_report.md,
-# tests.log, junit.xml).
+# lands in $OUT (at most 8 files come back: gpu.txt, bench.log, task_flows.json,
+# demo_report.json, tests.log, junit.xml, failures.log: each failure as it happens).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
@@ -35,17 +35,21 @@ step() {  # step <seconds> <title> <command...>: time-limited, logged to bench.l
 }
 case "${1:-tests}" in
   bench)
-    step 90 "sensitivity speed, resnet18 64 px, 2,000 PNG val images" \
-      python3 benchmarks/sensitivity_speed.py --device cuda
-    step 65 "latency vs FLOPs on the GPU" python3 benchmarks/latency_vs_flops.py --device cuda \
-      --batches 1,32 --round-to none,8,32 --runs 20
-    step 65 "pruned_latency=0.4 timed on the GPU, re-measured in fresh processes" \
-      python3 benchmarks/latency_target_check.py --device cuda --models resnet18,yolov8n \
-      --fresh-runs 3
-    step 95 "the main job (autoprune demo) on the GPU" \
+    # (2026-11-26, H100: the default-precision sensitivity speed, the demo and half of latency
+    # vs FLOPs were measured; benchmarks/README.md "GPU". What is left first.)
+    step 85 "sensitivity speed, resnet18 64 px, 2,000 PNG val images, plain FP32 (no TF32)" \
+      python3 benchmarks/sensitivity_speed.py --device cuda --tf32 off
+    step 75 "latency vs FLOPs on the GPU" python3 benchmarks/latency_vs_flops.py --device cuda \
+      --batches 1,32 --round-to none,8,32 --targets 0.3,0.7 --runs 20
+    step 60 "pruned_latency=0.4 timed on the GPU at batch 32, re-measured in fresh processes" \
+      python3 benchmarks/latency_target_check.py --device cuda --batch 32 \
+      --models resnet18,yolov8n --fresh-runs 3
+    step 70 "detection, instance segmentation and segmentation one-call flows on the GPU" \
+      python3 benchmarks/task_flows.py --quick --device cuda --out /tmp/task-flows
+    cp /tmp/task-flows/results.json "$OUT/task_flows.json" 2>/dev/null
+    step 40 "the main job (autoprune demo) on the GPU" \
       python3 -m autoprune demo --device cuda --save-dir /tmp/demo-gpu
     cp /tmp/demo-gpu/report.json "$OUT/demo_report.json" 2>/dev/null
-    cp /tmp/demo-gpu/report.md "$OUT/demo_report.md" 2>/dev/null
     ;;
   tests)
     # the whole suite but the benchmark smoke tests (their figures are the CPU's)

@@ -4,7 +4,7 @@ import os
 
 
 def pytest_runtest_logreport(report):
-    if report.failed:
+    if report.failed and not os.environ.get("PYTEST_XDIST_WORKER"):  # once, by the controller
         path = os.path.join(os.environ.get("OUT", "/tmp"), "failures.log")
         with open(path, "a") as f:
             f.write(f"=== {report.nodeid} [{report.when}]\n{report.longreprtext[-4000:]}\n")

@@ -71,7 +71,8 @@ def quantize_error(e: BaseException, step: str) -> ConfigError:
     found = re.search(r"implementation for (\w+)\((-?\d+)\) node with name '([^']*)'", text)
     if found:
         why = f"it has no kernel for the operator {found.group(1)} (node {found.group(3)!r})"
-    elif (found := re.search(r"(\S+?)(?:\((-?\d+)\))? is not a registered function/op", text)):
+    elif (found := re.search(r"(\S+?)(?:\((-?\d+)\))? is not a registered function/op", text)) \
+            or (found := re.search(r"No Op registered for (\w+)", text)):
         why = f"it does not know the operator {found.group(1)}"
     else:
         why = f"{type(e).__name__}: {_one_line(e)}"
