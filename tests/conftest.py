@@ -23,6 +23,9 @@ torch.set_num_threads(1)
 # the tests check what a report holds, not how precise its milliseconds are. Set in the
 # environment, so that CLI and torchrun children take it too.
 os.environ.setdefault("AUTOPRUNE_REPORT_ROUNDS", "3")
+# ...and in torch only: the ONNX Runtime row (two exports and two sessions, 1-2.5 s a run, about
+# 100 runs) is checked by the tests that ask for it (monkeypatch.setenv, `report_in_onnxruntime`).
+os.environ.setdefault("AUTOPRUNE_REPORT_RUNTIMES", "torch")
 
 NUM_CLASSES = 10
 IMG = 32
@@ -418,3 +421,9 @@ def refuse_network_probes(monkeypatch) -> None:
 
     monkeypatch.setattr(weights, "reachable", refuse)
     monkeypatch.setattr(weights, "_probes", {})
+
+
+@pytest.fixture
+def report_in_onnxruntime(monkeypatch):
+    """The report's ONNX Runtime row on, as for a user (the suite leaves it out, see above)."""
+    monkeypatch.setenv("AUTOPRUNE_REPORT_RUNTIMES", "torch,onnxruntime")

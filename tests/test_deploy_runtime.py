@@ -27,7 +27,7 @@ class Images(torch.utils.data.Dataset):
         return torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(i)), i % 3
 
 
-def test_the_report_has_onnx_runtime_rows_beside_eager(tmp_path):
+def test_the_report_has_onnx_runtime_rows_beside_eager(tmp_path, report_in_onnxruntime):
     data = Images()
     r = cls.train(ToyNet(3), data, data, epochs=1, batch_size=4, input_size=32, progress=False,
                   save_dir=tmp_path / "run", sensitivities_file=tmp_path / "s.json",
@@ -40,6 +40,26 @@ def test_the_report_has_onnx_runtime_rows_beside_eager(tmp_path):
     assert "CPU latency, ONNX Runtime" in (tmp_path / "run" / "report.csv").read_text()
 
 
+@pytest.mark.parametrize("value, rows", [("torch", 1), ("torch,onnxruntime", 2), ("", 2),
+                                          ("onnxruntime", None), ("torch,tensorrt", None)])
+def test_report_runtimes_choose_the_rows(value, rows, monkeypatch):
+    """$AUTOPRUNE_REPORT_RUNTIMES: both rows by default, "torch" leaves ONNX Runtime's out (no
+    export, no session), anything else is a one-line error naming the two settings."""
+    from autoprune.flow.report import compare_sides
+    from autoprune.tasks import get_adapter
+
+    monkeypatch.setenv("AUTOPRUNE_REPORT_RUNTIMES", value)
+    adapter, model = get_adapter("classification", num_classes=3, input_size=32), ToyNet(3).eval()
+    if rows is None:
+        with pytest.raises(ap.ConfigError, match="must be 'torch' or 'torch,onnxruntime'") as e:
+            compare_sides(adapter, model, model, {"top1": 0.5}, {"top1": 0.5})
+        assert_one_line(e)
+        return
+    sides = compare_sides(adapter, model, model, {"top1": 0.5}, {"top1": 0.5})
+    timed = [k for k in ("latency_cpu_ms", "latency_onnxruntime_ms") if sides["pruned"][k]]
+    assert len(timed) == rows and (sides["latency_paired"]["onnxruntime"] is None) == (rows == 1)
+
+
 class Odd(ToyNet):
     """A model ONNX Runtime cannot run: an FFT the exporter cannot write."""
 
@@ -47,7 +67,7 @@ class Odd(ToyNet):
         return super().forward(torch.fft.fft2(x).real)
 
 
-def test_a_model_onnx_runtime_cannot_run_is_a_row_not_a_crash(tmp_path):
+def test_a_model_onnx_runtime_cannot_run_is_a_row_not_a_crash(tmp_path, report_in_onnxruntime):
     from autoprune.flow.report import compare_sides, to_markdown
     from autoprune.tasks import get_adapter
 

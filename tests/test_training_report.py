@@ -64,7 +64,8 @@ def test_reports(tmp_path):
     assert json.loads(paths["json"].read_text())["flops_reduction"] == 0.5
 
 
-def test_report_times_both_sides_in_pairs_and_shows_the_spread(monkeypatch):
+def test_report_times_both_sides_in_pairs_and_shows_the_spread(monkeypatch,
+                                                              report_in_onnxruntime):
     """Both latencies of a report come from one paired measurement (no separate timing of each
     side minutes apart), and the table shows the spread over the paired rounds."""
     import autoprune.flow.report as report_mod

@@ -287,6 +287,25 @@ def _positional_inputs(inputs: Any) -> tuple:
 REPORT_ROUNDS_ENV = "AUTOPRUNE_REPORT_ROUNDS"
 
 
+REPORT_RUNTIMES_ENV = "AUTOPRUNE_REPORT_RUNTIMES"
+REPORT_RUNTIMES = ("torch", "onnxruntime")
+
+
+def report_runtimes() -> tuple[str, ...]:
+    """Where a report times the two models: eager torch, and ONNX Runtime as the task deploys
+    the model when onnxruntime is installed (both by default); ``$AUTOPRUNE_REPORT_RUNTIMES=torch``
+    leaves the ONNX Runtime row out (two exports and sessions less per run: a quick look, or the
+    test suite). Another value is a one-line ConfigError."""
+    value = os.environ.get(REPORT_RUNTIMES_ENV, "").strip()
+    if not value:
+        return REPORT_RUNTIMES
+    named = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if "torch" not in named or not set(named) <= set(REPORT_RUNTIMES):
+        raise ConfigError(f"{REPORT_RUNTIMES_ENV}={value!r} must be 'torch' or "
+                          f"'torch,onnxruntime': set it so or unset it")
+    return named
+
+
 def report_rounds(default: int = 15) -> int:
     """The paired rounds a report's before/after timing takes: ``default``, or the whole number
     in ``$AUTOPRUNE_REPORT_ROUNDS`` (fewer for a quick look, as the test suite does; more on a

@@ -14,6 +14,7 @@ import torch.nn as nn
 
 from ..engine.files import write_text_atomic
 from ..engine.latency import describe, paired_reduction
+from ..engine.timer import report_runtimes
 from ..engine.measure import count_flops, count_params, size_mb, to_device
 from ..engine.fast_copy import fast_deepcopy
 from ..errors import ConfigError
@@ -53,9 +54,10 @@ def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
 def deploy_runtime_latency(adapter: TaskAdapter, models: Mapping[str, nn.Module], inputs: Any,
                            batch: int) -> dict[str, Any] | None:
     """The two models timed in pairs in ONNX Runtime on the CPU (with torch's threads), as the
-    task deploys them, when onnxruntime is installed (None otherwise); a model it cannot run
-    gives ``{"error": <the one line>}`` instead of stopping the report."""
-    if importlib.util.find_spec("onnxruntime") is None:
+    task deploys them, when onnxruntime is installed and ``$AUTOPRUNE_REPORT_RUNTIMES`` does not
+    leave it out (None otherwise); a model it cannot run gives ``{"error": <the one line>}``
+    instead of stopping the report."""
+    if importlib.util.find_spec("onnxruntime") is None or "onnxruntime" not in report_runtimes():
         return None
     try:
         return paired_reduction(adapter.deploy_module(models["baseline"]),
