@@ -181,8 +181,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"{-r['flops_removed']:+7.1%}  {'yes' if r['within'] else 'NO'} "
                   f"({r['points']} points timed in {r['timing_s']:.0f} s; fresh runs "
                   f"{', '.join(f'{x:.3f}' for x in r['fresh_runs'])})", flush=True)
-    print(f"device={args.device} batch={args.batch} models={len(rows)} within={sum(r['within'] for r in rows)} target={args.target} "
-          f"tolerance={args.tolerance}", flush=True)
+    within = sum(r["within"] for r in rows)
+    print(f"device={args.device} batch={args.batch} models={len(rows)} within={within} "
+          f"target={args.target} tolerance={args.tolerance}", flush=True)
     return rows
 
 

@@ -133,5 +133,6 @@ def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch)
     assert len(row["fresh_runs"]) == 2 and row["fresh"] in row["fresh_runs"]  # two processes
     assert row["points"] > 0 and 0 < row["flops_removed"] < 1
     assert re.search(r"^resnet18 +32 +0\.300 ", out, re.M), out
-    assert re.fullmatch(r"device=cpu batch=1 models=1 within=[01] target=0\.3 tolerance=0\.03",
+    assert re.fullmatch(r"device=cpu batch=1 models=1 within=[01] target=0\.3 "
+                        r"tolerance=0\.03",
                         out.rstrip().splitlines()[-1])

@@ -287,6 +287,20 @@ def _positional_inputs(inputs: Any) -> tuple:
 REPORT_ROUNDS_ENV = "AUTOPRUNE_REPORT_ROUNDS"
 
 
+def report_rounds(default: int = 15) -> int:
+    """The paired rounds a report's before/after timing takes: ``default``, or the whole number
+    in ``$AUTOPRUNE_REPORT_ROUNDS`` (fewer for a quick look, as the test suite does; more on a
+    noisy machine). Timings that choose ratios (sensitivity points, candidate allocations) keep
+    their own rounds. A value that is not a positive whole number is a one-line ConfigError."""
+    value = os.environ.get(REPORT_ROUNDS_ENV, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{REPORT_ROUNDS_ENV}={value!r} must be a positive whole number such "
+                          f"as 15: set it so or unset it")
+    return int(value)
+
+
 REPORT_RUNTIMES_ENV = "AUTOPRUNE_REPORT_RUNTIMES"
 REPORT_RUNTIMES = ("torch", "onnxruntime")
 
@@ -304,20 +318,6 @@ def report_runtimes() -> tuple[str, ...]:
         raise ConfigError(f"{REPORT_RUNTIMES_ENV}={value!r} must be 'torch' or "
                           f"'torch,onnxruntime': set it so or unset it")
     return named
-
-
-def report_rounds(default: int = 15) -> int:
-    """The paired rounds a report's before/after timing takes: ``default``, or the whole number
-    in ``$AUTOPRUNE_REPORT_ROUNDS`` (fewer for a quick look, as the test suite does; more on a
-    noisy machine). Timings that choose ratios (sensitivity points, candidate allocations) keep
-    their own rounds. A value that is not a positive whole number is a one-line ConfigError."""
-    value = os.environ.get(REPORT_ROUNDS_ENV, "").strip()
-    if not value:
-        return default
-    if not value.isdigit() or int(value) < 1:
-        raise ConfigError(f"{REPORT_ROUNDS_ENV}={value!r} must be a positive whole number such "
-                          f"as 15: set it so or unset it")
-    return int(value)
 
 
 def paired_reduction(baseline: nn.Module, pruned: nn.Module, example_inputs: Any, *,

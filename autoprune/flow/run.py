@@ -441,7 +441,7 @@ def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file:
     ``model`` is a checkpoint path written by autoprune, a model name (then pass
     ``pretrain_weights``) or a model object.
     """
-    init_from_env()  # under torchrun: the points are shared out over the ranks
+    init_from_env(adapter.device)  # under torchrun: the points are shared out over the ranks
     arch = None
     if names_a_missing_file(model):
         raise CheckpointError(f"no checkpoint at {model}: check the path")

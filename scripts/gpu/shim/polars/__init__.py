@@ -18,7 +18,8 @@ def _value(text: str):
         number = float(text)
     except ValueError:
         return text
-    return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+    whole = number.is_integer() and "." not in text and "e" not in text.lower()
+    return int(number) if whole else number
 
 
 class DataFrame:
@@ -41,7 +42,8 @@ def read_csv(source, infer_schema_length=None, **_):
         text = str(source)
     rows = list(csv.reader(io.StringIO(text)))
     header = [h.strip() for h in rows[0]] if rows else []
-    columns = {h: [_value(r[i].strip()) for r in rows[1:] if len(r) > i] for i, h in enumerate(header)}
+    columns = {h: [_value(r[i].strip()) for r in rows[1:] if len(r) > i]
+               for i, h in enumerate(header)}
     return DataFrame(columns)
 
 
