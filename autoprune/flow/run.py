@@ -161,13 +161,13 @@ def check(adapter: TaskAdapter, flow: FlowSettings) -> Run:
         if flow.pruned_latency is not None:
             raise ConfigError("pruned_latency needs sensitivities_file: a path to measure the "
                               "sensitivities and latencies into, or 'DEFAULT'")
-        if flow.pruned_flops is not None:  # else trained, not pruned, and nothing said
-            raise ConfigError("pruned_flops needs sensitivities_file: a path to measure the "
-                              "sensitivities into, or 'DEFAULT' (the bundled profile)")
         if distill or flow.prune_steps > 1:
             raise ConfigError("distill and prune_steps shape the retraining after pruning: pass "
                               "sensitivities_file (a path or 'DEFAULT') and a target, or drop "
                               "them")
+        if flow.pruned_flops is not None:  # else trained, not pruned, and nothing said
+            raise ConfigError("pruned_flops needs sensitivities_file: a path to measure the "
+                              "sensitivities into, or 'DEFAULT' (the bundled profile)")
         return run
     if flow.pretrain_epochs and flow.pretrain_weights is not None and \
             Path(str(flow.pretrain_weights)).is_file():
