@@ -587,19 +587,27 @@ def test_the_last_validation_of_a_stage_is_its_best_epochs_own(flow, data_yaml, 
                                                                monkeypatch):
     """One process: Ultralytics' final validation of best.pt is answered with what the best
     epoch's validation measured on those weights (one validation per epoch, none more), and
-    best.pt's metadata holds those metrics; last.pt and best.pt are stripped as before."""
+    best.pt's metadata holds those metrics; last.pt and best.pt are stripped as before. Ending
+    the stage, autoprune reads each of Ultralytics' two files once (for its own checkpoints and
+    to write them back with native blocks: unpickling a module tree takes seconds)."""
+    from autoprune.tasks.detection import checkpoints as ckpts
+    from autoprune.tasks.detection import native
     from autoprune.tasks.detection.validator import PatientValidator
 
     result, _ = flow
-    calls = []
+    calls, reads = [], []
     real = PatientValidator.__call__
     monkeypatch.setattr(PatientValidator, "__call__",
                         lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    for module in (ckpts, native):
+        monkeypatch.setattr(module, "torch_safe_load", lambda path, *a, real=ckpts.torch_safe_load,
+                            **k: reads.append(Path(path).name) or real(path, *a, **k))
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                train_args=SMALL["train_args"])
     meta = {"task": "detection", "arch": "yolov8n", "build": {"nc": 10}, "input_size": 64}
     adapter.fit(det.load_model(result.pruned_path), 2, tmp_path / "run", meta=meta)
     assert len(calls) == 2  # epochs 1 and 2; best.pt is not validated a third time
+    assert sorted(reads) == ["best.pt", "last.pt"]
     rows = list(__import__("csv").DictReader(
         (tmp_path / "run" / "ultralytics" / "results.csv").open()))
     fitness = [0.1 * float(r["metrics/mAP50(B)"]) + 0.9 * float(r["metrics/mAP50-95(B)"])

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import pickle
+from typing import Any
 
 import torch
 import torch.nn as nn
 
+from ...engine.fast_copy import fast_deepcopy
 from ...errors import CheckpointError
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
 from .console import quiet
@@ -18,17 +20,26 @@ from ultralytics.nn.tasks import guess_model_task, torch_safe_load  # noqa: E402
 from ultralytics.utils import DEFAULT_CFG_DICT  # noqa: E402
 
 
-def read_ultralytics(path: str | os.PathLike) -> tuple[nn.Module, dict]:
-    """``(model, checkpoint)`` of an Ultralytics checkpoint, loaded ``weights_only`` against
-    Ultralytics' allow-list of model classes plus autoprune's split-free twins: a file holding any
-    other class is refused, never unpickled. The model is float, in eval mode, not yet patched."""
+def load_ultralytics_file(path: str | os.PathLike) -> Any:
+    """The checkpoint at ``path`` as stored, loaded ``weights_only`` against Ultralytics'
+    allow-list of model classes plus autoprune's split-free twins: a file holding any other class
+    is refused, never unpickled. (Unpickling a checkpoint's module tree takes seconds for a large
+    model: a caller with several uses of one file loads it once and passes it on.)"""
     torch.serialization.add_safe_globals(list(SPLIT_FREE))
     with quiet():
         ckpt, _ = torch_safe_load(str(path), safe_only=True)
+    return ckpt
+
+
+def read_ultralytics(path: str | os.PathLike, loaded: Any = None) -> tuple[nn.Module, dict]:
+    """``(model, checkpoint)`` of an Ultralytics checkpoint (:func:`load_ultralytics_file`, or
+    ``loaded``, what it returned for ``path``: its model is then copied, the checkpoint left as
+    it is). The model is float, in eval mode, not yet patched."""
+    ckpt = load_ultralytics_file(path) if loaded is None else loaded
     model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else None
     if not isinstance(model, nn.Module):
         raise TypeError("no model in it")
-    model = model.float()
+    model = (model if loaded is None else fast_deepcopy(model)).float()
     model.args = {**DEFAULT_CFG_DICT, **(ckpt.get("train_args") or {})}
     model.pt_path = str(path)
     model.task = getattr(model, "task", None) or guess_model_task(model)

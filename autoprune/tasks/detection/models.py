@@ -23,7 +23,7 @@ from ultralytics.nn.modules.block import DFL, Attention, RepNCSPELAN4  # noqa: E
 from ultralytics.nn.tasks import DetectionModel  # noqa: E402
 from ultralytics.utils import DEFAULT_CFG_DICT  # noqa: E402
 
-from .checkpoints import load_ultralytics, read_ultralytics  # noqa: E402
+from .checkpoints import load_ultralytics, load_ultralytics_file, read_ultralytics  # noqa: E402
 from .console import quiet  # noqa: E402
 from .ddp import one_process, plain_batchnorm  # noqa: E402
 from .head import detect_head, ignored_layers, model_nc  # noqa: E402
@@ -42,8 +42,8 @@ __all__ = ["ADownMatched", "C2PSASplitFree", "C2fSplitFree", "CBLinearSplitFree"
            "DEFAULT_CFG_DICT", "DistillationModel", "drop_feature_hooks",
            "ELANSplitFree", "KeepModuleTrainer", "NativeWrite", "PSASplitFree", "PatientValidator",
            "SPLIT_FREE", "detect_head", "ignored_layers", "is_patched", "keep_module_trainer",
-           "load_ultralytics", "model_nc", "one_process", "patch_model", "plain_batchnorm",
-           "read_ultralytics", "resume_training", "quiet", "setup_offline", "to_native",
+           "load_ultralytics", "load_ultralytics_file", "model_nc", "one_process", "patch_model",
+           "plain_batchnorm", "read_ultralytics", "resume_training", "quiet", "setup_offline", "to_native",
            "ultralytics", "write_native", "YOLOModel"]
 # and the names this module held before it was split into the modules above
 __all__ += ["FONTS", "PADDED", "TWINS", "YOLO", "Attention", "C2PSA", "C2f", "Conv", "DFL",

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -120,14 +121,17 @@ class NativeWrite:
     changed: bool = False
 
 
-def write_native(path: str | os.PathLike) -> NativeWrite:
+def write_native(path: str | os.PathLike, loaded: Any = None) -> NativeWrite:
     """Rewrite the Ultralytics checkpoint at ``path`` (a ``best.pt`` this run trained) with native
     Ultralytics blocks in place of autoprune's split-free ones, so that ``YOLO(path)`` loads it
     where autoprune is not installed; the outputs stay the same. A file without split-free blocks
-    is left as it is."""
-    torch.serialization.add_safe_globals(list(SPLIT_FREE))
-    with quiet():
-        ckpt, _ = torch_safe_load(str(path), safe_only=True)
+    is left as it is. ``loaded``: the file as :func:`~.checkpoints.load_ultralytics_file` read
+    it (changed here: not to be used after)."""
+    if loaded is None:
+        torch.serialization.add_safe_globals(list(SPLIT_FREE))
+        with quiet():
+            loaded, _ = torch_safe_load(str(path), safe_only=True)
+    ckpt = loaded
     done, seen = NativeWrite([]), set()
     for key in ("model", "ema"):
         net = ckpt.get(key) if isinstance(ckpt, dict) else None

@@ -78,31 +78,37 @@ class FinishedRun:
 
 
 def write_checkpoints(model: nn.Module, run: FinishedRun, stage: Path, meta: dict[str, Any],
-                      epochs: int, metrics: Callable[[dict[str, Any]], dict[str, float]]) -> None:
+                      epochs: int, metrics: Callable[[dict[str, Any]], dict[str, float]]
+                      ) -> dict[Path, Any]:
     """autoprune's ``last.pt`` and ``best.pt`` of ``stage`` from Ultralytics' (``model`` ends
-    holding the best EMA weights); ``metrics`` turns Ultralytics' into autoprune's."""
+    holding the best EMA weights); ``metrics`` turns Ultralytics' into autoprune's. Returns
+    Ultralytics' files as loaded, by resolved path, for :func:`write_deployable`."""
     best_epoch = run.best_epoch or epochs
+    loaded = {}
     for src, name in ((run.last, "last.pt"), (run.best, "best.pt")):
         if src.is_file():
-            model.load_state_dict(ema_state(src))
+            loaded[src.resolve()] = yolo.load_ultralytics_file(src)
+            model.load_state_dict(ema_state(src, loaded[src.resolve()]))
             best = name == "best.pt"
             save_pruned(model, Path(stage) / name, **meta, epoch=best_epoch if best else epochs,
                         metrics=metrics(run.metrics) if best and run.metrics else {},
                         ultralytics_weights=str(src))
+    return loaded
 
 
-def write_deployable(save_dir: Path) -> None:
+def write_deployable(save_dir: Path, loaded: dict[Path, Any] | None = None) -> None:
     """Write the Ultralytics checkpoints of a finished training stage (``save_dir/ultralytics/
     weights/best.pt``, ``last.pt``) with native Ultralytics blocks, so that ``YOLO(path)`` loads
     them without autoprune (:func:`~.models.write_native`), and say so in one line (or where that
-    could not be done). Rank 0 only; a file already written back is left as it is."""
+    could not be done). Rank 0 only; a file already written back is left as it is. ``loaded``:
+    the files as :func:`write_checkpoints` read them (each is read once)."""
     if rank_and_world()[0] != 0:
         return
     for name in ("best.pt", "last.pt"):
         path = save_dir / RUN / "weights" / name
         if not path.is_file():
             continue
-        done = yolo.write_native(path)
+        done = yolo.write_native(path, (loaded or {}).get(path.resolve()))
         if done.left:
             print(f"[autoprune] note: {path} keeps autoprune's split-free form in "
                   f"{', '.join(done.left[:3])}{', ...' if len(done.left) > 3 else ''}: YOLO() "
@@ -125,9 +131,10 @@ def load_checkpoint(model: nn.Module, path: Path) -> None:
                               f"resume=False") from None
 
 
-def ema_state(path: Path) -> dict[str, torch.Tensor]:
+def ema_state(path: Path, loaded: Any = None) -> dict[str, torch.Tensor]:
     """The (float) EMA weights of an Ultralytics checkpoint this run has written (split-free,
-    or written back with native blocks: then split again, without the padding)."""
-    net, _ = yolo.read_ultralytics(path)
+    or written back with native blocks: then split again, without the padding); ``loaded``: the
+    file already read (:func:`~.models.read_ultralytics`)."""
+    net, _ = yolo.read_ultralytics(path, loaded)
     net = yolo.patch_model(net)
     return {k: v.float() if v.is_floating_point() else v for k, v in net.state_dict().items()}

@@ -90,9 +90,9 @@ def fit(adapter: Any, model: nn.Module, epochs: int, save_dir: Path,
         torch.set_num_threads(threads)
     model.criterion = None
     if rank == 0:
-        write_checkpoints(model, finished, stage, meta, epochs,
-                          lambda metrics: metrics_if_any(adapter, metrics))
-        write_deployable(stage)
+        loaded = write_checkpoints(model, finished, stage, meta, epochs,
+                                   lambda metrics: metrics_if_any(adapter, metrics))
+        write_deployable(stage, loaded)
     barrier()  # rank 0 has written best.pt
     if rank != 0:
         load_checkpoint(model, stage / "best.pt")
