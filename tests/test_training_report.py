@@ -104,3 +104,24 @@ def test_report_times_both_sides_in_pairs_and_shows_the_spread(monkeypatch,
     change = (relative - 1) * 100
     row = next(line for line in to_console(report).splitlines() if line.startswith("CPU latency"))
     assert f"{change:+.1f} % ({change - 2:+.1f} to {change + 2:+.1f})" in row, row
+
+
+def test_the_sensitivity_plot_leaves_the_users_matplotlib_alone(tmp_path):
+    """sensitivity.png is drawn on a Figure of its own: the backend the user chose (it was
+    switched to Agg by every run) and pyplot's open figures stay as they were; the PNG is whole."""
+    import subprocess
+    import sys
+
+    code = f"""
+import matplotlib
+matplotlib.use("svg")
+import matplotlib.pyplot as plt
+mine = plt.figure()
+from autoprune.flow.plots import plot_sensitivities
+path = plot_sensitivities({{"a": {{0.1: 0.0, 0.5: 0.2}}, "b": {{0.1: 0.01, 0.5: 0.4}}}},
+                          {str(tmp_path / "s.png")!r}, threshold=0.05)
+print(matplotlib.get_backend(), plt.get_fignums(), open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["svg", "[1]", "True"]

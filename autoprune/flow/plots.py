@@ -10,15 +10,16 @@ from ..engine.files import atomic_write
 def plot_sensitivities(sens: Mapping[str, Mapping[float, float]], path: str | Path,
                        title: str = "Sensitivity per group", threshold: float | None = None) -> Path:
     """Write a PNG with one curve per group (loss against pruning ratio)."""
-    # imported here, not above: choosing the Agg backend when autoprune is imported would change
-    # the backend of the user's own plots
-    import matplotlib
+    # a Figure drawn by the Agg canvas directly: no pyplot, so the user's backend and open
+    # figures are left alone (and no figure manager is set up and torn down)
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
-    cmap = plt.get_cmap("tab20" if len(sens) <= 20 else "viridis")
+    fig = Figure(figsize=(9, 5.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    cmap = colormaps["tab20" if len(sens) <= 20 else "viridis"]
     n = 19 if len(sens) <= 20 else max(1, len(sens) - 1)
     for i, (name, points) in enumerate(sens.items()):
         ratios = sorted(points)
@@ -36,5 +37,4 @@ def plot_sensitivities(sens: Mapping[str, Mapping[float, float]], path: str | Pa
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
-    plt.close(fig)
     return path
