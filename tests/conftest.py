@@ -287,6 +287,16 @@ def prunes_by_name_and_reloads(name: str, size: int, tmp_path, prune_all) -> Non
         assert torch.equal(cls.load_model(path)(x), out)
 
 
+def child_pythonpath() -> str:
+    """PYTHONPATH for a child process: this checkout first, then the parent's own (where packages
+    come from PYTHONPATH, as on the lent GPU machine, a child needs them too)."""
+    import os
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+
+
 def torchrun(args: list[str], nproc: int = 2, timeout: int = 900) -> str:
     """``torchrun --nproc_per_node <nproc> <args>`` on loopback (a free port, gloo, one thread per
     process) with this checkout first on PYTHONPATH; ``args`` is ``["-m", "autoprune", ...]`` or
@@ -297,9 +307,7 @@ def torchrun(args: list[str], nproc: int = 2, timeout: int = 900) -> str:
     import sys
     from pathlib import Path
 
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-               p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(),
            "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}  # loopback only
     with socket.socket() as s:  # a free loopback port for the rendezvous
         s.bind(("127.0.0.1", 0))
@@ -385,8 +393,7 @@ def run_offline_child(tmp_path, body: str, timeout: int = 600) -> dict:
         torch.set_num_threads(1)
     """) + textwrap.dedent(body))
     env = {k: v for k, v in os.environ.items() if not k.startswith("YOLO_")}
-    paths = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
-    env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p),
+    env.update(PYTHONPATH=child_pythonpath(),
                XDG_CONFIG_HOME=str(tmp_path / "config"))
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
                           timeout=timeout)

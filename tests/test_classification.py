@@ -18,7 +18,7 @@ from autoprune import classification as cls
 from autoprune.cli import main
 from autoprune.datasets import find_root
 
-from conftest import needs_fmnist
+from conftest import child_pythonpath, needs_fmnist
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(epochs=1, batch_size=32, input_size=32, train_limit=160, eval_limit=60,
@@ -280,7 +280,8 @@ def test_reload_pruned_in_fresh_process(base_ckpt, tmp_path):
             "m = c.load_model(sys.argv[1]); x = torch.load(sys.argv[2], weights_only=True); "
             "torch.save(m(x).detach(), sys.argv[3])")
     subprocess.run([sys.executable, "-c", code, str(pruned), str(tmp_path / "x.pt"),
-                    str(tmp_path / "y.pt")], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                    str(tmp_path / "y.pt")], check=True,
+                   env={**os.environ, "PYTHONPATH": child_pythonpath()})
     assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected.detach())
 
 

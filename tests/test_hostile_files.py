@@ -20,7 +20,8 @@ import autoprune as ap
 from autoprune import classification as cls
 from autoprune.cli import build_parser, main
 from autoprune.flow.checkpoints import compare_checkpoints, export_checkpoint, prune_checkpoint
-from conftest import RefEval, ToyNet, assert_one_line, make_input, make_model
+from conftest import (RefEval, ToyNet, assert_one_line, child_pythonpath, make_input,
+                      make_model)
 
 
 class Images(torch.utils.data.Dataset):
@@ -296,7 +297,7 @@ def test_two_analyses_of_one_file_both_finish_with_every_point(tmp_path):
     script = tmp_path / "analysis.py"
     script.write_text(ANALYSIS.replace("RATIOS", repr(ratios)))
     path = tmp_path / "race.json"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     runs = [subprocess.Popen([sys.executable, str(script), str(path), delay, which], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for delay, which in (("0.25", "first"), ("0", "second"))]  # the first writes slowly

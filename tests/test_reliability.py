@@ -13,7 +13,7 @@ import torch
 
 import autoprune
 from autoprune.cli import main
-from conftest import RefEval, make_input, make_model, needs_fmnist
+from conftest import RefEval, child_pythonpath, make_input, make_model, needs_fmnist
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ GUARD = textwrap.dedent("""
 def _run_offline(code: str, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", GUARD + textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=600,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                          env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin",
                                "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-3000:]
 

@@ -18,7 +18,7 @@ from autoprune import segmentation as seg
 from autoprune.cli import main
 from autoprune.tasks.segmentation import SegmentationAdapter
 
-from conftest import has_fmnist, needs_fmnist
+from conftest import child_pythonpath, has_fmnist, needs_fmnist
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(epochs=1, batch_size=8, input_size=64, train_limit=32, eval_limit=8, progress=False)
@@ -230,7 +230,8 @@ def test_cli_reload_in_fresh_process_and_onnx(base_ckpt, tmp_path):
             "m = s.load_model(sys.argv[1]); x = torch.load(sys.argv[2], weights_only=True); "
             "torch.save(m(x).detach(), sys.argv[3])")
     subprocess.run([sys.executable, "-c", code, str(pruned), str(tmp_path / "x.pt"),
-                    str(tmp_path / "y.pt")], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                    str(tmp_path / "y.pt")], check=True,
+                   env={**os.environ, "PYTHONPATH": child_pythonpath()})
     assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected)
 
     onnx = pytest.importorskip("onnx")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection.names import resolve_arch
 from autoprune.tasks.detection.native import to_native
 
-from conftest import assert_one_line, needs_fmnist, randomize_norms
+from conftest import assert_one_line, child_pythonpath, needs_fmnist, randomize_norms
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -254,9 +253,8 @@ def reload_in_fresh_process(paths: list, tmp_path: Path) -> dict[str, float]:
         "print('RESULT', json.dumps(diffs))\n")
     run = subprocess.run([sys.executable, str(script), *map(str, paths)], capture_output=True,
                          text=True, timeout=600, cwd=ROOT,
-                         env={"PYTHONPATH": os.pathsep.join(  # the parent's after the checkout
-                             p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-                             "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": child_pythonpath(), "OMP_NUM_THREADS": "1",
+                              "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.split("RESULT ", 1)[1])
 
