@@ -5,6 +5,7 @@ the pruned model's outputs; autoprune reads such a file back as the exact pruned
 import copy
 import json
 import os
+from pathlib import Path
 import random
 import subprocess
 import sys
@@ -140,7 +141,9 @@ def test_pruned_yolo_loads_in_ultralytics_without_autoprune(tmp_path):
             out[arch] = sorted({{type(m).__module__.split(".")[0] for m in y.model.modules()}})
         print("RESULT", json.dumps(out))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    root = str(Path(__file__).resolve().parents[1])  # the checkout off the path; the rest stays
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root)}
     env.update(YOLO_OFFLINE="1", YOLO_AUTOINSTALL="False",
                YOLO_CONFIG_DIR=str(tmp_path / "config"))
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
