@@ -7,7 +7,8 @@
 #                    latency against FLOPs at batch 1 and 32 with round_to 1, 8 and 32, a
 #                    pruned_latency=0.4 target timed on the GPU and re-measured in fresh processes,
 #                    the task flows and the main job (./run.sh's demo) on the GPU with reports
-#   check.sh tests   the test suite on the GPU (~5 min, 14 workers): device="auto" picks CUDA
+#   check.sh tests   the test suite on the GPU (~3-4 min, 14 workers; 1,227 tests ran in 157 s on
+#                    an H100 machine): device="auto" picks CUDA
 #                    (AMP training, the masked batched analysis, GPU latency rows), plus
 #                    tests/test_gpu.py, which only runs where there is a GPU
 # Each step has its own time limit, so one slow step cannot take the others' time. Everything
