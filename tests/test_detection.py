@@ -591,7 +591,6 @@ def test_the_last_validation_of_a_stage_is_its_best_epochs_own(flow, data_yaml, 
     the stage, autoprune reads each of Ultralytics' two files once (for its own checkpoints and
     to write them back with native blocks: unpickling a module tree takes seconds)."""
     from autoprune.tasks.detection import checkpoints as ckpts
-    from autoprune.tasks.detection import native
     from autoprune.tasks.detection.validator import PatientValidator
 
     result, _ = flow
@@ -599,9 +598,8 @@ def test_the_last_validation_of_a_stage_is_its_best_epochs_own(flow, data_yaml, 
     real = PatientValidator.__call__
     monkeypatch.setattr(PatientValidator, "__call__",
                         lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
-    for module in (ckpts, native):
-        monkeypatch.setattr(module, "torch_safe_load", lambda path, *a, real=ckpts.torch_safe_load,
-                            **k: reads.append(Path(path).name) or real(path, *a, **k))
+    monkeypatch.setattr(ckpts, "torch_safe_load", lambda path, *a, real=ckpts.torch_safe_load,
+                        **k: reads.append(Path(path).name) or real(path, *a, **k))
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                train_args=SMALL["train_args"])
     meta = {"task": "detection", "arch": "yolov8n", "build": {"nc": 10}, "input_size": 64}

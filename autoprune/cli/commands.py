@@ -213,7 +213,7 @@ def _ratios(text: str | None):
 def sensitivity(args: argparse.Namespace) -> None:
     check_output(args.output, [args.checkpoint, args.data], "a sensitivity file", None)
     latency = _latency(args)
-    init_from_env(getattr(args, "device", None) or "auto")  # under torchrun: the points shared
+    init_from_env(args.device)  # under torchrun: the points are shared out over the ranks
     task = args.task
     if args.task is None and Path(args.checkpoint).is_file():
         task = checkpoint_meta(args.checkpoint).get("task")

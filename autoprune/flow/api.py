@@ -166,7 +166,7 @@ def analyze_task(task: Task, model: Any, data: Any, save_file: Any,
     a model object) on ``data`` into ``save_file``; the settings a checkpoint fixes (classes,
     input size, build arguments) come from it unless given."""
     from .checkpoints import checkpoint_meta
-    from .run import analyze_sensitivity
+    from .analysis_step import analyze_sensitivity
 
     settings_class = task.settings_class()
     given = renamed(given, [*ANALYSIS, *names(settings_class, analysis=True)], task.name)

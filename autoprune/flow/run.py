@@ -1,6 +1,7 @@
 """The task-agnostic journey, in named stages: checks -> base model -> sensitivity table ->
 allocation -> prune and retrain (in one or several steps) -> report.
-(over 400 lines: the flow's stages in order, each a short function.)
+(over 400 lines: the flow's stages in order, each a short function; step 2 alone,
+``analyze_sensitivity``, is :mod:`autoprune.flow.analysis_step`.)
 
 It talks to a task only through the :class:`~autoprune.flow.contract.TaskAdapter` contract, and
 takes its settings as one :class:`~autoprune.flow.config.FlowSettings`.
@@ -8,10 +9,9 @@ takes its settings as one :class:`~autoprune.flow.config.FlowSettings`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch.nn as nn
 
@@ -21,12 +21,11 @@ from ..engine.distributed import barrier, broadcast, init_from_env, rank_and_wor
 from ..engine.fast_copy import fast_deepcopy
 from ..engine.provenance import file_provenance
 from ..engine.prune import PruneResult, check_round_to, prune
-from ..engine.analysis_file import weights_sha256
-from ..engine.sensitivity import DEFAULT_RATIOS, check_ratios
-from ..engine.store import SensitivityRecord, read_record
-from ..errors import CheckpointError, ConfigError, SensitivityFileError
+from ..engine.sensitivity import check_ratios
+from ..engine.store import SensitivityRecord
+from ..errors import ConfigError
 from .allocation import Targets, choose_ratios, table_for
-from .checkpoints import checkpoint_meta, load_model, load_weights
+from .checkpoints import load_model, load_weights
 from .config import (FlowSettings, check_flags, check_numbers, from_flat, run_record,
                      save_run_config)
 from .contract import TaskAdapter, TrainResult
@@ -34,7 +33,7 @@ from .int8 import INT8_FILE, quantize_sides
 from .latency import check_unused_settings, default_round_to, target_fields
 from .layout import BASELINE, PRUNED, SIDE_FILE, STEP_PREFIX, old_layout, run_outputs
 from .options import (check_outputs, check_save_dir, check_sensitivity_options,
-                      names_a_missing_file, written_by_run)
+                      written_by_run)
 from .plots import plot_sensitivities
 from .previous import previous_run
 from .report import compare_sides, to_console, write_reports
@@ -427,46 +426,3 @@ def _print_outputs(save_dir: Path, outputs: list[tuple[str, Path]]) -> None:
 def _log(line: str) -> None:
     if rank_and_world()[0] == 0:
         print(line, flush=True)
-
-
-# --- step 2 alone -------------------------------------------------------------------------------
-def analyze_sensitivity(adapter: TaskAdapter, model: str | nn.Module, save_file: str | os.PathLike,
-                        *, pretrain_weights: str | os.PathLike | None = None,
-                        criterion: str = "l1_norm", ratios: Iterable[float] = DEFAULT_RATIOS,
-                        progress: bool = True,
-                        sensitivity_options: Mapping[str, Any] | None = None
-                        ) -> dict[str, dict[float, float]]:
-    """Step 2 of the flow: measure the sensitivities of a trained model into ``save_file``.
-
-    ``model`` is a checkpoint path written by autoprune, a model name (then pass
-    ``pretrain_weights``) or a model object.
-    """
-    init_from_env(adapter.device)  # under torchrun: the points are shared out over the ranks
-    arch = None
-    if names_a_missing_file(model):
-        raise CheckpointError(f"no checkpoint at {model}: check the path")
-    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
-        arch = checkpoint_meta(model).get("arch")
-        model = load_model(model, adapter)
-    elif isinstance(model, str):
-        arch = adapter.arch_key(model)
-        model = adapter.build(arch)
-        if pretrain_weights is None:
-            raise ConfigError("a model name needs pretrain_weights=<checkpoint of the trained "
-                              "model>: sensitivities of an untrained model mean nothing")
-    if pretrain_weights is not None:
-        load_weights(model, pretrain_weights)
-    adapter.check_model(model)
-    adapter.check_data(model)
-    model.to(adapter.device)
-    if Path(save_file).is_file():  # measuring this model: a table of other weights is no answer
-        check_sensitivities_file(adapter, model, save_file, arch, criterion)  # the model first
-        stored = read_record(save_file).model.get("weights_sha256")
-        if stored and stored != weights_sha256(model):
-            raise SensitivityFileError(f"{save_file} was measured on other weights of this model: "
-                                       f"pass a new file path to measure these (or delete it)")
-    record, _ = get_sensitivities(adapter, model, save_file, arch=arch, criterion=criterion,
-                                  ratios=ratios, progress=progress, options=sensitivity_options)
-    wanted = check_ratios(ratios)
-    return {g: {r: points[r] for r in wanted if r in points}
-            for g, points in record.sensitivities.items()}

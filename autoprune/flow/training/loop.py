@@ -233,9 +233,12 @@ def _labels_in_range(outputs: Any, labels: Any, loss_fn: Callable) -> None:
             or outputs.dim() < 2 or labels.is_floating_point() or labels.dtype == torch.bool:
         return
     valid = labels[labels != getattr(loss_fn, "ignore_index", -100)]
-    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= outputs.shape[1]):
-        bad = int(valid.max()) if int(valid.max()) >= outputs.shape[1] else int(valid.min())
-        raise IndexError(f"Target {bad} is out of bounds for {outputs.shape[1]} classes.")
+    if not valid.numel():
+        return
+    low, high, classes = int(valid.min()), int(valid.max()), outputs.shape[1]
+    if low < 0 or high >= classes:
+        raise IndexError(f"Target {high if high >= classes else low} is out of bounds for "
+                         f"{classes} classes.")
 
 
 def _rng_states(loader: DataLoader) -> dict[str, Any]:

@@ -15,11 +15,10 @@ import torch.nn as nn
 from ...engine.padding import pad_channels
 from ...engine.files import atomic_write
 from . import offline  # noqa: F401  (first: the offline environment before Ultralytics)
-from .console import quiet
+from .checkpoints import load_ultralytics_file
 from .twins import PADDED, SPLIT_FREE, TWINS, SplitCv1, probe_input, same_outputs
 
 from ultralytics.nn.modules import Conv  # noqa: E402
-from ultralytics.nn.tasks import torch_safe_load  # noqa: E402
 
 
 def _join_convs(first: Conv, second: Conv) -> Conv:
@@ -127,11 +126,7 @@ def write_native(path: str | os.PathLike, loaded: Any = None) -> NativeWrite:
     where autoprune is not installed; the outputs stay the same. A file without split-free blocks
     is left as it is. ``loaded``: the file as :func:`~.checkpoints.load_ultralytics_file` read
     it (changed here: not to be used after)."""
-    if loaded is None:
-        torch.serialization.add_safe_globals(list(SPLIT_FREE))
-        with quiet():
-            loaded, _ = torch_safe_load(str(path), safe_only=True)
-    ckpt = loaded
+    ckpt = load_ultralytics_file(path) if loaded is None else loaded
     done, seen = NativeWrite([]), set()
     for key in ("model", "ema"):
         net = ckpt.get(key) if isinstance(ckpt, dict) else None

@@ -87,8 +87,8 @@ def write_checkpoints(model: nn.Module, run: FinishedRun, stage: Path, meta: dic
     loaded = {}
     for src, name in ((run.last, "last.pt"), (run.best, "best.pt")):
         if src.is_file():
-            loaded[src.resolve()] = yolo.load_ultralytics_file(src)
-            model.load_state_dict(ema_state(src, loaded[src.resolve()]))
+            ckpt = loaded[src.resolve()] = yolo.load_ultralytics_file(src)
+            model.load_state_dict(ema_state(src, ckpt))
             best = name == "best.pt"
             save_pruned(model, Path(stage) / name, **meta, epoch=best_epoch if best else epochs,
                         metrics=metrics(run.metrics) if best and run.metrics else {},
