@@ -60,6 +60,7 @@ from autoprune.engine.prune import prune  # noqa: E402
 from autoprune.engine.store import read_record  # noqa: E402
 from autoprune.errors import ConfigError  # noqa: E402
 from autoprune.flow import run  # noqa: E402
+from autoprune.flow.analysis_step import analyze_sensitivity  # noqa: E402
 from autoprune.flow.checkpoints import load_model  # noqa: E402
 from autoprune.tasks import get_adapter  # noqa: E402
 
@@ -189,9 +190,9 @@ def base_and_table(name: str, s: Mapping[str, Any], work: Path, args: argparse.N
     t1 = time.perf_counter()
     sens_path = folder / "sens.json"
     ratios = tuple(float(r) for r in str(s["ratios"]).split(","))
-    run.analyze_sensitivity(adapter, base_path, sens_path, ratios=ratios, progress=False,
-                            sensitivity_options={"latency": True, "latency_threads": args.threads,
-                                                 "eval_images": s["table"]})
+    analyze_sensitivity(adapter, base_path, sens_path, ratios=ratios, progress=False,
+                        sensitivity_options={"latency": True, "latency_threads": args.threads,
+                                             "eval_images": s["table"]})
     t2 = time.perf_counter()
     model = load_model(base_path, adapter).cpu().eval()
     return adapter, model, read_record(sens_path), folder, (t1 - t0, t2 - t1)
