@@ -106,9 +106,6 @@ def _torchrun(args: list[str]) -> str:
     return torchrun(["-m", "autoprune", *args])
 
 
-
-
-@needs_fmnist
 # -- DDP training ------------------------------------------------------------------------------
 
 def _tiny_net() -> torch.nn.Module:
@@ -303,13 +300,47 @@ def test_torchrun_ranks_take_a_gpu_each_or_the_cpu(device, local_rank, gpus, exp
     """NCCL on cuda:LOCAL_RANK only where the rank has a GPU of its own and the CPU was not asked
     for; more ranks than GPUs is a one-line error, not set_device's CUDA error on rank 1 (seen
     on the one-GPU machine: the gloo tests' rank 1 died with exit code 2)."""
-    from autoprune.engine.distributed import _ranks_on_gpus
+    from autoprune.engine.distributed import ranks_on_gpus
 
     monkeypatch.setenv("LOCAL_RANK", local_rank)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     if isinstance(expected, bool):
-        assert _ranks_on_gpus(device) is expected
+        assert ranks_on_gpus(device) is expected
     else:
         with pytest.raises(autoprune.ConfigError, match=re.escape(expected)):
-            _ranks_on_gpus(device)
+            ranks_on_gpus(device)
+
+
+def _one_gpu_and_rank_1(monkeypatch) -> None:
+    """This process as torchrun's local rank 1 on a machine with one GPU (faked)."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
+def test_auto_device_on_a_rank_without_a_gpu_names_nproc_per_node(monkeypatch):
+    """device='auto' on rank 1 of a one-GPU machine is init_from_env's one line (which names the
+    fix), not "cuda:1 is not available: use 'auto'"; device='cpu' is the CPU there."""
+    from autoprune.flow.training import pick_device
+
+    _one_gpu_and_rank_1(monkeypatch)
+    with pytest.raises(autoprune.ConfigError, match="--nproc_per_node 1`, or pass device='cpu'"):
+        pick_device("auto")
+    assert pick_device("cpu") == torch.device("cpu")
+
+
+def test_cli_train_with_device_cpu_takes_no_gpu_before_training(tmp_path, monkeypatch):
+    """`torchrun -m autoprune train` with `device: cpu` on a one-GPU machine: rank 1 died in the
+    CLI's look for an earlier run (an adapter built with device 'auto' took cuda:1; seen on the
+    H100 machine). That look reads files only: here it reports the earlier run."""
+    from autoprune.cli import main
+
+    _one_gpu_and_rank_1(monkeypatch)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text("{}")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: fashion-mnist\n"
+                      f"device: cpu\nsave_dir: {tmp_path / 'run'}\n")
+    with pytest.raises(autoprune.ConfigError, match="holds a finished run"):
+        main(["train", str(config)])

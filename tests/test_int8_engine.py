@@ -203,11 +203,32 @@ def test_an_operator_onnx_runtime_cannot_run_is_one_line(toy, tmp_path):
         [helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 1, 1], [0.1] * 12)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("my.ops", 1)])
+    model.ir_version = 8  # one every onnxruntime in the range reads (1.30 reads up to 13, and
+    # make_model writes the newest onnx's: ORT 1.30 then failed on the version, not the operator)
     out = tmp_path / "model_int8.onnx"
     with pytest.raises(ConfigError) as e:
         write_int8(model.SerializeToString(), out, calibration)
     msg = assert_one_line(e)
     assert "Frobnicate" in msg and "FP32" in msg
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_model_newer_than_onnx_runtime_reads_names_the_ir_version(toy, tmp_path):
+    """onnx newer than onnxruntime (both in the ranges): ORT's C++ message cut at 200
+    characters hid the cause; now it is the IR version and the upgrade."""
+    from onnx import TensorProto, helper
+    _, _, _, calibration = toy
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["input", "w"], ["output"], name="conv")],
+        "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, SIZE, SIZE])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 1, 1], [0.1] * 12)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 99
+    with pytest.raises(ConfigError) as e:
+        write_int8(model.SerializeToString(), tmp_path / "model_int8.onnx", calibration)
+    msg = assert_one_line(e)
+    assert "IR version 99 is newer than it reads" in msg and "pip install -U onnxruntime" in msg
     assert not list(tmp_path.iterdir())
 
 

@@ -2,6 +2,7 @@
 fixed seed; Ctrl-C during the analysis leaves a valid, resumable file; the CLI's Ctrl-C line."""
 import functools
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -32,7 +33,9 @@ def _run_offline(code: str, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", GUARD + textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=600,
                           env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin",
-                               "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"})
+                               "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+                               **{k: v for k, v in os.environ.items()  # where the data is
+                                  if k == "AUTOPRUNE_FASHION_MNIST"}})
     assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-3000:]
 
 

@@ -174,7 +174,7 @@ def test_torchvision_weights_come_from_torch_home(paddlex, tmp_path, monkeypatch
     start = ap.read_pruned_metadata(r.baseline_path)["start_weights"]
     assert start["source"] == "torchvision" and "MobileNet_V2_Weights" in start["id"]
     # lr 1e-9: one epoch leaves the backbone as it came (BatchNorm statistics aside)
-    got = r.model.state_dict()
+    got = {k: v.cpu() for k, v in r.model.state_dict().items()}  # (on the GPU where there is one)
     assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in source.state_dict().items()
                if k.endswith("weight") and "classifier" not in k and v.dim() == 4)
 
@@ -230,7 +230,7 @@ def test_segmentation_encoder_weights_come_from_smps_cache(tmp_path, monkeypatch
                   progress=False, save_dir=tmp_path / "run", lr=1e-9)
     start = ap.read_pruned_metadata(r.baseline_path)["start_weights"]
     assert start["source"] == "smp" and "resnet18" in start["id"]
-    got = r.model.encoder.conv1.weight
+    got = r.model.encoder.conv1.weight.cpu()  # (on the GPU where there is one)
     assert torch.allclose(got, encoder.conv1.weight, atol=1e-6)
 
 

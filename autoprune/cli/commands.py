@@ -148,8 +148,8 @@ def train(args: argparse.Namespace) -> None:
     if not cfg.get("resume") and not args.overwrite:  # never train over a run by accident
         save_dir = cfg.get("save_dir", FlowSettings.save_dir)
         sens = cfg.get("sensitivities_file")
-        found = previous_run(get_adapter(task.name), save_dir, sens_mode(sens), sens,
-                             cfg.get("pretrain_weights"))
+        probe = get_adapter(task.name, device="cpu")  # reads the files only: takes no GPU
+        found = previous_run(probe, save_dir, sens_mode(sens), sens, cfg.get("pretrain_weights"))
         if found:
             again = f"autoprune train {args.config} --resume" if args.config else \
                 f"autoprune train --resume {save_dir}"

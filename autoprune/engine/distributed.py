@@ -83,7 +83,7 @@ def init_from_env(device: Any = "auto") -> bool:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not dist.is_available():
         return False
     if not dist.is_initialized():
-        use_cuda = _ranks_on_gpus(device)
+        use_cuda = ranks_on_gpus(device)
         if use_cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
@@ -94,7 +94,7 @@ def init_from_env(device: Any = "auto") -> bool:
     return True
 
 
-def _ranks_on_gpus(device: Any) -> bool:
+def ranks_on_gpus(device: Any) -> bool:
     """Whether this torchrun rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
     if str(device).split(":")[0] == "cpu" or not torch.cuda.is_available():
         return False

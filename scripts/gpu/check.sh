@@ -26,6 +26,7 @@ python3 -c "import polars" 2>/dev/null || export PYTHONPATH="$PYTHONPATH:$PWD/sc
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   lscpu | grep -E "^Model name|^CPU\(s\)"
   python3 -c "import torch, timm, ultralytics, torch_pruning, onnxruntime as o; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0), '| timm', timm.__version__, '| ultralytics', ultralytics.__version__, '| torch-pruning', torch_pruning.__version__, '| onnxruntime', o.__version__, o.get_available_providers())"
+  python3 -c "import importlib.util as u; print('tensorrt', bool(u.find_spec('tensorrt')), '| torch_tensorrt', bool(u.find_spec('torch_tensorrt')), '| nccl', __import__('torch').cuda.nccl.version(), '| gpus', __import__('torch').cuda.device_count())"
 } 2>&1 | tee -a "$OUT/gpu.txt"
 step() {  # step <seconds> <title> <command...>: time-limited, logged to bench.log with its wall time
   local limit=$1 title=$2; shift 2

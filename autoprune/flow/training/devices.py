@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ...engine.distributed import ranks_on_gpus
 from ...errors import ConfigError
 
 
@@ -23,6 +24,7 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
     if device == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
+        ranks_on_gpus(device)  # a torchrun rank without a GPU of its own: one line, the fix
         device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"  # one GPU per torchrun rank
     try:
         resolved = torch.device(device)
