@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.remeasure:
         print(json.dumps(remeasure(*args.remeasure, args.device, args.batch)), flush=True)
         return []
+    from autoprune.errors import ConfigError
+
     names = ["mobilenetv3_large_100"] if args.quick else args.models.split(",")
     unknown = [n for n in names if n not in MODELS]
     if unknown:
@@ -172,8 +174,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name in names:
-            r = check(name, args.target, ratios, args.tolerance, work, args.fresh_runs,
-                      args.device, args.batch)
+            try:
+                r = check(name, args.target, ratios, args.tolerance, work, args.fresh_runs,
+                          args.device, args.batch)
+            except ConfigError as e:  # unreachable on this device: its line, then the next model
+                print(f"{name:24s} {e}", flush=True)
+                rows.append({"model": name, "within": False, "refused": str(e)})
+                continue
             rows.append(r)
             print(f"{name:24s} {r['size']:4d} {r['target']:7.3f} {r['table_saving']:9.3f} "
                   f"{r['achieved']:8.3f} {r['fresh']:7.3f} "

@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9")
     p.add_argument("--groups", type=int, default=0, help="first N groups only (0: all)")
     p.add_argument("--train-images", type=int, default=3000)
+    p.add_argument("--eval-batch", type=int, default=128,
+                   help="evaluation batch size of every analysis timed (default 128)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the analysis runs there)")
     p.add_argument("--tf32", choices=("default", "off"), default="default",
                    help="cuda: torch's default (TF32 convolutions on Ampere and later: a "
@@ -93,13 +95,14 @@ def main(argv: list[str] | None = None) -> None:
         model = cls.load_model(base.baseline_path)
         val_dir = write_image_folder(tmp / "val", args.val_images)
         adapter = cls.ClassificationAdapter(None, val_dir, num_classes=10, input_size=args.size,
-                                            batch_size=128, progress=False)
+                                            batch_size=args.eval_batch, progress=False)
         example = adapter.example_inputs(model)
         names = [g.name for g in autoprune.prunable_groups(model, example)]
         names = names[: args.groups] if args.groups else names
-        loader = DataLoader(adapter.eval_set, batch_size=128, shuffle=False)
+        loader = DataLoader(adapter.eval_set, batch_size=args.eval_batch, shuffle=False)
         print(f"model {args.model}, {len(names)} groups x {len(ratios)} ratios, "
-              f"{args.val_images} PNG validation images at {args.size}px, "
+              f"{args.val_images} PNG validation images at {args.size}px in batches of "
+              f"{args.eval_batch}, "
               f"{torch.get_num_threads()} CPU threads, device {args.device}"
               + (f", TF32 {args.tf32}" if args.device.startswith("cuda") else ""))
 
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         times, results = {}, {}
         for mode in ("masked", "auto"):  # "auto", the default: masked on a GPU, else real prune
             t0 = time.perf_counter()  # decoding the batches once is part of each time
-            cached = CachedBatches(DataLoader(adapter.eval_set, batch_size=128, shuffle=False))
+            cached = CachedBatches(DataLoader(adapter.eval_set, batch_size=args.eval_batch, shuffle=False))
             eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device(args.device),
                                               topk=(1,))["top1"]
             results[mode] = autoprune.sensitivity(model, example, eval_fn, groups=names,
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
             times[mode] = time.perf_counter() - t0
         t0 = time.perf_counter()  # the flow's own evaluation (its adapter), as a user gets it
         fresh = cls.ClassificationAdapter(None, val_dir, num_classes=10, input_size=args.size,
-                                          batch_size=128, progress=False, device=args.device)
+                                          batch_size=args.eval_batch, progress=False, device=args.device)
         with tempfile.TemporaryDirectory() as holder:
             adaptive = autoprune.sensitivity(
                 model, example, TaskEval(fresh), groups=names, ratios=ratios,

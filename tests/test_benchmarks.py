@@ -48,9 +48,10 @@ def test_sensitivity_speed_prints_speedup_and_difference(capsys):
     script = _script("sensitivity_speed")
     script.evaluate_topk = _true_class_probability  # both paths, the reference and autoprune's
     script.main(["--val-images", "64", "--size", "32", "--ratios", "0.5", "--groups", "2",
-                 "--train-images", "128"])
+                 "--train-images", "128", "--eval-batch", "16"])
     out = capsys.readouterr().out
     last = out.rstrip().splitlines()[-1]
+    assert "64 PNG validation images at 32px in batches of 16," in out
     assert re.search(r"^autoprune adaptive \(loss target 0\.05\): [\d.]+ s \(speedup [\d.]+, "
                      r"\d+ images evaluated of 128, same allocation as PaddleSlim's table: "
                      r"(yes|no)\)$", out, re.M), out

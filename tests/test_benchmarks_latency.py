@@ -136,3 +136,18 @@ def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch)
     assert re.fullmatch(r"device=cpu batch=1 models=1 within=[01] target=0\.3 "
                         r"tolerance=0\.03",
                         out.rstrip().splitlines()[-1])
+
+
+def test_latency_target_check_goes_on_after_an_unreachable_target(capsys, monkeypatch):
+    """A target one model cannot reach on the device is that model's one-line row, and the
+    check goes on (on the H100 the first model's refusal ended the run before yolov8n)."""
+    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
+    bench = _bench("latency_target_check")
+    task, arch, _, kwargs = bench.MODELS["resnet18"]
+    monkeypatch.setitem(bench.MODELS, "resnet18", (task, arch, 32, kwargs))
+    rows = bench.main(["--models", "resnet18", "--ratios", "0.2", "--target", "0.9",
+                       "--fresh-runs", "1"])
+    out = capsys.readouterr().out
+    assert rows[0]["within"] is False and "not reachable" in rows[0]["refused"]
+    assert re.search(r"^resnet18 +pruned_latency=0\.9 is not reachable", out, re.M), out
+    assert out.rstrip().splitlines()[-1].startswith("device=cpu batch=1 models=1 within=0 ")
