@@ -16,7 +16,7 @@ import torch
 
 from .data import tensors_in
 from .prefix_cache import PrefixCache
-from .removal import pruned_temporarily
+from .removal import restored_after
 
 _UNSAFE: dict[tuple, list[str]] = {}  # the probe's verdicts: (architecture, groups, input) -> names
 
@@ -48,30 +48,65 @@ def leave_out_unsafe(graph: Any, groups: list) -> list:
 
 def unsafe_groups(graph: Any, groups: list) -> list[str]:
     """Names of the groups whose half removal makes a forward pass fail or changes the shape of
-    the prediction (the first tensor the model returns); the model comes back unchanged."""
+    the prediction (the first tensor the model returns); the model comes back unchanged.
+
+    The groups are tested together first: a set whose removal, all at once, keeps the forward
+    whole is safe (real pruning removes them together too); a set that fails is split in two, and
+    the failing half split again, down to a few groups, whose members are tested alone; where
+    both halves fail (unsafe groups are many: attention models), each member is tested alone. So
+    a model with a few unsafe groups costs a few dozen forward passes, not one per group (yolov9s:
+    145 groups), and a group is left out exactly when it breaks the model alone."""
     model = graph.model
     was_training = model.training
     model.eval()
     args = graph.example_inputs if isinstance(graph.example_inputs, (list, tuple)) \
         else (graph.example_inputs,)
-    unsafe = []
-    cache = PrefixCache(model)  # each pass starts at the group's first layer (exact: see there)
+    cache = PrefixCache(model)  # each pass starts at the first layer it prunes (exact: see there)
     try:
         with torch.no_grad():
             with cache.recording():
                 want = output_shape(model(*args))
+
+            def fits(plans: list[tuple[Any, list]]) -> bool:
+                """Whether removing half of every group of ``plans`` keeps the prediction."""
+                touched = [m for _, modules in plans for m in modules]
+                try:
+                    with restored_after(graph, touched):
+                        for group, _ in plans:
+                            graph.remove(group, graph.channels_to_remove(group, 0.5))
+                        with cache.skipping_before(cache.first_touched(touched)):
+                            return output_shape(model(*args)) == want
+                except Exception:  # noqa: BLE001 - any failure means: not safe to prune
+                    return False
+
+            def alone(plans: list[tuple[Any, list]]) -> list[str]:
+                return [group.name for group, touched in plans if not fits([(group, touched)])]
+
+            def breaking(plans: list[tuple[Any, list]], fails: bool = False) -> list[str]:
+                """The groups of ``plans`` that break the model alone (``fails``: the set
+                is known to fail together, so not tested again)."""
+                if len(plans) <= _ALONE:
+                    return alone(plans)
+                if not fails and fits(plans):
+                    return []
+                left, right = plans[:len(plans) // 2], plans[len(plans) // 2:]
+                if fits(left):
+                    return breaking(right, fails=True)
+                if fits(right):
+                    return breaking(left, fails=True)
+                return alone(plans)  # both halves fail: unsafe groups are many here (attention)
+
+            plans = []
             for group in groups:
                 try:
-                    touched = graph.touched_modules(group)
-                    first = cache.first_touched(touched)
-                    idxs = graph.channels_to_remove(group, 0.5)
-                    with pruned_temporarily(graph, group, idxs, touched), \
-                            cache.skipping_before(first):
-                        fits = output_shape(model(*args)) == want
-                except Exception:  # noqa: BLE001 - any failure means: not safe to prune
-                    fits = False
-                if not fits:
-                    unsafe.append(group.name)
+                    plans.append((group, list(graph.touched_modules(group))))
+                except Exception:  # noqa: BLE001 - a group the graph cannot even walk
+                    plans.append((group, None))
+            walked = [p for p in plans if p[1] is not None]
+            unsafe = set(breaking(walked)) | {g.name for g, t in plans if t is None}
+            return [g.name for g in groups if g.name in unsafe]
     finally:
         model.train(was_training)
-    return unsafe
+
+
+_ALONE = 3  # a failing set of this many groups or fewer is tested one group at a time

@@ -1,5 +1,5 @@
-"""Removing a group's channels for the length of a block, then restoring the model and the
-graph exactly (the sensitivity points and the groups' probe use it)."""
+"""Removing a group's channels (or several groups') for the length of a block, then restoring
+the model and the graph exactly (the sensitivity points and the groups' probe use it)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +16,17 @@ def pruned_temporarily(graph: Any, group: Any, idxs: Sequence[int],
     the :class:`~autoprune.engine.groups.PruningGraph` ``graph``) for the duration of the block,
     then restore exactly; ``touched``: ``graph.touched_modules(group)`` where the caller has
     it already."""
-    modules = list(graph.touched_modules(group) if touched is None else touched)
+    with restored_after(graph, graph.touched_modules(group) if touched is None else touched):
+        graph.remove(group, idxs)
+        yield
+
+
+@contextlib.contextmanager
+def restored_after(graph: Any, touched: Sequence[Any]) -> Iterator[None]:
+    """Undo, after the block, what removing channels in it did to the layers ``touched`` (the
+    groups' ``graph.touched_modules``, together) and to ``graph``: several groups removed in one
+    block are restored at once."""
+    modules = list(dict.fromkeys(touched))
     # a layer that resizes its own sub-layers (MultiheadAttention's out_proj) is restored with them
     modules += [sub for m in modules if m is not graph.model for sub in m.modules()
                 if sub is not m and sub not in modules]
@@ -35,7 +45,6 @@ def pruned_temporarily(graph: Any, group: Any, idxs: Sequence[int],
                    if isinstance(node.module, nn.Parameter)}
     history = len(dg._pruning_history)
     try:
-        graph.remove(group, idxs)
         yield
     finally:
         for m, params, buffers, attrs in saved:
