@@ -16,7 +16,7 @@ PY=$VENV/bin/python
 echo "refresh: newest versions in pyproject's ranges into $VENV (no constraints)"
 "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
 echo "refresh: running the suite"
-"$PY" -m pytest tests -q -n "${AUTOPRUNE_TEST_WORKERS:-2}" --dist loadfile "$@"
+"$PY" -m pytest tests -q -n "${AUTOPRUNE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
 {
   sed -n '1,/^[^#]/{/^#/p}' autoprune/constraints.txt
   "$PY" -m pip freeze --exclude-editable | grep -v '^-e ' | LC_ALL=C sort -f

@@ -31,6 +31,19 @@ NUM_CLASSES = 10
 IMG = 32
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The slowest test files first (``tests/file_seconds.json``, measured by
+    ``scripts/test_file_seconds.py``; a file not listed comes last). With ``--dist loadfile
+    --no-loadscope-reorder`` (test.sh) the two workers take files longest first and finish close
+    together (xdist's own order, by test count, left one worker idle for a minute at the end)."""
+    import json
+    from pathlib import Path
+
+    listed = Path(__file__).with_name("file_seconds.json")
+    seconds = json.loads(listed.read_text()) if listed.is_file() else {}
+    items.sort(key=lambda item: -seconds.get(item.path.name, 0.0))  # stable: a file's own order
+
+
 def has_fmnist() -> bool:
     """True when Fashion-MNIST is where autoprune looks for it (``$AUTOPRUNE_FASHION_MNIST``, then
     Debian's ``/usr/share/datasets/fashion-mnist``: ``apt-get install dataset-fashion-mnist``)."""
