@@ -75,3 +75,11 @@ def test_retraining_compares_the_recipes_at_equal_flops_and_epochs(capsys):
     m = re.fullmatch(r"plain=([\d.]+) distill=([\d.]+) steps=([\d.]+) both=([\d.]+) "
                      r"control=([\d.]+)", line)
     assert m and all(0 <= float(v) <= 1 for v in m.groups())
+
+
+def test_probe_speed_compares_with_one_group_at_a_time(capsys):
+    rows = _script("probe_speed").main(["--models", "resnet18@32,unet-resnet18@64"])
+    out = capsys.readouterr().out
+    assert [r["model"] for r in rows] == ["resnet18", "unet-resnet18"]
+    assert all(r["same"] and r["groups"] >= 12 and r["together_s"] > 0 for r in rows)
+    assert re.fullmatch(r"models=2 same=2 total_speedup=[\d.]+", out.rstrip().splitlines()[-1])
