@@ -58,7 +58,7 @@ case "${1:-tests}" in
     # strict check (the image's torch / onnxruntime are not autoprune's pinned versions: it fails
     # there, rightly)
     PYTHONPATH="$PYTHONPATH:$PWD/scripts/gpu" timeout -s INT "${LIMIT:-275}" python3 -m pytest \
-      tests -q -n 14 --dist loadfile --no-loadscope-reorder -p no:cacheprovider -p live_failures -p no:benchmark \
+      tests -q -n 14 --dist loadfile -p no:cacheprovider -p live_failures -p no:benchmark \
       --timeout 200 -rfE --tb=short --junitxml="$OUT/junit.xml" \
       --ignore-glob='tests/test_benchmarks*' \
       --deselect tests/test_doctor.py::test_doctor_strict_fails_only_when_the_stack_differs \
