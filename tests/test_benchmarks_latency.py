@@ -117,15 +117,20 @@ def test_latency_aware_benchmark_detection_tiny(capsys, monkeypatch, tmp_path):
     assert out.rstrip().splitlines()[-2].startswith("target=0.2 achieved=0.")
 
 
-def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch):
-    """latency_target_check.py: the DEFAULT profile's points timed (here: FLOPs ratios), the
-    allocation pruned and saved, and a child process reloading the checkpoint to time it for real."""
+def _check_resnet18_at_32px(monkeypatch, *args: str) -> list[dict]:
+    """latency_target_check.py on resnet18 at 32 px, FLOPs standing in for in-process timing."""
     monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
     bench = _bench("latency_target_check")
     task, arch, _, kwargs = bench.MODELS["resnet18"]
     monkeypatch.setitem(bench.MODELS, "resnet18", (task, arch, 32, kwargs))
-    rows = bench.main(["--models", "resnet18", "--ratios", "0.4,0.8", "--target", "0.3",
-                       "--fresh-runs", "2"])
+    return bench.main(["--models", "resnet18", *args])
+
+
+def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch):
+    """latency_target_check.py: the DEFAULT profile's points timed (here: FLOPs ratios), the
+    allocation pruned and saved, and a child process reloading the checkpoint to time it for real."""
+    rows = _check_resnet18_at_32px(monkeypatch, "--ratios", "0.4,0.8", "--target", "0.3",
+                                   "--fresh-runs", "2")
     out = capsys.readouterr().out
     (row,) = rows
     assert abs(row["achieved"] - 0.3) <= 0.03  # the FLOPs stand-in for the in-process timing
@@ -141,12 +146,8 @@ def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch)
 def test_latency_target_check_goes_on_after_an_unreachable_target(capsys, monkeypatch):
     """A target one model cannot reach on the device is that model's one-line row, and the
     check goes on (on the H100 the first model's refusal ended the run before yolov8n)."""
-    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
-    bench = _bench("latency_target_check")
-    task, arch, _, kwargs = bench.MODELS["resnet18"]
-    monkeypatch.setitem(bench.MODELS, "resnet18", (task, arch, 32, kwargs))
-    rows = bench.main(["--models", "resnet18", "--ratios", "0.2", "--target", "0.9",
-                       "--fresh-runs", "1"])
+    rows = _check_resnet18_at_32px(monkeypatch, "--ratios", "0.2", "--target", "0.9",
+                                   "--fresh-runs", "1")
     out = capsys.readouterr().out
     assert rows[0]["within"] is False and "not reachable" in rows[0]["refused"]
     assert re.search(r"^resnet18 +pruned_latency=0\.9 is not reachable", out, re.M), out
