@@ -55,7 +55,9 @@ def unsafe_groups(graph: Any, groups: list) -> list[str]:
     the failing half split again, down to a few groups, whose members are tested alone; where
     both halves fail (unsafe groups are many: attention models), each member is tested alone. So
     a model with a few unsafe groups costs a few dozen forward passes, not one per group (yolov9s:
-    145 groups), and a group is left out exactly when it breaks the model alone."""
+    145 groups). A group is left out when it breaks the model alone, and the members of a set
+    that passes whole are taken as safe (benchmarks/probe_speed.py checks the verdicts against
+    testing one group at a time)."""
     model = graph.model
     was_training = model.training
     model.eval()
