@@ -1,9 +1,10 @@
 """The probe: channel groups whose removal breaks a forward pass, left whole with a warning.
 
 The dependency graph does not describe every layout (attention heads read through views,
-weight-standardised convs...): each listed group loses half its channels once, for a forward pass,
-and is left whole if that fails or changes the shape of the prediction. The layers before the
-group's first touched layer are not run again: their recorded outputs are replayed
+weight-standardised convs...): a group that, losing half its channels, makes a forward pass fail
+or changes the shape of the prediction is left whole. The groups lose them together first, and
+only a set that fails is split (:func:`unsafe_groups`). The layers before the first pruned layer
+are not run again: their recorded outputs are replayed
 (:class:`~autoprune.engine.prefix_cache.PrefixCache`). The verdict is kept per architecture,
 groups and input shape for the life of the process.
 """
