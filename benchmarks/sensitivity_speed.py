@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
         times, results = {}, {}
         for mode in ("masked", "auto"):  # "auto", the default: masked on a GPU, else real prune
             t0 = time.perf_counter()  # decoding the batches once is part of each time
-            cached = CachedBatches(DataLoader(adapter.eval_set, batch_size=args.eval_batch, shuffle=False))
+            cached = CachedBatches(DataLoader(adapter.eval_set, batch_size=args.eval_batch,
+                                              shuffle=False))
             eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device(args.device),
                                               topk=(1,))["top1"]
             results[mode] = autoprune.sensitivity(model, example, eval_fn, groups=names,
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
             times[mode] = time.perf_counter() - t0
         t0 = time.perf_counter()  # the flow's own evaluation (its adapter), as a user gets it
         fresh = cls.ClassificationAdapter(None, val_dir, num_classes=10, input_size=args.size,
-                                          batch_size=args.eval_batch, progress=False, device=args.device)
+                                          batch_size=args.eval_batch, progress=False,
+                                          device=args.device)
         with tempfile.TemporaryDirectory() as holder:
             adaptive = autoprune.sensitivity(
                 model, example, TaskEval(fresh), groups=names, ratios=ratios,

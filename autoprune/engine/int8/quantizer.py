@@ -76,7 +76,8 @@ def quantize_error(e: BaseException, step: str) -> ConfigError:
         why = f"it does not know the operator {found.group(1)}"
     elif found := re.search(r"Unsupported model IR version: (\d+), max supported IR version: "
                             r"(\d+)", text):  # onnx newer than onnxruntime (seen: 1.30 reads 13)
-        return ConfigError(f"ONNX Runtime {_ort_version()} cannot {step} this model for INT8: its "
+        from onnxruntime import __version__ as ort_version
+        return ConfigError(f"ONNX Runtime {ort_version} cannot {step} this model for INT8: its "
                            f"ONNX IR version {found.group(1)} is newer than it reads (up to "
                            f"{found.group(2)}): upgrade onnxruntime (pip install -U onnxruntime), "
                            f"or save the model with ir_version <= {found.group(2)}")
@@ -84,11 +85,6 @@ def quantize_error(e: BaseException, step: str) -> ConfigError:
         why = f"{type(e).__name__}: {_one_line(e)}"
     return ConfigError(f"ONNX Runtime cannot {step} this model for INT8 ({why}): replace the "
                        f"operator or {_FIX}")
-
-
-def _ort_version() -> str:
-    import onnxruntime
-    return onnxruntime.__version__
 
 
 def model_opset(model: Any) -> int:
