@@ -206,7 +206,7 @@ def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[st
     path = Path(path)
     if done.runtime == "openvino":  # OpenVINO's own form: model_int8.xml + .bin
         path = path.with_suffix(".xml")
-    if int8_ms < fp32_ms:
+    if int8_ms < fp32_ms and not nothing_quantized(entry):
         path.parent.mkdir(parents=True, exist_ok=True)
         if done.runtime == "openvino":
             _save_openvino(done.int8_onnx, path)
@@ -221,6 +221,13 @@ def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[st
         for stale in (path, path.with_suffix(".bin")) if done.runtime == "openvino" else (path,):
             stale.unlink(missing_ok=True)
     return entry
+
+
+def nothing_quantized(entry: Mapping[str, Any]) -> bool:
+    """Whether an ONNX Runtime INT8 entry holds no INT8 weight: every layer was kept in FP32
+    (for speed), so its model is the FP32 one and is never written or called INT8, whatever a
+    timing within noise says."""
+    return entry.get("graph", {}).get("int8_weights") == 0
 
 
 def _save_openvino(model: Any, path: Path) -> None:
@@ -317,7 +324,11 @@ def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
     ms = section["latency"]["ms"]
     for side in sides:
         fp32, int8 = ms[f"{side}_fp32"], ms[f"{side}_int8"]
-        if int8 >= fp32:
+        if nothing_quantized(section[side]):
+            lines.append(f"the {side} model has no layer that runs faster in INT8 on this CPU: "
+                         f"every one was kept in FP32, so its INT8 form is its FP32 model "
+                         f"({INT8_FILE} not written): ship its FP32 model")
+        elif int8 >= fp32:
             ops = ", ".join(f"{op} {t:.2f} ms" for op, t in
                             list(section[side].get("costly_ops", {}).items())[:3])
             lines.append(f"the {side} model runs slower in INT8 than in FP32 on this CPU "
@@ -330,8 +341,10 @@ def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
                          f"({fp32:.2f} -> {int8:.2f} ms)")
     if "baseline" in sides and "pruned" in sides:
         base = ms["baseline_fp32"]
-        best = min(ms["pruned_fp32"], ms["pruned_int8"])
-        lines.append(f"pruned {'INT8' if ms['pruned_int8'] < ms['pruned_fp32'] else 'FP32'} "
+        int8_wins = (ms["pruned_int8"] < ms["pruned_fp32"]
+                     and not nothing_quantized(section["pruned"]))
+        best = ms["pruned_int8"] if int8_wins else ms["pruned_fp32"]
+        lines.append(f"pruned {'INT8' if int8_wins else 'FP32'} "
                      f"against the FP32 base model: {base / best:.2f}x faster "
                      f"({base:.2f} -> {best:.2f} ms)")
     return lines
