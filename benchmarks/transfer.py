@@ -238,8 +238,8 @@ def publish_timm(model: torch.nn.Module, arch: str, hub_cache: Path,
     ``pretrained=True``, and its data config has those statistics."""
     import timm
 
-    from autoprune.tasks import weights
     from autoprune.tasks.classification.pretrained import _registered_cfg
+    from autoprune.tasks.hub_cache import seed_hf_cache
 
     if getattr(model, "pretrained_cfg", {}).get("architecture") != arch:  # a rebuilt module
         fresh = timm.create_model(arch, pretrained=False, num_classes=model.num_classes)
@@ -247,9 +247,9 @@ def publish_timm(model: torch.nn.Module, arch: str, hub_cache: Path,
         model = fresh
     cfg = _registered_cfg(arch, None)
     repo = str(cfg["hf_hub_id"]).partition("@")[0]
-    file = weights.seed_hf_cache(model, repo, hub_cache,
-                                 {"tag": cfg.get("tag"), "mean": list(stats["mean"]),
-                                  "std": list(stats["std"])})
+    file = seed_hf_cache(model, repo, hub_cache,
+                         {"tag": cfg.get("tag"), "mean": list(stats["mean"]),
+                          "std": list(stats["std"])})
     resolved = timm_stats(arch)
     if [list(map(float, resolved[k])) for k in ("mean", "std")] != \
             [list(map(float, stats[k])) for k in ("mean", "std")]:

@@ -24,7 +24,7 @@ import autoprune as ap
 from autoprune.cli import main
 from autoprune.datasets import CLASSES
 from autoprune.errors import ConfigError, SensitivityFileError
-from autoprune.tasks import weights
+from autoprune.tasks import hub_cache, weights
 from conftest import assert_one_line, make_model, needs_fmnist, refuse_network_probes
 
 SET = dict(train=4, val=2, size=64, seed=3)
@@ -509,7 +509,7 @@ def test_a_damaged_cached_hub_repo_is_one_line(hub, damage, words, readers):
     from autoprune.tasks.classification.pretrained import create_pretrained, \
         pretrained_data_config
 
-    file = weights.seed_hf_cache(hub, "someone/r18")
+    file = hub_cache.seed_hf_cache(hub, "someone/r18")
     damage(file)
     calls = {"model": lambda: create_pretrained("timm/resnet18", 10, "hf-hub:someone/r18"),
              "data config": lambda: pretrained_data_config("timm/resnet18",
@@ -524,7 +524,7 @@ def test_a_damaged_cached_hub_repo_is_one_line(hub, damage, words, readers):
 def test_a_truncated_registered_timm_file_is_one_line(hub):
     from autoprune.tasks.classification.pretrained import create_pretrained
 
-    file = weights.seed_hf_cache(hub, "timm/resnet18.a1_in1k")
+    file = hub_cache.seed_hf_cache(hub, "timm/resnet18.a1_in1k")
     _replace(file, file.resolve().read_bytes()[:5000])
     with pytest.raises(ConfigError) as e:
         create_pretrained("timm/resnet18", 5, True)
@@ -537,10 +537,10 @@ def test_a_cached_config_of_other_classes_than_its_weights_is_one_line(hub):
     import timm
     from autoprune.tasks.classification.pretrained import create_pretrained
 
-    config = json.loads((weights.seed_hf_cache(hub, "someone/r18").parent /
+    config = json.loads((hub_cache.seed_hf_cache(hub, "someone/r18").parent /
                          "config.json").read_text())  # says 10 classes
     five = timm.create_model("resnet18", pretrained=False, num_classes=5)
-    weights.seed_hf_cache(five, "someone/r18b", config=config)
+    hub_cache.seed_hf_cache(five, "someone/r18b", config=config)
     with pytest.raises(ConfigError) as e:
         create_pretrained("timm/resnet18", 10, "hf-hub:someone/r18b")
     msg = assert_one_line(e)
@@ -552,7 +552,7 @@ def test_a_payload_pytorch_model_bin_in_the_hub_cache_is_refused_and_runs_nothin
     from autoprune.tasks.classification.pretrained import create_pretrained
 
     marker = tmp_path / "code_ran"
-    file = weights.seed_hf_cache(hub, "someone/r18", filename="pytorch_model.bin")
+    file = hub_cache.seed_hf_cache(hub, "someone/r18", filename="pytorch_model.bin")
     payload = tmp_path / "payload.bin"
     torch.save({"fc.weight": _RunsCode(marker)}, payload)
     _replace(file, payload.read_bytes())

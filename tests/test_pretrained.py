@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from autoprune.errors import CheckpointError, ConfigError
-from autoprune.tasks import weights
+from autoprune.tasks import hub_cache, weights
 from autoprune.tasks.weights import Provenance
 from conftest import refuse_network_probes, run_offline_child
 
@@ -44,7 +44,7 @@ def timm_hub(tmp_path_factory):
     home = tmp_path_factory.mktemp("hf")
     torch.manual_seed(0)
     source = timm.create_model("resnet18", pretrained=False)
-    file = weights.seed_hf_cache(source, "timm/resnet18.a1_in1k", home / "hub")
+    file = hub_cache.seed_hf_cache(source, "timm/resnet18.a1_in1k", home / "hub")
     return home, source.state_dict(), file
 
 
@@ -130,7 +130,7 @@ def test_an_hf_hub_repo_timm_does_not_list_is_read_with_its_config(monkeypatch, 
 
     offline_hub(monkeypatch, tmp_path)
     source = timm.create_model("resnet18", pretrained=False, num_classes=10)
-    file = weights.seed_hf_cache(source, "someone/fmnist-resnet18")
+    file = hub_cache.seed_hf_cache(source, "someone/fmnist-resnet18")
     model, prov, data = create_pretrained("timm/resnet18", 10, "hf-hub:someone/fmnist-resnet18")
     assert pretrained_data_config("timm/resnet18", "hf-hub:someone/fmnist-resnet18") == data
     assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
@@ -383,7 +383,7 @@ def test_when_the_hub_answers_the_file_is_downloaded_into_the_cache_now_named(mo
 
     def download(repo_id, filename, revision=None, cache_dir=None, **_):
         calls.append((repo_id, filename, cache_dir))
-        return str(weights.seed_hf_cache(source, repo_id, cache_dir))
+        return str(hub_cache.seed_hf_cache(source, repo_id, cache_dir))
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     model, prov, _ = create_pretrained("timm/resnet18", 3, True)

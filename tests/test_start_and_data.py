@@ -13,7 +13,7 @@ import yaml
 
 import autoprune as ap
 from autoprune import classification as cls
-from autoprune.tasks import weights
+from autoprune.tasks import hub_cache, weights
 from conftest import needs_fmnist, refuse_network_probes
 
 pytestmark = needs_fmnist
@@ -44,7 +44,7 @@ def hub(tmp_path_factory):
     home = tmp_path_factory.mktemp("hf")
     torch.manual_seed(0)
     source = timm.create_model("resnet18", pretrained=False)
-    weights.seed_hf_cache(source, "timm/resnet18.a1_in1k", home / "hub")
+    hub_cache.seed_hf_cache(source, "timm/resnet18.a1_in1k", home / "hub")
     return home, source.state_dict()
 
 
@@ -139,7 +139,7 @@ def test_published_weights_of_the_datas_classes_are_pruned_as_they_are(paddlex, 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     torch.manual_seed(0)
     source = timm.create_model("resnet18", num_classes=10)
-    weights.seed_hf_cache(source, "someone/fmnist-resnet18")
+    hub_cache.seed_hf_cache(source, "someone/fmnist-resnet18")
     r = cls.train("resnet18", paddlex, pretrained="hf-hub:someone/fmnist-resnet18",
                   pretrain_epochs=0, save_dir=tmp_path / "run", ratios=(0.5,),
                   sensitivities_file=tmp_path / "s.json", pruned_flops=0.3, **SMALL)
@@ -151,7 +151,7 @@ def test_published_weights_of_the_datas_classes_are_pruned_as_they_are(paddlex, 
 
     hub = tmp_path / "hf1000"
     monkeypatch.setenv("HF_HOME", str(hub))
-    weights.seed_hf_cache(timm.create_model("resnet18"), "timm/resnet18.a1_in1k", hub / "hub")
+    hub_cache.seed_hf_cache(timm.create_model("resnet18"), "timm/resnet18.a1_in1k", hub / "hub")
     with pytest.raises(ap.ConfigError, match="pretrain_epochs=0 prunes the starting weights as "
                        "they are, but this model holds none trained for the data's classes"):
         cls.train("resnet18", paddlex, pretrained=True, pretrain_epochs=0,

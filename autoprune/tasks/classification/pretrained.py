@@ -26,7 +26,7 @@ from PIL import Image
 from torchvision import transforms
 
 from ...errors import ConfigError
-from .. import timm_rules, weights
+from .. import hub_cache, timm_rules, weights
 from ..weights import Provenance
 from . import models as torchvision_models
 
@@ -144,17 +144,17 @@ def _timm_plan(name: str, text: str | None) -> tuple[dict[str, Any] | None, str 
 def _check_unknown_tag(repo: str, arch: str, tag: str) -> None:
     """``hf-hub:timm/<arch>.<tag>`` of a tag timm does not list: when the hub cannot be asked
     and the cache holds no such repo, say so (a typo, most likely) rather than "not cached"."""
-    folder = weights.hf_repo_folder(repo)
+    folder = hub_cache.hf_repo_folder(repo)
     if folder.is_dir():
         return  # a repo published after this timm, cached: read it
-    reason = weights.hf_offline_reason()
+    reason = hub_cache.hf_offline_reason()
     if reason is None:
         return  # the hub answers: it says whether the repo exists
     tags = _timm_tags(arch)
     listed = f"its tags: {', '.join(tags[:6])}{' ...' if len(tags) > 6 else ''}" if tags \
         else "it lists none"
-    fetch = weights.hf_fetch_command(repo, ("config.json", weights.HF_WEIGHTS[0]), None,
-                                     weights.hf_cache_dir())
+    fetch = hub_cache.hf_fetch_command(repo, ("config.json", hub_cache.HF_WEIGHTS[0]), None,
+                                     hub_cache.hf_cache_dir())
     raise ConfigError(f"timm lists no pretrained tag {tag!r} for {arch!r} ({listed}) and the "
                       f"Hugging Face cache holds no repo {repo} ({folder}); whether the hub has "
                       f"one cannot be asked ({reason}): check the tag, e.g. "
@@ -166,7 +166,7 @@ def _timm(name: str, num_classes: int,
           text: str | None) -> tuple[nn.Module, Provenance, dict[str, Any]]:
     cfg, hub_id = _timm_plan(name, text)
     if cfg is not None:
-        path, prov = weights.timm_cfg_file(cfg)
+        path, prov = hub_cache.timm_cfg_file(cfg)
         fix = weights.refetch(str(cfg.get("hf_hub_id") or prov.id))
         weights.read_weights(path, fix)  # damaged, truncated or a pickle: refused here
         with weights.loading(path, fix):
@@ -189,15 +189,15 @@ def _timm_from_hub(name: str, num_classes: int, hub_id: str,
     checked first) and weights from the cache, loaded by timm's ``local-dir:`` source."""
     repo, _, revision = hub_id.partition("@")
     what = hub_id
-    cfg_file = weights.hf_file(repo, ("config.json",), revision or None, what=what,
-                               fetch_files=("config.json", weights.HF_WEIGHTS[0]))
+    cfg_file = hub_cache.hf_file(repo, ("config.json",), revision or None, what=what,
+                               fetch_files=("config.json", hub_cache.HF_WEIGHTS[0]))
     fix = weights.refetch(what)
     config = _hub_config(cfg_file, fix)
     arch = config.get("architecture") or config["pretrained_cfg"].get("architecture")
     if arch != name:
         raise _other_arch(text, str(arch), name)
     names = config["pretrained_cfg"].get("hf_hub_filename")
-    path = weights.hf_file(repo, (names,) if names else weights.HF_WEIGHTS, revision or None,
+    path = hub_cache.hf_file(repo, (names,) if names else hub_cache.HF_WEIGHTS, revision or None,
                            what=what)
     if path.parent != cfg_file.parent:
         raise ConfigError(f"{repo}: config.json and {path.name} are cached from different "
@@ -208,7 +208,7 @@ def _timm_from_hub(name: str, num_classes: int, hub_id: str,
         model = timm.create_model(f"local-dir:{cfg_file.parent}", pretrained=True,
                                   num_classes=num_classes)
     tag = config["pretrained_cfg"].get("tag")
-    url = weights.hf_url(repo, path.name, revision or None)
+    url = hub_cache.hf_url(repo, path.name, revision or None)
     return model, weights.file_provenance(path, "timm", hub_id, tag, url)
 
 
@@ -254,8 +254,8 @@ def pretrained_data_config(arch_key: str, spec: bool | str = True) -> dict[str, 
     cfg, hub_id = _timm_plan(name, text)
     if cfg is None:
         repo, _, revision = hub_id.partition("@")
-        path = weights.hf_file(repo, ("config.json",), revision or None, what=hub_id,
-                               fetch_files=("config.json", weights.HF_WEIGHTS[0]))
+        path = hub_cache.hf_file(repo, ("config.json",), revision or None, what=hub_id,
+                               fetch_files=("config.json", hub_cache.HF_WEIGHTS[0]))
         config = _hub_config(path, weights.refetch(hub_id))
         cfg = dict(config["pretrained_cfg"] or config)
         cfg["num_classes"] = config.get("num_classes", cfg.get("num_classes"))  # timm's order
@@ -322,7 +322,7 @@ def _torchvision(name: str, num_classes: int,
     full = f"{type(member).__name__}.{member.name}"
     fetch = (f"python -c \"import torchvision; torchvision.models.get_model('{name}', "
              f"weights='{full}')\"")
-    path = weights.torch_hub_file(member.url, what=f"torchvision {full}", fetch=fetch)
+    path = hub_cache.torch_hub_file(member.url, what=f"torchvision {full}", fetch=fetch)
     state = weights.read_weights(path, weights.refetch(f"torchvision {full} ({fetch})"))
     kwargs = _weights_kwargs(name, member)
     ref = _reference_shapes(name, len(member.meta["categories"]), kwargs)
@@ -387,7 +387,7 @@ def seed_torchvision_cache(model: nn.Module | dict[str, torch.Tensor], name: str
                            spec: bool | str = True) -> Path:
     """Write ``model``'s weights where torchvision's ``spec`` weights of ``name`` are cached
     (``$TORCH_HOME/hub/checkpoints/<file name of the enum's url>``); returns the file."""
-    return weights.seed_torch_hub(model, torchvision_weights(name, spec).url)
+    return hub_cache.seed_torch_hub(model, torchvision_weights(name, spec).url)
 
 
 def seed_timm_cache(model: nn.Module, tag: str | None = None,
@@ -397,7 +397,7 @@ def seed_timm_cache(model: nn.Module, tag: str | None = None,
     name = model.pretrained_cfg["architecture"]
     cfg = _registered_cfg(name, tag)
     repo = str(cfg["hf_hub_id"]).partition("@")[0]
-    return weights.seed_hf_cache(model, repo, cache_dir, {"tag": cfg.get("tag")})
+    return hub_cache.seed_hf_cache(model, repo, cache_dir, {"tag": cfg.get("tag")})
 
 
 __all__ = ["ToRGB", "create_pretrained", "data_transforms", "is_hub_spec",

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from ...errors import ConfigError
-from .. import weights
+from .. import hub_cache, weights
 from ..weights import Provenance
 
 LOCAL = "encoder_weights=<local file of encoder weights>"
@@ -83,7 +83,7 @@ def _timm_encoder_file(encoder: str, weights_name: Any) -> tuple[Path, Provenanc
                           f"use tu-{arch}.<tag> with a tag of {', '.join(tags[:6]) or '(none)'}, "
                           f"encoder_weights=None, or {LOCAL}")
     cfg = timm.models.get_pretrained_cfg(model).to_dict()
-    return weights.timm_cfg_file(cfg, local=LOCAL)
+    return hub_cache.timm_cfg_file(cfg, local=LOCAL)
 
 
 def encoder_weights_file(encoder: str,
@@ -99,12 +99,12 @@ def encoder_weights_file(encoder: str,
     settings = _settings(name, str(weights_name))
     repo, revision = settings["repo_id"], settings["revision"]
     what = f"{repo} (smp {encoder} {weights_name})"
-    path = weights.hf_file(repo, ("model.safetensors",), revision, what=what, local=LOCAL,
+    path = hub_cache.hf_file(repo, ("model.safetensors",), revision, what=what, local=LOCAL,
                            fetch_files=SMP_FILES)
-    weights.hf_file(repo, ("config.json",), revision, what=what, local=LOCAL,
+    hub_cache.hf_file(repo, ("config.json",), revision, what=what, local=LOCAL,
                     fetch_files=SMP_FILES)  # smp reads it too
     return path, weights.file_provenance(path, "smp", repo, str(weights_name),
-                                         weights.hf_url(repo, path.name, revision))
+                                         hub_cache.hf_url(repo, path.name, revision))
 
 
 def encoder_data_config(encoder: str, weights_name: str | bool = "imagenet") -> dict[str, Any]:
@@ -161,7 +161,7 @@ def build_with_encoder_weights(arch: str, encoder: str, encoder_weights: str | b
                                      pretrained_cfg_overlay={"file": str(path)}, **create_kwargs)
         return model, prov
     _preprocessing(path.parent / "config.json", fix)  # smp reads it too
-    with _pinned_hub(weights.hf_cache_dir()), weights.loading(path, fix):
+    with _pinned_hub(hub_cache.hf_cache_dir()), weights.loading(path, fix):
         model = smp.create_model(arch, encoder_name=encoder, encoder_weights=prov.tag,
                                  **create_kwargs)
     return model, prov
@@ -185,7 +185,7 @@ def seed_smp_cache(encoder_module: nn.Module | dict[str, torch.Tensor], encoder:
     encoder is taken), an encoder or a state dict."""
     module = getattr(encoder_module, "encoder", encoder_module)
     settings = _settings(encoder, weights_name)
-    return weights.seed_hf_cache(module, settings["repo_id"], cache_dir,
+    return hub_cache.seed_hf_cache(module, settings["repo_id"], cache_dir,
                                  config=config or IMAGENET_PREPROCESSING,
                                  revision=settings["revision"])
 
