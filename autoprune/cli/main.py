@@ -4,6 +4,7 @@ one line (exit code 2).
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import sys
 import textwrap
@@ -198,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     _setting_flags(ex, "task", ["eval_limit"], eval_limit=None)
     _setting_flags(ex, "flow", ["calibration_images", "calibration_method", "int8_metric_loss"])
     _overwrite_option(ex)
-    ex.set_defaults(func="export")
+    ex.set_defaults(func="deploy.export")
 
     rp = sub.add_parser("report", help="compare a baseline and a pruned checkpoint: size, FLOPs, "
                         "metrics, latency")
@@ -211,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "int8_metric_loss"])
     rp.add_argument("--train-data", help="with --quantize: the training data whose train split "
                     "calibrates the INT8 models")
-    rp.set_defaults(func="report")
+    rp.set_defaults(func="deploy.report")
 
     pf = sub.add_parser("profiles", help="list the DEFAULT sensitivity profiles, or build one "
                         "on public data (Fashion-MNIST; its scenes for detection/segmentation)")
@@ -420,10 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(e))
     # the subcommands load torch and the model libraries (seconds): imported once a command runs,
     # so that --help and --version answer at once
-    from . import commands
-
+    module, _, func = args.func.rpartition(".")  # "deploy.export": cli/deploy.py's export
     try:
-        getattr(commands, args.func)(args)
+        getattr(importlib.import_module(f".{module or 'commands'}", __package__), func)(args)
     except AutopruneError as e:
         print(f"autoprune: error: {e}", file=sys.stderr)
         return 2
