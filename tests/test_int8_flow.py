@@ -199,10 +199,32 @@ def test_a_model_with_every_layer_kept_in_fp32_is_never_shipped_as_int8(tmp_path
     assert not entry["shipped"] and not path.exists()
     section = {"pruned": entry, "latency": {"ms": {"pruned_fp32": 2.0, "pruned_int8": 1.0}}}
     [line] = flow_int8.verdicts(section, ["pruned"])
-    assert "no layer that runs faster in INT8" in line and "ship its FP32 model" in line
-    quantized = dict(done.entry, graph={**done.entry["graph"], "int8_weights": 3})
+    assert "no layer runs faster in INT8" in line and "ship its FP32 model" in line
+    quantized = dict(done.entry, graph={**done.entry["graph"], "int8_weights": 3},
+                     search_faster=True)
     assert flow_int8.ship(dataclasses.replace(done, entry=quantized), path, fp32_ms=2.0,
                           int8_ms=1.0)["shipped"]  # the same timing with INT8 layers: written
+
+
+def test_an_int8_model_the_two_timings_disagree_on_is_not_shipped(tmp_path):
+    """The block search timed the chosen INT8 form slower than FP32 (its log said "ship the
+    FP32 model"), the paired timing faster: within noise, so FP32 stays the model, in the file
+    and in the verdict; where both say faster it is written."""
+    entry = {"file": None, "shipped": False, "graph": {"int8_weights": 5},
+             "search_faster": False, "costly_ops": {}}
+    done = flow_int8.Quantized(entry, b"fp32", b"int8 bytes", {})
+    path = tmp_path / flow_int8.INT8_FILE
+    shipped = flow_int8.ship(done, path, fp32_ms=2.0, int8_ms=1.9)
+    assert not shipped["shipped"] and not path.exists()
+    assert flow_int8.held_back({**entry, "search_faster": True}) is None
+    section = {"baseline": {**shipped}, "pruned": {**shipped},
+               "latency": {"ms": {"baseline_fp32": 3.0, "baseline_int8": 2.9,
+                                  "pruned_fp32": 2.0, "pruned_int8": 1.9}}}
+    lines = flow_int8.verdicts(section, ["baseline", "pruned"])
+    assert "within noise" in lines[0] and "ship its FP32 model" in lines[0]
+    assert lines[-1].startswith("pruned FP32 against the FP32 base model: 1.50x")
+    agreed = dataclasses.replace(done, entry={**entry, "search_faster": True})
+    assert flow_int8.ship(agreed, path, fp32_ms=2.0, int8_ms=1.9)["shipped"] and path.exists()
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -272,7 +294,8 @@ def test_export_int8_on_the_command_line(named_ckpt, tmp_path, capsys):
         assert done.stdout.strip() == "ok", done.stderr[-800:]
     else:  # slower in INT8, or (a many-core AMX CPU) no layer faster in INT8
         assert ("not written: the INT8 model is slower" in printed
-                or "not written: no layer runs faster in INT8" in printed), printed
+                or "not written: no layer runs faster in INT8" in printed
+                or "not written: the block search timed it slower" in printed), printed
 
 
 @pytest.mark.parametrize("argv, message", [

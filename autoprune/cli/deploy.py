@@ -58,7 +58,7 @@ def export(args: argparse.Namespace) -> None:
 
 def export_int8_cli(args: argparse.Namespace) -> None:
     """`autoprune export --int8`: the INT8 model, its size, metric and speed against FP32."""
-    from ..flow.int8 import nothing_quantized
+    from ..flow.int8 import held_back, nothing_quantized
 
     if args.data is None:
         raise ConfigError("--int8 calibrates on training data: pass --data <the data the model "
@@ -82,9 +82,9 @@ def export_int8_cli(args: argparse.Namespace) -> None:
     if out["shipped"]:
         print(f"wrote {args.output} ({out['size_mb']:.2f} MB, INT8, calibrated on "
               f"{out['calibration_images']} train images{kept})")
-    elif nothing_quantized(out):
-        print(f"not written: no layer runs faster in INT8 on this CPU, every one was kept in "
-              f"FP32 ({out['speed']}): deploy the FP32 model (autoprune export without --int8)")
+    elif nothing_quantized(out) or out["int8_faster"]:  # held back (flow.int8.held_back)
+        print(f"not written: {held_back(out)} ({out['speed']}): deploy the FP32 model "
+              f"(autoprune export without --int8)")
     else:
         print(f"not written: the INT8 model is slower than the FP32 one on this CPU "
               f"({out['speed']}): deploy the FP32 model (autoprune export without --int8)")

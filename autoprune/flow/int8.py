@@ -146,7 +146,8 @@ def quantize_model(adapter: TaskAdapter, model: nn.Module, calibration: list[Any
              "metrics": adapter.evaluate_deployed(int8, threads) if evaluates else {},
              "excluded": list(excluded), "excluded_for_speed": list(speed.excluded),
              "excluded_for_accuracy": list(accuracy.excluded) if accuracy else [],
-             "speed": speed.message, "costly_ops": speed.costly_ops,
+             "speed": speed.message, "search_faster": speed.int8_faster,
+             "costly_ops": speed.costly_ops,
              "accuracy": accuracy.message if accuracy else None,
              "accuracy_reached": accuracy.reached if accuracy else None,
              "graph": graph_summary(int8),
@@ -206,7 +207,7 @@ def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[st
     path = Path(path)
     if done.runtime == "openvino":  # OpenVINO's own form: model_int8.xml + .bin
         path = path.with_suffix(".xml")
-    if int8_ms < fp32_ms and not nothing_quantized(entry):
+    if int8_ms < fp32_ms and held_back(entry) is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if done.runtime == "openvino":
             _save_openvino(done.int8_onnx, path)
@@ -228,6 +229,19 @@ def nothing_quantized(entry: Mapping[str, Any]) -> bool:
     (for speed), so its model is the FP32 one and is never written or called INT8, whatever a
     timing within noise says."""
     return entry.get("graph", {}).get("int8_weights") == 0
+
+
+def held_back(entry: Mapping[str, Any]) -> str | None:
+    """Why an INT8 model that the paired timing finds faster is still not written (None: it
+    is): nothing in it is INT8, or the block search timed its chosen form slower than FP32 (two
+    timings that disagree: the difference is within noise, and FP32 is the safe model)."""
+    if nothing_quantized(entry):
+        return ("no layer runs faster in INT8 on this CPU: every one was kept in FP32, so its "
+                "INT8 form is its FP32 model")
+    if entry.get("search_faster") is False:
+        return ("the block search timed it slower than FP32 and the paired timing faster: the "
+                "difference is within noise")
+    return None
 
 
 def _save_openvino(model: Any, path: Path) -> None:
@@ -324,10 +338,10 @@ def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
     ms = section["latency"]["ms"]
     for side in sides:
         fp32, int8 = ms[f"{side}_fp32"], ms[f"{side}_int8"]
-        if nothing_quantized(section[side]):
-            lines.append(f"the {side} model has no layer that runs faster in INT8 on this CPU: "
-                         f"every one was kept in FP32, so its INT8 form is its FP32 model "
-                         f"({INT8_FILE} not written): ship its FP32 model")
+        reason = held_back(section[side])
+        if nothing_quantized(section[side]) or (reason and int8 < fp32):
+            lines.append(f"the {side} model: {reason} ({INT8_FILE} not written): ship its FP32 "
+                         f"model")
         elif int8 >= fp32:
             ops = ", ".join(f"{op} {t:.2f} ms" for op, t in
                             list(section[side].get("costly_ops", {}).items())[:3])
@@ -342,7 +356,7 @@ def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
     if "baseline" in sides and "pruned" in sides:
         base = ms["baseline_fp32"]
         int8_wins = (ms["pruned_int8"] < ms["pruned_fp32"]
-                     and not nothing_quantized(section["pruned"]))
+                     and held_back(section["pruned"]) is None)
         best = ms["pruned_int8"] if int8_wins else ms["pruned_fp32"]
         lines.append(f"pruned {'INT8' if int8_wins else 'FP32'} "
                      f"against the FP32 base model: {base / best:.2f}x faster "
