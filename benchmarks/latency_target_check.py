@@ -92,7 +92,8 @@ def fresh_median(name: str, path: Path, runs: int, device: str = "cpu", batch: i
 
 
 def check(name: str, target: float, ratios: list[float] | None, tolerance: float,
-          work: Path, fresh_runs: int = 3, device: str = "cpu", batch: int = 1) -> dict:
+          work: Path, fresh_runs: int = 3, device: str = "cpu", batch: int = 1,
+          size: int | None = None) -> dict:
     """Steps 1-3 of the module docstring for one model; its figures."""
     import torch
 
@@ -105,8 +106,9 @@ def check(name: str, target: float, ratios: list[float] | None, tolerance: float
     from autoprune.flow.defaults import find_profile
 
     torch.manual_seed(0)
-    task, arch, size, _ = MODELS[name]
-    adapter = _adapter(name)
+    task, arch, default, _ = MODELS[name]
+    size = size or default
+    adapter = _adapter(name, size)
     key = adapter.arch_key(arch)
     model = adapter.build(key).eval()
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
@@ -117,7 +119,7 @@ def check(name: str, target: float, ratios: list[float] | None, tolerance: float
     start = time.time()
     timing = _timing(device, batch)
     record = measure_latencies(model, example, losses, timing=timing, ignored_layers=ignored,
-                               arch=key, path=work / f"{name}-{device}-b{batch}-latency.json",
+                               arch=key, path=work / f"{name}-{device}-b{batch}-{size}px-latency.json",
                                progress=False)
     timed = time.time() - start
     chosen = ratios_by_latency(model, example, record, target, timing=timing,
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--device", default="cpu", help="where latency is timed: cpu (one thread, the "
                    "default) or cuda")
     p.add_argument("--batch", type=int, default=1, help="batch size timed (default 1)")
+    p.add_argument("--size", type=int, help="input size of every model (default: each model's "
+                   "own, e.g. 384 where a GPU is bound by launches at the defaults)")
     p.add_argument("-v", "--verbose", action="store_true", help="log each timed allocation")
     p.add_argument("--remeasure", nargs=2, metavar=("MODEL", "CHECKPOINT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for name in names:
             try:
                 r = check(name, args.target, ratios, args.tolerance, work, args.fresh_runs,
-                          args.device, args.batch)
+                          args.device, args.batch, args.size)
             except ConfigError as e:  # unreachable on this device: its line, then the next model
                 print(f"{name:24s} {e}", flush=True)
                 rows.append({"model": name, "within": False, "refused": str(e)})
