@@ -260,6 +260,22 @@ def test_the_cost_is_said_before_and_a_plan_measures_nothing(toy_task, tmp_path,
     assert "analysis cost: 5 points x 512 images" in out and "ETA" in out
 
 
+def test_the_expected_share_of_a_point_s_images_falls_with_a_larger_set():
+    """The confidence bound decides a point after a count of images that grows more slowly than
+    the validation set (resnet18's loss target: 0.60 of a point's 1,000 images, 0.22 of 10,000):
+    the estimate's share falls as (1,000 / images) ** (1/3) above 1,000 images; at or below, and
+    without an early stop (detection: no bound), it is the share measured at 1,000."""
+    from autoprune.engine.cost import adaptive_shares
+
+    small, at_1k = (adaptive_shares("loss", "confidence", 9, n)["image_share"] for n in (64, 1000))
+    at_10k = adaptive_shares("loss", "confidence", 9, 10_000)["image_share"]
+    assert small == at_1k == adaptive_shares("loss", "confidence", 9)["image_share"]
+    assert at_10k == pytest.approx(at_1k * 10 ** (-1 / 3))
+    assert adaptive_shares("loss", "none", 9, 10_000)["image_share"] == 1.0
+    assert adaptive_shares("flops", "confidence", 9, 10_000)["points_share"] == \
+        adaptive_shares("flops", "confidence", 9, 1000)["points_share"]  # points: the grid's
+
+
 def test_bad_adaptive_settings_are_one_line_errors(toy_task):
     model, x, y = toy_task
     for options, match in [({"adaptive": True, "early_stop": 0.5}, "early_stop"),

@@ -375,7 +375,7 @@ def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, grap
             if not record.has_point(n, r) or record.is_interval(n, r)]
     cost = None
     if (progress or opts["plan"]) and rank == 0 and todo:
-        shares = adaptive_shares(goal.kind, run.meter.bound, len(ratios))
+        shares = adaptive_shares(goal.kind, run.meter.bound, len(ratios), total)
         cost = _announce(model, example_inputs, eval_fn, graph, run.runner, todo, None,
                          adaptive={"target": goal.describe(), "bound": run.meter.bound,
                                    **shares}, images=total, replayed=replayed)
