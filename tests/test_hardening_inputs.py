@@ -409,7 +409,7 @@ def test_export_refuses_a_baseline_of_another_model(tmp_path, capsys):
 
 
 def test_export_writes_a_latency_change_with_one_sign(tmp_path, capsys, monkeypatch):
-    from autoprune.cli import commands
+    from autoprune.cli import commands, deploy
 
     pytest.importorskip("onnxruntime")  # the check it prints runs where ONNX Runtime is
     pruned = _cls_ckpt(tmp_path, "pruned.pt")
@@ -419,9 +419,9 @@ def test_export_writes_a_latency_change_with_one_sign(tmp_path, capsys, monkeypa
         Path(output).write_bytes(b"onnx")
         return Path(output)
 
-    monkeypatch.setattr(commands, "export_checkpoint", export)
+    monkeypatch.setattr(deploy, "export_checkpoint", export)
     for reduction, shown in ((-1.721, "+172.1%"), (0.3, "-30.0%")):
-        monkeypatch.setattr(commands, "check_onnx", lambda *a, r=reduction, **k: {
+        monkeypatch.setattr(deploy, "check_onnx", lambda *a, r=reduction, **k: {
             "latency_ms": 2.0, "baseline_ms": 1.0, "reduction": r, "max_abs_diff": 0.0})
         assert main(["export", str(pruned), str(tmp_path / "m.onnx"), "--overwrite",
                      "--baseline", str(base)]) == 0
