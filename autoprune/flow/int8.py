@@ -198,7 +198,8 @@ def _ov_size_mb(model: Any) -> float:
 
 def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[str, Any]:
     """``done``'s entry with the verdict of the paired timing: its INT8 model written to
-    ``path`` atomically when it runs faster than the FP32 one, else not shipped (an INT8 file
+    ``path`` atomically when it runs faster than the FP32 one and :func:`held_back` names no
+    reason to keep FP32, else not shipped (an INT8 file
     of an earlier run at ``path`` is removed: it would be taken for this one). Its folder is made
     when missing (``baseline/`` of a run that prunes a given checkpoint trains no base there)."""
     from ..engine.files import atomic_write
