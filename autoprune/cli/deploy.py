@@ -58,8 +58,6 @@ def export(args: argparse.Namespace) -> None:
 
 def export_int8_cli(args: argparse.Namespace) -> None:
     """`autoprune export --int8`: the INT8 model, its size, metric and speed against FP32."""
-    from ..flow.int8 import held_back, nothing_quantized
-
     if args.data is None:
         raise ConfigError("--int8 calibrates on training data: pass --data <the data the model "
                           "was trained on>")
@@ -82,8 +80,8 @@ def export_int8_cli(args: argparse.Namespace) -> None:
     if out["shipped"]:
         print(f"wrote {args.output} ({out['size_mb']:.2f} MB, INT8, calibrated on "
               f"{out['calibration_images']} train images{kept})")
-    elif nothing_quantized(out) or out["int8_faster"]:  # held back (flow.int8.held_back)
-        print(f"not written: {held_back(out)} ({out['speed']}): deploy the FP32 model "
+    elif out["held_back"]:
+        print(f"not written: {out['held_back']} ({out['speed']}): deploy the FP32 model "
               f"(autoprune export without --int8)")
     else:
         print(f"not written: the INT8 model is slower than the FP32 one on this CPU "

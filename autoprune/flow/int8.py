@@ -199,16 +199,19 @@ def _ov_size_mb(model: Any) -> float:
 def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[str, Any]:
     """``done``'s entry with the verdict of the paired timing: its INT8 model written to
     ``path`` atomically when it runs faster than the FP32 one and :func:`held_back` names no
-    reason to keep FP32, else not shipped (an INT8 file
-    of an earlier run at ``path`` is removed: it would be taken for this one). Its folder is made
-    when missing (``baseline/`` of a run that prunes a given checkpoint trains no base there)."""
+    reason to keep FP32 (the entry's ``held_back`` says it when it does), else not shipped (an
+    INT8 file of an earlier run at ``path`` is removed: it would be taken for this one). Its
+    folder is made when missing (``baseline/`` of a run that prunes a given checkpoint trains no
+    base there)."""
     from ..engine.files import atomic_write
 
-    entry = {**done.entry, "latency_ms": int8_ms, "int8_faster": int8_ms < fp32_ms}
+    faster = int8_ms < fp32_ms
+    reason = held_back(done.entry) if faster or nothing_quantized(done.entry) else None
+    entry = {**done.entry, "latency_ms": int8_ms, "int8_faster": faster, "held_back": reason}
     path = Path(path)
     if done.runtime == "openvino":  # OpenVINO's own form: model_int8.xml + .bin
         path = path.with_suffix(".xml")
-    if int8_ms < fp32_ms and held_back(entry) is None:
+    if faster and reason is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if done.runtime == "openvino":
             _save_openvino(done.int8_onnx, path)
@@ -339,8 +342,8 @@ def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
     ms = section["latency"]["ms"]
     for side in sides:
         fp32, int8 = ms[f"{side}_fp32"], ms[f"{side}_int8"]
-        reason = held_back(section[side])
-        if nothing_quantized(section[side]) or (reason and int8 < fp32):
+        reason = section[side].get("held_back")
+        if reason:
             lines.append(f"the {side} model: {reason} ({INT8_FILE} not written): ship its FP32 "
                          f"model")
         elif int8 >= fp32:
@@ -357,7 +360,7 @@ def verdicts(section: Mapping[str, Any], sides: list[str]) -> list[str]:
     if "baseline" in sides and "pruned" in sides:
         base = ms["baseline_fp32"]
         int8_wins = (ms["pruned_int8"] < ms["pruned_fp32"]
-                     and held_back(section["pruned"]) is None)
+                     and not section["pruned"].get("held_back"))
         best = ms["pruned_int8"] if int8_wins else ms["pruned_fp32"]
         lines.append(f"pruned {'INT8' if int8_wins else 'FP32'} "
                      f"against the FP32 base model: {base / best:.2f}x faster "

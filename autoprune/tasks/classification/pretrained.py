@@ -154,7 +154,7 @@ def _check_unknown_tag(repo: str, arch: str, tag: str) -> None:
     listed = f"its tags: {', '.join(tags[:6])}{' ...' if len(tags) > 6 else ''}" if tags \
         else "it lists none"
     fetch = hub_cache.hf_fetch_command(repo, ("config.json", hub_cache.HF_WEIGHTS[0]), None,
-                                     hub_cache.hf_cache_dir())
+                                       hub_cache.hf_cache_dir())
     raise ConfigError(f"timm lists no pretrained tag {tag!r} for {arch!r} ({listed}) and the "
                       f"Hugging Face cache holds no repo {repo} ({folder}); whether the hub has "
                       f"one cannot be asked ({reason}): check the tag, e.g. "
@@ -190,7 +190,7 @@ def _timm_from_hub(name: str, num_classes: int, hub_id: str,
     repo, _, revision = hub_id.partition("@")
     what = hub_id
     cfg_file = hub_cache.hf_file(repo, ("config.json",), revision or None, what=what,
-                               fetch_files=("config.json", hub_cache.HF_WEIGHTS[0]))
+                                 fetch_files=("config.json", hub_cache.HF_WEIGHTS[0]))
     fix = weights.refetch(what)
     config = _hub_config(cfg_file, fix)
     arch = config.get("architecture") or config["pretrained_cfg"].get("architecture")
@@ -198,7 +198,7 @@ def _timm_from_hub(name: str, num_classes: int, hub_id: str,
         raise _other_arch(text, str(arch), name)
     names = config["pretrained_cfg"].get("hf_hub_filename")
     path = hub_cache.hf_file(repo, (names,) if names else hub_cache.HF_WEIGHTS, revision or None,
-                           what=what)
+                             what=what)
     if path.parent != cfg_file.parent:
         raise ConfigError(f"{repo}: config.json and {path.name} are cached from different "
                           f"revisions ({cfg_file.parent.name}, {path.parent.name}): fetch the "
@@ -255,7 +255,7 @@ def pretrained_data_config(arch_key: str, spec: bool | str = True) -> dict[str, 
     if cfg is None:
         repo, _, revision = hub_id.partition("@")
         path = hub_cache.hf_file(repo, ("config.json",), revision or None, what=hub_id,
-                               fetch_files=("config.json", hub_cache.HF_WEIGHTS[0]))
+                                 fetch_files=("config.json", hub_cache.HF_WEIGHTS[0]))
         config = _hub_config(path, weights.refetch(hub_id))
         cfg = dict(config["pretrained_cfg"] or config)
         cfg["num_classes"] = config.get("num_classes", cfg.get("num_classes"))  # timm's order

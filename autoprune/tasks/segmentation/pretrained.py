@@ -100,9 +100,9 @@ def encoder_weights_file(encoder: str,
     repo, revision = settings["repo_id"], settings["revision"]
     what = f"{repo} (smp {encoder} {weights_name})"
     path = hub_cache.hf_file(repo, ("model.safetensors",), revision, what=what, local=LOCAL,
-                           fetch_files=SMP_FILES)
+                             fetch_files=SMP_FILES)
     hub_cache.hf_file(repo, ("config.json",), revision, what=what, local=LOCAL,
-                    fetch_files=SMP_FILES)  # smp reads it too
+                      fetch_files=SMP_FILES)  # smp reads it too
     return path, weights.file_provenance(path, "smp", repo, str(weights_name),
                                          hub_cache.hf_url(repo, path.name, revision))
 
@@ -186,8 +186,8 @@ def seed_smp_cache(encoder_module: nn.Module | dict[str, torch.Tensor], encoder:
     module = getattr(encoder_module, "encoder", encoder_module)
     settings = _settings(encoder, weights_name)
     return hub_cache.seed_hf_cache(module, settings["repo_id"], cache_dir,
-                                 config=config or IMAGENET_PREPROCESSING,
-                                 revision=settings["revision"])
+                                   config=config or IMAGENET_PREPROCESSING,
+                                   revision=settings["revision"])
 
 
 __all__ = ["LOCAL", "build_with_encoder_weights", "encoder_data_config", "encoder_weight_names",
