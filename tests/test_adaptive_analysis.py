@@ -129,6 +129,53 @@ def test_the_planner_finds_a_bracket_from_the_middle():
     assert planner.next_point({0.1: (0.02, 0.1)}, [0.05]) == 0.1  # undecided: more images
 
 
+
+def test_an_undecided_point_gets_its_images_before_the_points_below_it():
+    """A point whose interval straddles the threshold is refined first: were it probed below,
+    each point under it, undecided too at a threshold of a few images' loss, would be measured
+    in turn down to the first ratio (every point of a flat, noise-level curve)."""
+    planner = Planner(list(RATIOS))
+    flat = {r: 0.0 for r in RATIOS}  # a group no ratio harms: every loss is noise
+    known = {0.5: (0.0, 0.02)}  # seen on part of the images, the threshold 0.001 inside
+    assert planner.next_point(known, [0.001]) == 0.5
+    measured = []
+    while (r := planner.next_point(known, [0.001])) is not None:
+        measured.append(r)
+        known[r] = (flat[r], flat[r])
+    assert measured == [0.5, 0.9]  # refined, then the top: two points, not nine
+    # once it is decided over the threshold, the bracket below it is searched
+    assert planner.next_point({0.5: (0.01, 0.02)}, [0.001]) in RATIOS[:4]
+
+def test_a_curve_not_measured_to_the_top_is_read_extended_to_it(toy_task):
+    """The FLOPs threshold is estimated with each curve not yet measured to the grid's top
+    extended to it (loss growing as the ratio squared): a group measured only at 0.5 no longer
+    counts as unprunable past 0.5, so the first estimate is not far above the final one. Once
+    every group's bracket is resolved (its top measured, or a point over the threshold) the
+    extension changes nothing: the allocation's threshold is the estimate's."""
+    from autoprune.engine.adaptive import Target, Thresholds, extended, threshold_for
+    from autoprune.engine.allocate import FlopsModel
+    from autoprune.engine.groups import PruningGraph
+
+    model, x, _ = toy_task
+    graph = PruningGraph(model, x[:1], [])
+    names = [g.name for g in graph.groups]
+    flops = FlopsModel(graph, x[:1])
+    assert extended({0.5: 0.01}, 0.9) == {0.5: 0.01, 0.9: pytest.approx(0.01 * 3.24)}
+    assert extended({0.9: 0.2, 0.1: 0.0}, 0.9) == {0.9: 0.2, 0.1: 0.0}
+    coarse = {n: {0.5: 0.001 * (k + 1)} for k, n in enumerate(names)}
+    goal = Thresholds(Target("flops", 0.6), lambda: flops)
+    plain = threshold_for(flops, coarse, 0.6)
+    assert goal.estimate(coarse, 0.9)[0] < plain  # read unprunable past 0.5: too high
+    # a resolved table: every group's top measured or a point over the threshold measured
+    resolved = {n: {0.3: 0.002 * (k + 1), 0.5: 0.3} if k % 2 else
+                {0.5: 0.001, 0.7: 0.004 * (k + 1), 0.9: 0.5} for k, n in enumerate(names)}
+    for target in (0.3, 0.5):
+        t = threshold_for(flops, resolved, target)
+        assert all(max(p) == 0.9 or max(p.values()) > t for p in resolved.values())
+        assert Thresholds(Target("flops", target), lambda: flops).estimate(
+            resolved, 0.9)[0] == pytest.approx(t, abs=1e-9)
+
+
 # --- the analysis -----------------------------------------------------------------------------
 def test_a_loss_target_gives_the_full_allocation_from_far_fewer_images(toy_task, tmp_path):
     model, x, y = toy_task

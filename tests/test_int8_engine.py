@@ -343,8 +343,11 @@ def test_cpu_features_are_parsed_from_a_flags_line():
     arm = parse_cpu_flags("Features\t: fp asimd asimddp i8mm", "aarch64")
     assert arm["arm_dotprod"] and arm["arm_i8mm"] and not arm["avx2"]
     assert cpu_choice(epyc)[:2] == ("uint8", True)  # no VNNI: U8S8, 7-bit weights
-    assert cpu_choice(xeon)[:2] == ("int8", False)
+    # VNNI: U8S8 still (ONNX Runtime fuses QDQ convolutions on x86 for uint8 only), full range
+    assert cpu_choice(xeon)[:2] == ("uint8", False)
+    assert cpu_choice(parse_cpu_flags("avx2 avx_vnni", "x86_64"))[:2] == ("uint8", False)
     assert cpu_choice(arm)[:2] == ("int8", False)
+    assert QuantizeSettings().record(xeon)["types"] == "U8S8"
     record = QuantizeSettings().record(epyc)
     assert record["types"] == "U8S8" and record["reduce_range"] is True
     assert "no VNNI" in record["why"] and record["cpu"]["avx2"] is True

@@ -11,15 +11,18 @@ over the threshold ends it: pruning more never counts as less harmful): the poin
 last one within the threshold and the next grid point, decided over it, measured (or every point
 up to the top ratio within it). It probes the ratio where the curve is expected to cross (a chord
 through the points measured so far, from the middle of the grid: it only orders the work),
-assuming loss grows with the ratio. The choice depends on the group's points and the thresholds
-only, so a resumed or torchrun-sharded analysis measures exactly what an uninterrupted one does.
+assuming loss grows with the ratio; a point whose interval still straddles a threshold gets more
+images before any point below it is probed (probing first would walk a flat, noise-level curve
+down to its first ratio, point by point). The choice depends on the group's points and the
+thresholds only, so a resumed or torchrun-sharded analysis measures exactly what an uninterrupted one does.
 
 - ``{"loss": 0.05}``: the one threshold is the tolerance.
 - ``{"flops": 0.5}``: a coarse pass probes every group once (decided against a ladder of
   thresholds); then the common threshold is estimated from the table with the allocator's own
-  bisection (layer-wise MACs, :class:`~autoprune.engine.allocate.FlopsModel`), each group's
-  bracket is resolved at it, and again with the new estimate until no group needs a point
-  (brackets kept at the last two estimates: the band widens when the threshold moves).
+  bisection (layer-wise MACs, :class:`~autoprune.engine.allocate.FlopsModel`; a curve not yet
+  measured to the grid's top read as extended to it), each group's bracket is resolved at it,
+  and again with the new estimate until no group needs a point (brackets kept at the last two
+  estimates: the band widens when the threshold moves).
 - ``{"latency": 0.4}``: as FLOPs, over the band of FLOPs targets from the latency target to
   ``target / 0.7`` (latency lags FLOPs: measured CPU efficiency 0.68-0.76); the latency
   allocation then lands on the target by measurement as usual.
@@ -173,9 +176,9 @@ class Planner:
         a, b = self._bracket(known, t)
         if b == m:
             return None if a == m - 1 else self._probe(known, t, a, b)
-        if b > a + 1:
-            return self._probe(known, t, a, b)
-        return grid[b] if known[grid[b]][0] <= t else None  # undecided: more images
+        if known[grid[b]][0] <= t:  # undecided: more images before any point below it
+            return grid[b]
+        return self._probe(known, t, a, b) if b > a + 1 else None
 
     def _probe(self, known: Mapping[float, Interval], t: float, a: int, b: int) -> float:
         """The unmeasured grid point between ``a`` and ``b`` nearest the expected crossing."""
@@ -235,14 +238,32 @@ class Thresholds:
             return [v, min(0.95, v / LATENCY_EFFICIENCY)]
         return [v]
 
-    def estimate(self, table: Mapping[str, Mapping[float, float]]) -> list[float]:
+    def estimate(self, table: Mapping[str, Mapping[float, float]], top: float = 0.9
+                 ) -> list[float]:
         """The thresholds at which the current table meets the target (the tolerance itself for
-        a loss target)."""
+        a loss target). A group whose largest measured ratio is below ``top`` (the grid's
+        largest) is read with the curve extended to it (:func:`extended`), else the estimate
+        starts high and falls round after round as the groups' upper ratios get measured."""
         if self.target.kind == "loss":
             return [self.target.value]
         if self._model is None:
             self._model = self._flops()
+        table = {g: extended(p, top) for g, p in table.items()}
         return sorted({threshold_for(self._model, table, g) for g in self.goals()})
+
+
+def extended(points: Mapping[float, float], top: float) -> dict[float, float]:
+    """A group's measured points plus, where ``top`` is not measured, an expected loss there: a
+    curve through the origin growing as the ratio squared from the last measured point (as
+    :meth:`Planner._guess`). It only orders the work: once a group's bracket is resolved its top
+    is measured or a point over the threshold is, and the allocation reads the same ratio with
+    or without it."""
+    out = dict(points)
+    if out and top not in out:
+        last = max(out)
+        if last < top:
+            out[top] = out[last] * (top / last) ** 2
+    return out
 
 
 # --- one point ------------------------------------------------------------------------------

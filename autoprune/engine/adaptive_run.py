@@ -88,7 +88,7 @@ class AdaptiveRun:
             work = [n for n in self.names if not self.known(n)]
             return {"index": index, "coarse": True, "thresholds": list(LADDER),
                     "now": [], "previous": [], "work": work}
-        now = self.thresholds.estimate(self._table())
+        now = self.thresholds.estimate(self._table(), self.grid[-1])
         self.final = now
         work = [n for n in self.names if self.planner.next_point(self.known(n), now) is not None]
         if not work:

@@ -121,20 +121,22 @@ class QuantizeSettings:
 
 
 def cpu_choice(features: Mapping[str, Any] | None = None) -> tuple[str, bool, str]:
-    """``(activations, reduce_range, why)`` for the CPU of ``features``: S8S8 full range where
-    the CPU has VNNI / AMX (x86) or is not x86 (ARM: ONNX Runtime's S8S8 kernels use its
-    dot-product instructions); U8S8 with 7-bit weights on x86 without VNNI, where ONNX Runtime
-    has no fast S8S8 kernel (it keeps S8S8 convolutions in float between QDQ pairs) and u8 x s8
-    pair sums saturate (``reduce_range``)."""
+    """``(activations, reduce_range, why)`` for the CPU of ``features``. x86: U8S8, because ONNX
+    Runtime fuses a QDQ convolution into its integer ``QLinearConv`` there only for uint8
+    activations (S8S8 leaves each convolution in float between QDQ pairs, with or without
+    VNNI); full range with VNNI / AMX (``vpdpbusd`` sums without saturating), 7-bit weights
+    (``reduce_range``) without, where u8 x s8 pair sums saturate. Not x86 (ARM): S8S8, full
+    range (its dot-product kernels)."""
     features = features or cpu_features()
     if not is_x86(dict(features)):
         return "int8", False, f"{summary(dict(features))}: S8S8, full range"
     if features.get("vnni") or features.get("amx"):
-        return "int8", False, (f"{summary(dict(features))}: S8S8, full range (VNNI sums "
-                               f"without saturating)")
+        return "uint8", False, (f"{summary(dict(features))}: U8S8, full range: ONNX Runtime "
+                                f"fuses QDQ convolutions into integer kernels on x86 only for "
+                                f"uint8 activations, and VNNI sums without saturating")
     return "uint8", True, (f"{summary(dict(features))}: U8S8 with reduce_range (7-bit weights): "
-                           f"without VNNI ONNX Runtime runs S8S8 convolutions in float between "
-                           f"QDQ pairs, and u8 x s8 pair sums saturate")
+                           f"ONNX Runtime fuses QDQ convolutions into integer kernels on x86 only "
+                           f"for uint8 activations, and without VNNI u8 x s8 pair sums saturate")
 
 
 def _ort_version() -> str:
