@@ -146,6 +146,30 @@ def test_an_undecided_point_gets_its_images_before_the_points_below_it():
     # once it is decided over the threshold, the bracket below it is searched
     assert planner.next_point({0.5: (0.01, 0.02)}, [0.001]) in RATIOS[:4]
 
+def test_a_loss_target_reads_each_curve_from_the_top_as_ratios_by_loss_does():
+    """ratios_by_loss takes the highest ratio within the tolerance, even above a point over it
+    (a noisy curve's dip): the loss target's planner measures from the top ratio down until a
+    point is decided within, so the allocation is the full table's; a bracket search from the
+    middle would stop at the first crossing and never see the dip."""
+    dipping = {0.1: 0.0, 0.3: 0.02, 0.5: 0.08, 0.7: 0.04, 0.9: 0.5}  # 0.7 within 0.05 again
+    top_down = Planner(list(RATIOS), top_down=True)
+    known = {}
+    while (r := top_down.next_point(known, [0.05])) is not None:
+        known[r] = (dipping[r], dipping[r])
+    assert set(known) == {0.9, 0.7}  # the top over, 0.7 within: done
+    table = {r: high for r, (_, high) in known.items()}
+    assert autoprune.ratios_by_loss({"g": table}, 0.05) == \
+        autoprune.ratios_by_loss({"g": dipping}, 0.05)
+    bracket = Planner(list(RATIOS))
+    known = {}
+    while (r := bracket.next_point(known, [0.05])) is not None:
+        known[r] = (dipping[r], dipping[r])
+    assert 0.7 not in known  # the first crossing (0.3 -> 0.5) ends a bracket search
+    # an undecided point gets its images before the next one down; all over: nothing within
+    assert top_down.next_point({0.9: (0.6, 0.7), 0.7: (0.01, 0.2)}, [0.05]) == 0.7
+    assert top_down.next_point({r: (0.3, 0.4) for r in RATIOS}, [0.05]) is None
+
+
 def test_a_curve_not_measured_to_the_top_is_read_extended_to_it(toy_task):
     """The FLOPs threshold is estimated with each curve not yet measured to the grid's top
     extended to it (loss growing as the ratio squared): a group measured only at 0.5 no longer

@@ -1,31 +1,36 @@
 """Adaptive sensitivity analysis: measure only the points, and only the images, that the
 allocation for a given target needs.
 
-Every allocation reads a group's loss curve only near a loss threshold: ``eval_metric_loss``
-takes, per group, the highest ratio whose loss is within the tolerance and interpolates to the
-next (:func:`~autoprune.engine.allocate.ratios_by_loss`); a FLOPs target bisects one threshold
-common to all groups (:func:`~autoprune.engine.allocate.ratios_by_flops`), and so does the
-threshold family of a latency target. So, per group, the analysis finds the *bracket* of each
-threshold that matters on the ratio grid, as every allocation reads a curve (the first point
-over the threshold ends it: pruning more never counts as less harmful): the points up to the
-last one within the threshold and the next grid point, decided over it, measured (or every point
-up to the top ratio within it). It probes the ratio where the curve is expected to cross (a chord
-through the points measured so far, from the middle of the grid: it only orders the work),
-assuming loss grows with the ratio; a point whose interval still straddles a threshold gets more
-images before any point below it is probed (probing first would walk a flat, noise-level curve
-down to its first ratio, point by point). The choice depends on the group's points and the
-thresholds only, so a resumed or torchrun-sharded analysis measures exactly what an uninterrupted one does.
+Every allocation reads a group's loss curve only near a loss threshold, so per group the
+analysis measures only the points that decide where its curve is read:
 
-- ``{"loss": 0.05}``: the one threshold is the tolerance.
-- ``{"flops": 0.5}``: a coarse pass probes every group once (decided against a ladder of
-  thresholds); then the common threshold is estimated from the table with the allocator's own
-  bisection (layer-wise MACs, :class:`~autoprune.engine.allocate.FlopsModel`; a curve not yet
-  measured to the grid's top read as extended to it), each group's bracket is resolved at it,
-  and again with the new estimate until no group needs a point (brackets kept at the last two
-  estimates: the band widens when the threshold moves).
+- ``{"loss": 0.05}`` (``eval_metric_loss``): :func:`~autoprune.engine.allocate.ratios_by_loss`
+  takes, per group, the highest ratio whose loss is within the tolerance, scanning from the top
+  down (PaddleSlim's reading: a point within it above one over it counts), and interpolates to
+  the next. So the analysis measures each group from the top ratio down until a point is decided
+  within the tolerance: the points above it are decided over it, most of them far over and
+  after a few dozen images. A point still undecided gets more images before the next one down.
+- ``{"flops": 0.5}``: :func:`~autoprune.engine.allocate.ratios_by_flops` bisects one threshold
+  common to all groups and reads curves made non-decreasing (the first point over the threshold
+  ends a curve: pruning more never counts as less harmful). So the analysis finds the *bracket*
+  of that threshold on each group's ratio grid: the last point within it and the next grid
+  point, decided over it, measured (or every point up to the top ratio within it). It probes the
+  ratio where the curve is expected to cross (a chord through the points measured so far, from
+  the middle of the grid: it only orders the work); a point whose interval still straddles the
+  threshold gets more images before any point below it is probed (probing first would walk a
+  flat, noise-level curve down to its first ratio, point by point). A coarse pass probes every
+  group once (decided against a ladder of thresholds); then the common threshold is estimated
+  from the table with the allocator's own bisection (layer-wise MACs,
+  :class:`~autoprune.engine.allocate.FlopsModel`; a curve not yet measured to the grid's top
+  read as extended to it), each group's bracket is resolved at it, and again with the new
+  estimate until no group needs a point (brackets kept at the last two estimates: the band
+  widens when the threshold moves).
 - ``{"latency": 0.4}``: as FLOPs, over the band of FLOPs targets from the latency target to
   ``target / 0.7`` (latency lags FLOPs: measured CPU efficiency 0.68-0.76); the latency
   allocation then lands on the target by measurement as usual.
+
+The choice depends on the group's points and the thresholds only, so a resumed or
+torchrun-sharded analysis measures exactly what an uninterrupted one does.
 
 A point's images are evaluated until its loss interval (:mod:`autoprune.engine.bounds`) lies
 wholly below or above every threshold that matters, or every image is seen. Such a point is
@@ -141,8 +146,9 @@ class Planner:
     depends on the group's own points and the thresholds only, so a resumed or sharded analysis
     measures the same points as an uninterrupted one."""
 
-    def __init__(self, grid: list[float]):
+    def __init__(self, grid: list[float], top_down: bool = False):
         self.grid = sorted(grid)
+        self.top_down = top_down
 
     def first(self) -> float:
         """A group's first probe: the middle of the grid."""
@@ -153,9 +159,23 @@ class Planner:
         """The ratio to measure or refine next, or None when every threshold's bracket is
         resolved."""
         for t in sorted(thresholds):
-            need = self._need(known, t)
+            need = self._from_top(known, t) if self.top_down else self._need(known, t)
             if need is not None:
                 return need
+        return None
+
+    def _from_top(self, known: Mapping[float, Interval], t: float) -> float | None:
+        """The highest grid point within ``t`` as :func:`~autoprune.engine.allocate.ratios_by_loss`
+        reads a table (from the top down: a point within ``t`` above a point over it counts):
+        every point above it measured and decided over ``t``, it decided within."""
+        for r in reversed(self.grid):
+            if r not in known:
+                return r
+            low, high = known[r]
+            if high <= t:
+                return None
+            if low <= t:
+                return r  # undecided: more images
         return None
 
     def _bracket(self, known: Mapping[float, Interval], t: float) -> tuple[int, int]:

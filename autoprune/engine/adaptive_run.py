@@ -35,7 +35,8 @@ class AdaptiveRun:
         self.names, self.grid = names, sorted(grid)
         self.rank, self.world = rank_and_world()
         self.write, self.tick = write, tick
-        self.planner = Planner(self.grid)
+        # a loss target is allocated by ratios_by_loss, which reads each curve from the top down
+        self.planner = Planner(self.grid, top_down=thresholds.target.kind == "loss")
         self.rounds, self.final = 0, []  # rounds that measured something; the last thresholds
         self.decided_early = 0
 

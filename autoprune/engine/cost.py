@@ -31,8 +31,16 @@ FIXED = 0.3
 # by target and bound (benchmarks/analysis_cost.py, benchmarks/README.md "Analysis cost")
 # (resnet18, mobilenetv3, YOLOv8n and Unet on the scaled-down benchmark evaluated 16-32 % of the
 # full analysis's images for a loss target, 24-45 % for a FLOPs target, 53 % for a latency one)
-ADAPTIVE_POINTS = {"loss": 3.0, "flops": 3.6, "latency": 5.0}
-ADAPTIVE_IMAGES = {("loss", "confidence"): 0.7, ("flops", "confidence"): 0.75,
+# (FLOPs targets, replayed on every point's per-image scores at 1,000 images: resnet18 12 groups
+# 0.33-0.37 of the points at 0.96-0.98 of their images, mobilenetv3_large_100 30 groups 0.30-0.34
+# at 0.81-0.91, for -30/-50/-70 %; their threshold is a few images' loss, where a point needs
+# most of its images)
+# (loss targets, measured from the top ratio down, replayed at 1,000 images: resnet18 0.34-0.40
+# of the points at 0.37-0.46 of their images, mobilenetv3_large_100 0.54-0.79 at 0.51-0.55, for
+# tolerances 0.02-0.1: a model with many sensitive groups measures more points above the
+# crossing; that spread, not the machine, is what an ETA said before any point can miss)
+ADAPTIVE_POINTS = {"loss": 4.5, "flops": 3.0, "latency": 5.0}
+ADAPTIVE_IMAGES = {("loss", "confidence"): 0.47, ("flops", "confidence"): 0.9,
                    ("latency", "confidence"): 0.9, "exact": 0.95, "none": 1.0}
 # ... those shares are at 1,000 images a point: the confidence bound decides a point after a
 # count of images that grows more slowly than the set, so above it the share falls as

@@ -1,0 +1,186 @@
+"""Adaptive analysis replayed (issue 41): every point's per-image scores measured once, then the
+adaptive analysis for any number of targets run against them in seconds.
+
+The evaluated-image counts of an adaptive analysis do not depend on the machine: given each
+point's score of every image (in the evaluation's seeded order), the analysis decides the same
+points and stops at the same images whether the model is run or its recorded scores are read.
+So this script measures a classification model's full table once (every group x ratio x image,
+through the real task evaluation; the scores are kept in ``<out>/<model>/scores.pt``, a dict of
+tensors read back with ``weights_only=True``), then runs the real adaptive analysis
+(``autoprune.sensitivity(..., options={"adaptive": True, "target": ...})``: its planner, bounds
+and rounds) for each target with an evaluation that serves the recorded scores of the pruned
+model it is given (recognised by its layers' widths). Printed per target: images evaluated by
+the full and the adaptive analysis, points, the allocation each table gives (largest difference
+in ratio steps) and the summed loss of both allocations read on the full table.
+
+    python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 \\
+        --targets flops=0.3,flops=0.5,flops=0.7,loss=0.05 --out runs/replay
+    python benchmarks/adaptive_replay.py --quick      # tiny, what the test runs
+
+Base models as benchmarks/analysis_cost.py makes them (Fashion-MNIST at ``--size`` px,
+``--train-images``, ``--base-epochs``). Wall times here mean nothing (the scores are replayed):
+benchmarks/analysis_cost.py times the real thing.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+import autoprune  # noqa: E402
+from autoprune.engine.allocate import summed_loss  # noqa: E402
+from autoprune.engine.incremental import Step  # noqa: E402
+from autoprune.flow.sensitivities import TaskEval  # noqa: E402
+
+RATIOS = tuple(round(0.1 * k, 1) for k in range(1, 10))
+
+
+def _cost_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "analysis_cost", Path(__file__).resolve().parent / "analysis_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class ReplayEval:
+    """The task's incremental evaluation, each pruned model's per-image scores computed once (the
+    whole set, in its order) and served from ``path`` afterwards."""
+
+    def __init__(self, inner: TaskEval, path: Path):
+        self.inner, self.path, self.images = inner, path, inner.images
+        self.random_order, self.resumable = inner.random_order, inner.resumable
+        self.scores = torch.load(path, weights_only=True) if path.is_file() else {}
+        self.computed = 0
+
+    @staticmethod
+    def key(model: torch.nn.Module) -> str:
+        """The model's layer widths: a pruned point's fingerprint."""
+        return ",".join(str(p.shape[0]) for p in model.parameters())
+
+    def _scores(self, model: torch.nn.Module) -> torch.Tensor:
+        key = self.key(model)
+        if key not in self.scores:
+            parts = [s.scores.detach().double().cpu()
+                     for s in self.inner.incremental(model, start=0)]
+            self.scores[key] = torch.cat(parts)
+            self.computed += 1
+        return self.scores[key]
+
+    def save(self) -> None:
+        """Write the scores atomically."""
+        tmp = self.path.with_suffix(".tmp")
+        torch.save(self.scores, tmp)
+        tmp.replace(self.path)
+
+    def __call__(self, model: torch.nn.Module) -> float:
+        return float(self._scores(model).mean())
+
+    def incremental(self, model: torch.nn.Module, start: int = 0, batch: int = 64
+                    ) -> Iterator[Step]:
+        scores = self._scores(model)
+        for i in range(start, len(scores), batch):
+            part = scores[i:i + batch]
+            last = i + batch >= len(scores)
+            yield Step(len(part), scores=part, value=float(scores.mean()) if last else None)
+
+
+def analyze(adapter: Any, model: torch.nn.Module, evaluate: ReplayEval, groups: list[str],
+            path: Path, **options: Any) -> tuple[dict, Any]:
+    """One analysis (full, or adaptive with ``options``) of ``groups`` into ``path``."""
+    path.unlink(missing_ok=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        table = autoprune.sensitivity(
+            model, adapter.example_inputs(model), evaluate, groups=groups, ratios=RATIOS,
+            sensitivities_file=path, ignored_layers=adapter.ignored_layers(model),
+            higher_is_better=True, metric_name=adapter.metric,
+            extra={"eval_images": evaluate.images}, options=options, progress=False)
+    return table, autoprune.read_record(path)
+
+
+def allocation(kind: str, value: float, adapter: Any, model: torch.nn.Module,
+               table: dict) -> dict[str, float]:
+    if kind == "loss":
+        return dict(autoprune.ratios_by_loss(table, value))
+    return dict(autoprune.ratios_by_flops(model, adapter.example_inputs(model), table, value,
+                                          ignored_layers=adapter.ignored_layers(model)))
+
+
+def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    """The full table of ``name`` (measured once), then one adaptive analysis per target."""
+    cost = _cost_module()
+    work = out / name
+    work.mkdir(parents=True, exist_ok=True)
+    args = argparse.Namespace(size=a.size, val_images=a.val_images, train_images=a.train_images,
+                              base_epochs=a.base_epochs, seg_train=0, seg_val=0, det_val=0)
+    checkpoint, data = cost.base_model(name, args, work)
+    adapter, model = cost.adapter_for(name, checkpoint, data, args)
+    groups = cost.groups_of(model, adapter, a.groups)
+    evaluate = ReplayEval(TaskEval(adapter), work / "scores.pt")
+    full, record = analyze(adapter, model, evaluate, groups, work / "full.json")
+    evaluate.save()
+    full_images = record.extra["evaluation"]["images_evaluated"]
+    rows = []
+    for target in a.targets.split(","):
+        kind, value = target.split("=")
+        table, rec = analyze(adapter, model, evaluate, groups, work / f"adaptive-{target}.json",
+                             adaptive=True, target=target, bound=a.bound)
+        ours = allocation(kind, float(value), adapter, model, table)
+        theirs = allocation(kind, float(value), adapter, model, full)
+        ev = rec.extra["evaluation"]
+        rows.append({"model": name, "groups": len(groups), "images": evaluate.images,
+                     "target": target, "full_images": full_images,
+                     "adaptive_images": ev["images_evaluated"],
+                     "fewer": full_images / max(1, ev["images_evaluated"]),
+                     "points": sum(map(len, table.values())),
+                     "of": len(groups) * len(RATIOS),
+                     "decided_early": ev.get("decided_early", 0),
+                     "steps_apart": cost.steps_apart(theirs, ours),
+                     "loss_full": summed_loss(full, theirs), "loss_adaptive": summed_loss(full, ours)})
+    if evaluate.computed:  # points the full pass did not leave (none, normally)
+        evaluate.save()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet18,mobilenetv3_large_100")
+    p.add_argument("--targets", default="loss=0.05,flops=0.3,flops=0.5,flops=0.7")
+    p.add_argument("--size", type=int, default=32)
+    p.add_argument("--val-images", type=int, default=1000)
+    p.add_argument("--train-images", type=int, default=4000)
+    p.add_argument("--base-epochs", type=int, default=3)
+    p.add_argument("--groups", type=int, default=0, help="first N groups (0: all)")
+    p.add_argument("--bound", default="confidence", choices=("confidence", "exact"))
+    p.add_argument("--out", default="runs/replay")
+    p.add_argument("--quick", action="store_true", help="tiny settings (what the test runs)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.models, a.size, a.val_images, a.train_images = "resnet18", 32, 200, 200
+        a.base_epochs, a.groups, a.targets = 1, 3, "loss=0.05,flops=0.3"
+    torch.set_num_threads(1)
+    rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
+    print("| model (groups, val images) | target | images full | images adaptive | fewer | "
+          "points | decided early | allocation: largest difference (ratio steps) | "
+          "summed loss on the full table, full / adaptive allocation |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} ({r['groups']}, {r['images']:,}) | {r['target']} | "
+              f"{r['full_images']:,} | {r['adaptive_images']:,} | {r['fewer']:.2f}x | "
+              f"{r['points']} of {r['of']} | {r['decided_early']} | {r['steps_apart']:.2f} | "
+              f"{r['loss_full']:.4f} / {r['loss_adaptive']:.4f} |")
+    print(f"min_fewer={min(r['fewer'] for r in rows):.2f} "
+          f"max_steps={max(r['steps_apart'] for r in rows):.2f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

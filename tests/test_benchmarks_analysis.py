@@ -1,0 +1,54 @@
+"""benchmarks/adaptive_replay.py (issue 41) at --quick: a base model trained, its full table
+measured once with every point's per-image scores kept, then the real adaptive analysis replayed
+against them per target; a second run measures nothing again and gives the same counts."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from conftest import needs_fmnist
+
+pytestmark = needs_fmnist
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _bench():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("adaptive_replay", BENCH / "adaptive_replay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, capsys,
+                                                                       monkeypatch):
+    bench = _bench()
+    threads = torch.get_num_threads()
+    try:
+        rows = bench.main(["--quick", "--out", str(tmp_path)])
+        out = capsys.readouterr().out
+        computed = []
+        real_save = bench.ReplayEval.save
+        monkeypatch.setattr(bench.ReplayEval, "save",
+                            lambda self: (computed.append(self.computed), real_save(self)))
+        again = bench.main(["--quick", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
+    for r in rows:
+        # 3 groups x 9 ratios x 200 images, plus the unpruned model's passes
+        assert r["groups"] == 3 and r["images"] == 200
+        assert 27 * 200 <= r["full_images"] <= 27 * 200 + 3 * 200
+        assert 0 < r["adaptive_images"] < r["full_images"] and 0 < r["points"] <= 27
+        assert r["loss_full"] >= 0 and r["steps_apart"] >= 0
+    assert computed == [0]  # the second run served every point from the kept scores
+    assert [{k: v for k, v in r.items()} for r in again] == rows
+    scores = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)
+    assert len(scores) >= 27 and all(len(v) == 200 for v in scores.values())
+    assert re.search(r"^\| resnet18 \(3, 200\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
+                     out, re.M)
+    assert out.rstrip().splitlines()[-1].startswith("min_fewer=")
