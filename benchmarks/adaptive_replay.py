@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--quick", action="store_true", help="tiny settings (what the test runs)")
     a = p.parse_args(argv)
     if a.quick:
-        a.models, a.size, a.val_images, a.train_images = "resnet18", 32, 200, 200
-        a.base_epochs, a.groups, a.targets = 1, 3, "loss=0.05,flops=0.3"
+        a.models, a.size, a.val_images, a.train_images = "resnet18", 32, 128, 128
+        a.base_epochs, a.groups, a.targets = 1, 2, "loss=0.05,flops=0.3"
     torch.set_num_threads(1)
     rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
     print("| model (groups, val images) | target | images full | images adaptive | fewer | "

@@ -40,15 +40,15 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
     for r in rows:
-        # 3 groups x 9 ratios x 200 images, plus the unpruned model's passes
-        assert r["groups"] == 3 and r["images"] == 200
-        assert 27 * 200 <= r["full_images"] <= 27 * 200 + 3 * 200
-        assert 0 < r["adaptive_images"] < r["full_images"] and 0 < r["points"] <= 27
+        # 2 groups x 9 ratios x 128 images, plus the unpruned model's passes
+        assert r["groups"] == 2 and r["images"] == 128
+        assert 18 * 128 <= r["full_images"] <= 18 * 128 + 3 * 128
+        assert 0 < r["adaptive_images"] <= r["full_images"] and 0 < r["points"] <= 18
         assert r["loss_full"] >= 0 and r["steps_apart"] >= 0
     assert computed == [0]  # the second run served every point from the kept scores
     assert [{k: v for k, v in r.items()} for r in again] == rows
     scores = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)
-    assert len(scores) >= 27 and all(len(v) == 200 for v in scores.values())
-    assert re.search(r"^\| resnet18 \(3, 200\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
+    assert len(scores) >= 18 and all(len(v) == 128 for v in scores.values())
+    assert re.search(r"^\| resnet18 \(2, 128\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
                      out, re.M)
     assert out.rstrip().splitlines()[-1].startswith("min_fewer=")

@@ -126,14 +126,15 @@ def _check_resnet18_at_32px(monkeypatch, *args: str) -> list[dict]:
 
 def test_latency_target_check_remeasures_in_a_fresh_process(capsys, monkeypatch):
     """latency_target_check.py: the DEFAULT profile's points timed (here: FLOPs ratios), the
-    allocation pruned and saved, and a child process reloading the checkpoint to time it for real."""
+    allocation pruned and saved, and a child process reloading the checkpoint to time it for real
+    (one: the median over several is the same code, and each costs a process start)."""
     rows = _check_resnet18_at_32px(monkeypatch, "--ratios", "0.4,0.8", "--target", "0.3",
-                                   "--fresh-runs", "2")
+                                   "--fresh-runs", "1")
     out = capsys.readouterr().out
     (row,) = rows
     assert abs(row["achieved"] - 0.3) <= 0.03  # the FLOPs stand-in for the in-process timing
     assert -1 < row["fresh"] < 1 and row["baseline_ms"] > 0 and row["pruned_ms"] > 0
-    assert len(row["fresh_runs"]) == 2 and row["fresh"] in row["fresh_runs"]  # two processes
+    assert row["fresh_runs"] == [row["fresh"]]  # one new process (--fresh-runs 1)
     assert row["points"] > 0 and 0 < row["flops_removed"] < 1
     assert re.search(r"^resnet18 +32 +0\.300 ", out, re.M), out
     assert re.fullmatch(r"device=cpu batch=1 models=1 within=[01] target=0\.3 "
