@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import importlib.util
 import io
+import re
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -94,16 +95,21 @@ class ReplayEval:
 
 
 def analyze(adapter: Any, model: torch.nn.Module, evaluate: ReplayEval, groups: list[str],
-            path: Path, **options: Any) -> tuple[dict, Any]:
-    """One analysis (full, or adaptive with ``options``) of ``groups`` into ``path``."""
+            path: Path, **options: Any) -> tuple[dict, Any, int | None]:
+    """One analysis (full, or adaptive with ``options``) of ``groups`` into ``path``: its table,
+    record and the images its estimate said before the points (adaptive; None otherwise)."""
     path.unlink(missing_ok=True)
-    with contextlib.redirect_stdout(io.StringIO()):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
         table = autoprune.sensitivity(
             model, adapter.example_inputs(model), evaluate, groups=groups, ratios=RATIOS,
             sensitivities_file=path, ignored_layers=adapter.ignored_layers(model),
             higher_is_better=True, metric_name=adapter.metric,
-            extra={"eval_images": evaluate.images}, options=options, progress=False)
-    return table, autoprune.read_record(path)
+            extra={"eval_images": evaluate.images}, options=options,
+            progress=bool(options.get("adaptive")))  # the estimate is said with progress on
+    said = re.search(r"expected about \d+ points and ([\d,]+) images", printed.getvalue())
+    return table, autoprune.read_record(path), \
+        int(said.group(1).replace(",", "")) if said else None
 
 
 def allocation(kind: str, value: float, adapter: Any, model: torch.nn.Module,
@@ -125,20 +131,21 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     adapter, model = cost.adapter_for(name, checkpoint, data, args)
     groups = cost.groups_of(model, adapter, a.groups)
     evaluate = ReplayEval(TaskEval(adapter), work / "scores.pt")
-    full, record = analyze(adapter, model, evaluate, groups, work / "full.json")
+    full, record, _ = analyze(adapter, model, evaluate, groups, work / "full.json")
     evaluate.save()
     full_images = record.extra["evaluation"]["images_evaluated"]
     rows = []
     for target in a.targets.split(","):
         kind, value = target.split("=")
-        table, rec = analyze(adapter, model, evaluate, groups, work / f"adaptive-{target}.json",
-                             adaptive=True, target=target, bound=a.bound)
+        table, rec, said = analyze(adapter, model, evaluate, groups,
+                                   work / f"adaptive-{target}.json", adaptive=True,
+                                   target=target, bound=a.bound)
         ours = allocation(kind, float(value), adapter, model, table)
         theirs = allocation(kind, float(value), adapter, model, full)
         ev = rec.extra["evaluation"]
         rows.append({"model": name, "groups": len(groups), "images": evaluate.images,
                      "target": target, "full_images": full_images,
-                     "adaptive_images": ev["images_evaluated"],
+                     "adaptive_images": ev["images_evaluated"], "said_images": said,
                      "fewer": full_images / max(1, ev["images_evaluated"]),
                      "points": sum(map(len, table.values())),
                      "of": len(groups) * len(RATIOS),
@@ -170,15 +177,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
     print("| model (groups, val images) | target | images full | images adaptive | fewer | "
           "points | decided early | allocation: largest difference (ratio steps) | "
-          "summed loss on the full table, full / adaptive allocation |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "summed loss on the full table, full / adaptive allocation | images said before "
+          "(error) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} ({r['groups']}, {r['images']:,}) | {r['target']} | "
               f"{r['full_images']:,} | {r['adaptive_images']:,} | {r['fewer']:.2f}x | "
               f"{r['points']} of {r['of']} | {r['decided_early']} | {r['steps_apart']:.2f} | "
-              f"{r['loss_full']:.4f} / {r['loss_adaptive']:.4f} |")
+              f"{r['loss_full']:.4f} / {r['loss_adaptive']:.4f} | {r['said_images']:,} "
+              f"({r['said_images'] / r['adaptive_images'] - 1:+.0%}) |")
     print(f"min_fewer={min(r['fewer'] for r in rows):.2f} "
-          f"max_steps={max(r['steps_apart'] for r in rows):.2f}")
+          f"max_steps={max(r['steps_apart'] for r in rows):.2f} "
+          f"max_said_error={max(abs(r['said_images'] / r['adaptive_images'] - 1) for r in rows):.2f}")
     return rows
 
 

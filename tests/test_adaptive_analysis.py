@@ -324,11 +324,48 @@ def test_the_cost_is_said_before_and_a_plan_measures_nothing(toy_task, tmp_path,
     out = capsys.readouterr().out
     assert "analysis cost: 25 points x 512 images" in out and "ETA" in out
     assert "adaptive (eval_metric_loss 0.05, bound confidence)" in out
+    assert "predicted from a pilot: each group's top ratio on 32 images" in out
     assert not path.exists()  # nothing written
     autoprune.sensitivity(model, x[:1], Top1(x, y), ratios=RATIOS, progress=True,
                           groups=["fuse.0"])
     out = capsys.readouterr().out
     assert "analysis cost: 5 points x 512 images" in out and "ETA" in out
+
+
+def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
+    """The loss target's ETA charges each predicted point the images the confidence bound needs
+    to decide it, its flips at their expected rate: a point far over the tolerance stops within
+    the first looks, one near it needs every image, and the prediction is what PointMeter really does
+    on scores that flip at exactly that rate."""
+    from autoprune.engine.adaptive import PointMeter
+    from autoprune.engine.adaptive_eta import expected_images
+
+    n = 2000
+    base = torch.ones(n, dtype=torch.float64)
+    base[::5] = 0.0  # 80 % right
+    meter = PointMeter(None, base, n, 0.8, True, bound="confidence", confidence=0.999,
+                       resumable=True, random_order=True)
+    far, near, below = (expected_images(meter, loss, 0.05) for loss in (0.6, 0.05, 0.0))
+    assert far <= meter.looks[1] and near == n and far < below < n
+    for loss in (0.6, 0.2, 0.0):
+        right = torch.nonzero(base > 0.5).flatten()
+        scores = base.clone()  # every k-th right image flips: the expected rate, spread evenly
+        flips = round(loss * len(right))
+        if flips:
+            scores[right[torch.linspace(0, len(right) - 1, flips).round().long()]] = 0.0
+
+        class Replayed:
+            @staticmethod
+            def incremental(model, start=0):
+                for i in range(start, n, 8):
+                    yield Step(len(scores[i:i + 8]), scores=scores[i:i + 8])
+
+        meter.eval_fn = Replayed()
+        result = meter.measure(None, [0.05])
+        seen = result.get("images", n)
+        predicted = expected_images(meter, loss, 0.05)
+        # within one look (x1.5) and one step of 8 images: the steps overshoot a look
+        assert predicted / 1.5 <= seen <= predicted * 1.5 + 8, (loss, seen, predicted)
 
 
 def test_the_expected_share_of_a_point_s_images_falls_with_a_larger_set():

@@ -45,6 +45,7 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert 18 * 128 <= r["full_images"] <= 18 * 128 + 3 * 128
         assert 0 < r["adaptive_images"] <= r["full_images"] and 0 < r["points"] <= 18
         assert r["loss_full"] >= 0 and r["steps_apart"] >= 0
+        assert r["said_images"] > 0  # the estimate said before the points, in images
     assert computed == [0]  # the second run served every point from the kept scores
     assert [{k: v for k, v in r.items()} for r in again] == rows
     scores = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)

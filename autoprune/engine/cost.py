@@ -44,8 +44,10 @@ ADAPTIVE_IMAGES = {("loss", "confidence"): 0.47, ("flops", "confidence"): 0.9,
                    ("latency", "confidence"): 0.9, "exact": 0.95, "none": 1.0}
 # ... those shares are at 1,000 images a point: the confidence bound decides a point after a
 # count of images that grows more slowly than the set, so above it the share falls as
-# (1,000 / images) ** (1/3) (resnet18's loss target: 0.60 of a point's images at 1,000, 0.22 at
-# 10,000; mobilenetv3 0.42 at 10,000)
+# (1,000 / images) ** (1/3) for a loss target (resnet18's: 0.60 of a point's images at 1,000, 0.22
+# at 10,000; mobilenetv3 0.42 at 10,000); not for FLOPs / latency targets, whose threshold is a
+# few images' loss, where a point needs nearly every image at any size (resnet18 -50 %, replayed:
+# 0.93 of its images at 5,000)
 SHARE_AT_IMAGES, SHARE_EXPONENT = 1000, 1 / 3
 
 
@@ -127,7 +129,8 @@ class Estimate:
         return (f"{head}; the full analysis would take {duration(self.full_seconds)}.\n"
                 f"[autoprune] adaptive ({a['target']}, bound {a['bound']}): expected about "
                 f"{self.points * a['points_share']:.0f} points and {self.expected_images:,} "
-                f"images, ETA {duration(self.seconds)} (at most the full analysis)")
+                f"images, ETA {duration(self.seconds)} (at most the full analysis"
+                + (f"; predicted from a pilot: {a['pilot']})" if a.get("pilot") else ")"))
 
 
 def adaptive_shares(target_kind: str, bound: str, grid: int,
@@ -137,7 +140,7 @@ def adaptive_shares(target_kind: str, bound: str, grid: int,
     validation set)."""
     points = min(1.0, ADAPTIVE_POINTS[target_kind] * math.log2(grid + 1) / math.log2(10) / grid)
     share = ADAPTIVE_IMAGES.get((target_kind, bound), ADAPTIVE_IMAGES.get(bound, 1.0))
-    if bound == "confidence" and images and images > SHARE_AT_IMAGES:
+    if bound == "confidence" and target_kind == "loss" and images and images > SHARE_AT_IMAGES:
         share *= (SHARE_AT_IMAGES / images) ** SHARE_EXPONENT
     return {"points_share": points, "image_share": share}
 

@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from ..errors import ConfigError, MetricError
 from .adaptive import PointMeter, Target, Thresholds, check_bound, check_target
+from .adaptive_eta import loss_target_shares
 from .adaptive_run import AdaptiveRun, unpruned_scores
 from .allocate import FlopsModel
 from .analysis_file import (check_same_evaluation, check_weights, finish, missing_points,
@@ -375,7 +376,10 @@ def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, grap
             if not record.has_point(n, r) or record.is_interval(n, r)]
     cost = None
     if (progress or opts["plan"]) and rank == 0 and todo:
-        shares = adaptive_shares(goal.kind, run.meter.bound, len(ratios), total)
+        shares = loss_target_shares(run.meter, run.runner, model, sorted({n for n, _ in todo}),
+                                    ratios, goal.value, len(todo)) \
+            if goal.kind == "loss" and isinstance(run.meter, PointMeter) else None
+        shares = shares or adaptive_shares(goal.kind, run.meter.bound, len(ratios), total)
         cost = _announce(model, example_inputs, eval_fn, graph, run.runner, todo, None,
                          adaptive={"target": goal.describe(), "bound": run.meter.bound,
                                    **shares}, images=total, replayed=replayed)
