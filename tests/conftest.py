@@ -6,8 +6,11 @@ from their configs with random weights).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
-from typing import Callable
+import sys
+from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -447,3 +450,18 @@ def refuse_network_probes(monkeypatch) -> None:
 def report_in_onnxruntime(monkeypatch):
     """The report's ONNX Runtime row on, as for a user (the suite leaves it out, see above)."""
     monkeypatch.setenv("AUTOPRUNE_REPORT_RUNTIMES", "torch,onnxruntime")
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str, module_name: str | None = None, on_path: bool = False) -> Any:
+    """``benchmarks/<name>.py`` imported as a module (``on_path``: its folder put on sys.path
+    first, for a script that imports its neighbours)."""
+    if on_path and str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(module_name or f"bench_{name}",
+                                                  BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

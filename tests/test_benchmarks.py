@@ -1,19 +1,17 @@
 """The benchmark scripts run end to end on tiny settings (their figures come from full runs)."""
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(name, name)
 
 
 def test_equal_flops_accuracy_prunes_all_three_ways_to_the_same_flops(capsys):

@@ -3,25 +3,17 @@ measured once with every point's per-image scores kept, then the real adaptive a
 against them per target; a second run measures nothing again and gives the same counts."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import torch
 
-from conftest import needs_fmnist
+from conftest import load_benchmark, needs_fmnist
 
 pytestmark = needs_fmnist
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("adaptive_replay", BENCH / "adaptive_replay.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("adaptive_replay", on_path=True)
 
 
 def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, capsys,

@@ -7,11 +7,7 @@ section left out (tests/test_int8_engine.py and tests/test_int8_flow.py cover th
 with the same --work-dir reuses every stage."""
 from __future__ import annotations
 
-import importlib.util
-import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,21 +18,16 @@ from autoprune.engine.measure import count_flops
 from autoprune.flow import run as flow_run
 from autoprune.tasks import weights
 
-from conftest import needs_fmnist
+from conftest import load_benchmark, needs_fmnist
 
 pytestmark = needs_fmnist
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 SMALL = ["--quick", "--size", "32", "--train-images", "40", "--val-images", "40",
          "--pretrain-images", "60", "--table-images", "20", "--calibration-images", "8",
          "--fresh-runs", "1", "--rounds", "3"]
 
 
 def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_int8", BENCH / "int8.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("int8", on_path=True)
 
 
 def _flops_ratio(self, candidate):

@@ -1,9 +1,7 @@
 """benchmarks/latency_aware.py runs end to end on tiny settings, with timing replaced by FLOPs
 ratios (deterministic: its figures come from real timings in full runs)."""
-import importlib.util
 import math
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +9,8 @@ from autoprune.engine.latency import PairedTimer
 from autoprune.engine.measure import count_flops
 from autoprune.engine.store import read_record
 
-from conftest import needs_fmnist
+from conftest import load_benchmark, needs_fmnist
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _flops_ratio(self, candidate):
@@ -23,10 +20,7 @@ def _flops_ratio(self, candidate):
 
 
 def _bench(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_benchmark(name)
 
 
 ROW = (r"^\| (latency-aware|flops|uniform) \| -([\d.]+)% \([\d.]+ ms\) \| "

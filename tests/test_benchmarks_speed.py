@@ -1,23 +1,17 @@
 """The speed benchmarks run end to end on the tiniest settings and print their tables and last
 lines (the figures themselves are not checked: they are timings on whatever machine runs this)."""
-import importlib.util
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
-from conftest import needs_fmnist
+from conftest import load_benchmark, needs_fmnist
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(name)
 
 
 def _table_rows(out: str) -> list[list[str]]:
