@@ -65,7 +65,7 @@ LATENCY_EFFICIENCY = 0.7  # latency saved per FLOPs saved on CPUs (0.68-0.76 mea
 MAX_ROUNDS = 12
 
 
-def _close(steps: Any) -> None:
+def close_steps(steps: Any) -> None:
     """Close an incremental evaluation's steps (a generator stopped early) if they can be."""
     close = getattr(steps, "close", None)
     if close is not None:
@@ -330,7 +330,7 @@ class PointMeter:
         steps = self.eval_fn.incremental(model, start=counts.seen)
         try:
             for step in steps:
-                scores = _scores(step)
+                scores = step_scores(step)
                 n = len(scores)
                 counts.add(scores, self.base[counts.seen:counts.seen + n])
                 binary = binary and bool(((scores == 0) | (scores == 1)).all())
@@ -345,7 +345,7 @@ class PointMeter:
                     if not undecided(interval, thresholds):
                         break
         finally:
-            _close(steps)
+            close_steps(steps)
         if counts.seen >= self.total:
             return {"loss": relative_loss(self.baseline, counts.score / self.total,
                                           self.higher_is_better)}
@@ -377,7 +377,7 @@ class PointMeter:
                 if not undecided(interval, thresholds):
                     break
         finally:
-            _close(steps)
+            close_steps(steps)
         if value is not None:
             return {"loss": relative_loss(self.baseline, float(value), self.higher_is_better)}
         if interval is None:
@@ -387,7 +387,9 @@ class PointMeter:
                 "bound": "exact", "decided_for": list(thresholds)}
 
 
-def _scores(step: Step) -> torch.Tensor:
+def step_scores(step: Step) -> torch.Tensor:
+    """A step's per-image scores as a flat float64 tensor; a step without them, or with another
+    count than it says, is a MetricError."""
     if step.scores is None:
         raise MetricError("an incremental evaluation step of a mean metric holds no scores")
     scores = step.scores.detach().double().cpu().reshape(-1)

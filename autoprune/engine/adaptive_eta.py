@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .adaptive import PointMeter, _close, _scores
+from .adaptive import PointMeter, close_steps, step_scores
 from .bounds import PairedCounts, mean_interval
 
 PILOT_IMAGES = 32  # the first look: a point decided far over the tolerance stops there anyway
@@ -56,12 +56,12 @@ def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) 
     steps = meter.eval_fn.incremental(model, start=0)
     try:
         for step in steps:
-            scores = _scores(step)
+            scores = step_scores(step)
             counts.add(scores, meter.base[counts.seen:counts.seen + len(scores)])
             if counts.seen >= images:
                 break
     finally:
-        _close(steps)
+        close_steps(steps)
     base = float(meter.base[:counts.seen].sum())
     return 1.0 - counts.score / base if base > 0 else 0.0
 
