@@ -41,15 +41,18 @@ from autoprune.engine.allocate import summed_loss  # noqa: E402
 from autoprune.engine.incremental import Step  # noqa: E402
 from autoprune.flow.sensitivities import TaskEval  # noqa: E402
 
-RATIOS = tuple(round(0.1 * k, 1) for k in range(1, 10))
-
 
 def _cost_module() -> Any:
+    """benchmarks/analysis_cost.py (its base models, adapters, groups and step distance)."""
     spec = importlib.util.spec_from_file_location(
         "analysis_cost", Path(__file__).resolve().parent / "analysis_cost.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+cost = _cost_module()
+RATIOS = cost.RATIOS
 
 
 class ReplayEval:
@@ -122,7 +125,6 @@ def allocation(kind: str, value: float, adapter: Any, model: torch.nn.Module,
 
 def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     """The full table of ``name`` (measured once), then one adaptive analysis per target."""
-    cost = _cost_module()
     work = out / name
     work.mkdir(parents=True, exist_ok=True)
     args = argparse.Namespace(size=a.size, val_images=a.val_images, train_images=a.train_images,

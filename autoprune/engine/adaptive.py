@@ -258,8 +258,7 @@ class Thresholds:
             return [v, min(0.95, v / LATENCY_EFFICIENCY)]
         return [v]
 
-    def estimate(self, table: Mapping[str, Mapping[float, float]], top: float = 0.9
-                 ) -> list[float]:
+    def estimate(self, table: Mapping[str, Mapping[float, float]], top: float) -> list[float]:
         """The thresholds at which the current table meets the target (the tolerance itself for
         a loss target). A group whose largest measured ratio is below ``top`` (the grid's
         largest) is read with the curve extended to it (:func:`extended`), else the estimate
@@ -305,7 +304,8 @@ class PointMeter:
         self.looks = look_points(total)
         self.alpha = (1.0 - confidence) / (4 * max(1, len(self.looks)))
 
-    def _loss_interval(self, low: float, high: float) -> Interval:
+    def loss_interval(self, low: float, high: float) -> Interval:
+        """The relative-loss interval of a metric known to lie in ``[low, high]``."""
         a = relative_loss(self.baseline, low, self.higher_is_better)
         b = relative_loss(self.baseline, high, self.higher_is_better)
         return (min(a, b), max(a, b))
@@ -341,7 +341,7 @@ class PointMeter:
                         looks.pop(0)
                     low, high = mean_interval(counts, self.base, bound=self.bound,
                                               alpha=self.alpha, binary=binary)
-                    interval = self._loss_interval(low, high)
+                    interval = self.loss_interval(low, high)
                     if not undecided(interval, thresholds):
                         break
         finally:
@@ -373,7 +373,7 @@ class PointMeter:
                 if seen >= self.total:
                     value = step.value if step.value is not None else step.low
                     break
-                interval = self._loss_interval(float(step.low), float(step.high))
+                interval = self.loss_interval(float(step.low), float(step.high))
                 if not undecided(interval, thresholds):
                     break
         finally:

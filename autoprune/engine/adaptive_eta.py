@@ -43,7 +43,7 @@ def expected_images(meter: PointMeter, loss: float, threshold: float) -> int:
                               seen0=n - seen1)
         low, high = mean_interval(counts, base, bound=meter.bound, alpha=meter.alpha,
                                   binary=meter.binary)
-        a, b = meter._loss_interval(low, high)
+        a, b = meter.loss_interval(low, high)
         if not a <= threshold < b:
             return n
     return meter.total
