@@ -67,6 +67,8 @@ def test_the_int8_benchmark_quick_then_a_rerun_reuses_every_stage(tmp_path, caps
         out = capsys.readouterr().out
         (again,) = bench.main(argv)
         second = capsys.readouterr().out
+        (fast,) = bench.main([*argv, "--int8-speedup", "3"])
+        third = capsys.readouterr().out
     finally:
         torch.set_num_threads(threads)
     # the two targets: FP32 and INT8 tables, aligned as each precision wants
@@ -96,9 +98,19 @@ def test_the_int8_benchmark_quick_then_a_rerun_reuses_every_stage(tmp_path, caps
     assert "[autoprune] data:" not in second and "INT8 (search skipped)" not in second
     allowed, total = bench.cores()
     assert ("allxb8" in row["timing"]) == (allowed >= total)  # skipped under taskset
+    # --int8-speedup 3: the INT8 run's target from the base's FP32 / INT8 times, its own stages
+    ms = fast["int8_vs_fp32_base"]["ms"]
+    assert fast["int8_target"] == bench.int8_target(3, ms["FP32 base"], ms["INT8 base"])
+    assert f"asks pruned_latency={fast['int8_target']} in INT8" in third
+    assert fast["int8"]["pruned_path"] != row["int8"]["pruned_path"]
+    assert fast["fp32"] == row["fp32"] and fast["control"] == row["control"]  # reused
+    assert fast["quantized"]["base"] == row["quantized"]["base"]
+    assert fast["quantized"]["pruned_int8"] != row["quantized"]["pruned_int8"]
+    assert fast["fresh"] == row["fresh"]  # the landing does not depend on the INT8 run's target
     results = list((tmp_path / "w").rglob("result.json"))
-    # pretraining, 3 flows, control, 4 quantized, the timings, the fresh processes
-    assert len(results) == 10 + len(row["timing"])
+    # pretraining, 3 flows, control, 4 quantized, the timings, the fresh processes; then the
+    # base's timing, the INT8 run, its quantized model and its timings
+    assert len(results) == 10 + len(row["timing"]) + 3 + len(fast["timing"])
 
 
 def test_a_target_the_table_cannot_reach_stops_that_model_and_the_run_goes_on(capsys, monkeypatch,
@@ -130,3 +142,15 @@ def test_a_target_the_table_cannot_reach_stops_that_model_and_the_run_goes_on(ca
     assert out.rstrip().splitlines()[-1].endswith(" landed=0 stopped=2")
     saved = json.loads((tmp_path / "r.json").read_text())
     assert [r["model"] for r in saved] == ["yolov8n", "resnet18"] and "stopped" in saved[0]
+
+
+def test_the_int8_target_for_a_speedup_over_the_fp32_base():
+    """--int8-speedup X: the INT8 reduction that makes the INT8 pruned model X times the FP32
+    base's speed (with 10 % margin), within 0.1-0.7."""
+    bench = _bench()
+    # INT8 alone 2x: 3x (aimed at 3.3x) needs the INT8 graph cut to 2 / 3.3 of its time
+    assert bench.int8_target(3.0, 20.0, 10.0) == pytest.approx(1 - 2 / 3.3, abs=1e-3)
+    assert bench.int8_target(3.0, 16.5, 10.0) == pytest.approx(0.5, abs=1e-3)
+    assert bench.int8_target(3.0, 40.0, 10.0) == 0.1  # INT8 alone is enough: a light prune
+    assert bench.int8_target(6.0, 11.0, 10.0) == 0.7  # more than pruning can give: capped
+    assert bench.int8_target(3.0, 15.0, 10.0) > bench.int8_target(3.0, 25.0, 10.0)
