@@ -7,6 +7,8 @@
 #                    GPU at batch 32 and 384 px (refused at 128-160 px), the main job (./run.sh's demo) on the
 #                    GPU (done before, see benchmarks/README.md: task_flows.py --quick --device
 #                    cuda, sensitivity_speed.py --device cuda --tf32 off [--eval-batch 512])
+#   check.sh profiles yolov9c|rtdetr-l   one DEFAULT profile too slow to build on the CPU
+#                    (issue 42; one call of up to ~9.5 min each, not measured on a GPU yet)
 #   check.sh tests   the test suite on the GPU (~4 min, 14 workers; the whole suite ran in 221 s
 #                    on an H100 machine): device="auto" picks CUDA
 #                    (AMP training, the masked batched analysis, GPU latency rows), plus
@@ -68,5 +70,17 @@ case "${1:-tests}" in
       --deselect tests/test_doctor.py::test_doctor_strict_fails_only_when_the_stack_differs \
       2>&1 | tee "$OUT/tests.log" | tail -60
     ;;
-  *) echo "usage: check.sh bench|tests"; exit 2 ;;
+  profiles)
+    # the DEFAULT profiles that take hours on 2 CPU cores (issue 42: yolov9c 130 groups, rtdetr-l
+    # 73 groups, x 9 ratios, after 30 epochs), one a call: check.sh profiles yolov9c|rtdetr-l.
+    # The JSON (and its index.json) come back under profiles/; copy the JSON into
+    # pretrained_sensitivities/ and add its entry to index.json there. Not resumable across
+    # machines (the trained checkpoint stays in a temporary folder there): give it a whole call.
+    arch=${2:?usage: check.sh profiles yolov9c|rtdetr-l}
+    task=detection; case "$arch" in rtdetr*) task=rtdetr ;; esac
+    step "${LIMIT:-560}" "DEFAULT profile $arch ($task) on the GPU" \
+      python3 -m autoprune profiles build --arch "$arch" --task "$task" --out "$OUT/profiles" \
+      --device cuda
+    ;;
+  *) echo "usage: check.sh bench|tests|profiles <arch>"; exit 2 ;;
 esac
