@@ -11,7 +11,10 @@ tensors read back with ``weights_only=True``), then runs the real adaptive analy
 and rounds) for each target with an evaluation that serves the recorded scores of the pruned
 model it is given (recognised by its layers' widths). Printed per target: images evaluated by
 the full and the adaptive analysis, points, the allocation each table gives (largest difference
-in ratio steps) and the summed loss of both allocations read on the full table.
+in ratio steps) and the summed loss of both allocations read on the full table. With
+``--retrain N`` both allocations of each target are pruned from the base model and trained N
+epochs (seed 0, the same data), and their metrics on the validation set compared (kept in
+``<out>/<model>/retrain-<target>-<full|adaptive>/metric.json``, read back on a rerun).
 
     python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 \\
         --targets flops=0.3,flops=0.5,flops=0.7,loss=0.05 --out runs/replay
@@ -154,9 +157,22 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                      "decided_early": ev.get("decided_early", 0),
                      "steps_apart": cost.steps_apart(theirs, ours),
                      "loss_full": summed_loss(full, theirs), "loss_adaptive": summed_loss(full, ours)})
+        if a.retrain:
+            rows[-1]["retrained"] = {
+                which: cost.retrain(adapter, model, ratios, a.retrain,
+                                    work / f"retrain-{target}-{which}")
+                for which, ratios in (("full", theirs), ("adaptive", ours))}
     if evaluate.computed:  # points the full pass did not leave (none, normally)
         evaluate.save()
     return rows
+
+
+def retrained_cell(row: dict[str, Any]) -> str:
+    """`` full / adaptive (points) |`` of a row's retrained metrics, or nothing."""
+    if "retrained" not in row:
+        return ""
+    full, ours = row["retrained"]["full"], row["retrained"]["adaptive"]
+    return f" {full:.4f} / {ours:.4f} ({100 * (ours - full):+.2f}) |"
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -170,8 +186,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--groups", type=int, default=0, help="first N groups (0: all)")
     p.add_argument("--bound", default="confidence", choices=("confidence", "exact"))
     p.add_argument("--out", default="runs/replay")
+    p.add_argument("--retrain", type=int, default=0, metavar="EPOCHS",
+                   help="prune both allocations of each target and train them EPOCHS (0: no)")
     p.add_argument("--quick", action="store_true", help="tiny settings (what the test runs)")
     a = p.parse_args(argv)
+    cost.REUSE = True  # a retrained allocation's metric.json is read back, not trained again
     if a.quick:
         a.models, a.size, a.val_images, a.train_images = "resnet18", 32, 128, 128
         a.base_epochs, a.groups, a.targets = 1, 2, "loss=0.05,flops=0.3"
@@ -180,14 +199,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print("| model (groups, val images) | target | images full | images adaptive | fewer | "
           "points | decided early | allocation: largest difference (ratio steps) | "
           "summed loss on the full table, full / adaptive allocation | images said before "
-          "(error) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "(error) |" + (" retrained full / adaptive (points) |" if a.retrain else ""))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if a.retrain else ""))
     for r in rows:
         print(f"| {r['model']} ({r['groups']}, {r['images']:,}) | {r['target']} | "
               f"{r['full_images']:,} | {r['adaptive_images']:,} | {r['fewer']:.2f}x | "
               f"{r['points']} of {r['of']} | {r['decided_early']} | {r['steps_apart']:.2f} | "
               f"{r['loss_full']:.4f} / {r['loss_adaptive']:.4f} | {r['said_images']:,} "
-              f"({r['said_images'] / r['adaptive_images'] - 1:+.0%}) |")
+              f"({r['said_images'] / r['adaptive_images'] - 1:+.0%}) |" + retrained_cell(r))
     print(f"min_fewer={min(r['fewer'] for r in rows):.2f} "
           f"max_steps={max(r['steps_apart'] for r in rows):.2f} "
           f"max_said_error={max(abs(r['said_images'] / r['adaptive_images'] - 1) for r in rows):.2f}")

@@ -28,6 +28,9 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         monkeypatch.setattr(bench.ReplayEval, "save",
                             lambda self: (computed.append(self.computed), real_save(self)))
         again = bench.main(["--quick", "--out", str(tmp_path)])
+        capsys.readouterr()
+        retrained = bench.main(["--quick", "--out", str(tmp_path), "--retrain", "1"])
+        printed = capsys.readouterr().out
     finally:
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
@@ -38,10 +41,16 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert 0 < r["adaptive_images"] <= r["full_images"] and 0 < r["points"] <= 18
         assert r["loss_full"] >= 0 and r["steps_apart"] >= 0
         assert r["said_images"] > 0  # the estimate said before the points, in images
-    assert computed == [0]  # the second run served every point from the kept scores
+    assert computed == [0, 0]  # the second and third runs served every point from the kept scores
     assert [{k: v for k, v in r.items()} for r in again] == rows
     scores = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)
     assert len(scores) >= 18 and all(len(v) == 128 for v in scores.values())
     assert re.search(r"^\| resnet18 \(2, 128\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
                      out, re.M)
     assert out.rstrip().splitlines()[-1].startswith("min_fewer=")
+    # --retrain 1: both allocations of each target pruned and trained, their metrics printed
+    for r in retrained:
+        full, ours = r["retrained"]["full"], r["retrained"]["adaptive"]
+        assert 0 <= full <= 1 and 0 <= ours <= 1
+        assert (tmp_path / "resnet18" / f"retrain-{r['target']}-adaptive" / "metric.json").is_file()
+        assert f"| {full:.4f} / {ours:.4f} ({100 * (ours - full):+.2f}) |" in printed
