@@ -62,3 +62,43 @@ def test_unknown_inputs_are_computed_normally():
         assert torch.equal(model(x.clone()), ref)            # a recorded batch: replayed
         assert torch.equal(model(other), expected_other)      # an unknown batch: computed
     assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def _held_bytes(cache):
+    tensors = list(cache.inputs) + [t for ts in cache.outputs.values() for t in ts]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_a_recording_over_its_budget_never_holds_more_than_the_budget():
+    """resnet50's stage outputs at 224 px are about 16 MB an image: the recording pass used to
+    keep every batch's outputs and only then find them over budget (2,000 images: 32 GB)."""
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    xs = torch.randn(4, 8, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    one_batch = PrefixCache(model, max_bytes=1 << 40)
+    with one_batch.recording(), torch.no_grad():
+        model(xs[0])
+    per_batch = _held_bytes(one_batch)
+    cache = PrefixCache(model, max_bytes=int(per_batch * 2.5))  # two batches fit, not four
+    peaks = []
+    with cache.recording(), torch.no_grad():
+        for x in xs:
+            model(x)
+            peaks.append(_held_bytes(cache))
+    assert peaks[1] == 2 * per_batch and peaks[2] == peaks[3] == 0  # dropped at once
+    assert max(peaks) <= cache.max_bytes and not cache.enabled
+    assert cache.outputs == {} and cache.inputs == []
+
+
+def test_the_budget_is_a_third_of_the_available_memory_at_least_one_gib(monkeypatch, tmp_path):
+    from autoprune.engine import prefix_cache
+
+    def meminfo(kib):
+        path = tmp_path / f"meminfo{kib}"
+        path.write_text(f"MemTotal: 99999999 kB\nMemAvailable: {kib} kB\n")
+        monkeypatch.setattr(prefix_cache, "open", lambda *a, **k: path.open(), raising=False)
+
+    meminfo(30 * 1024 ** 2)  # 30 GiB available
+    assert prefix_cache.memory_budget() == 10 * 1024 ** 3
+    assert PrefixCache(torch.nn.Linear(2, 2)).max_bytes == 10 * 1024 ** 3
+    meminfo(1024 ** 2)  # 1 GiB available: the floor
+    assert prefix_cache.memory_budget() == prefix_cache.MIN_BUDGET

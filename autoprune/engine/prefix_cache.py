@@ -7,6 +7,11 @@ group is evaluated, every stage that finishes before the group's first touched l
 recorded output instead of computing it. Batches are recognised by their content (exact
 comparison), so any ``eval_fn`` works; unknown inputs are computed normally. The result is
 checked once against a normal evaluation and the cache switches itself off on any difference.
+
+Its memory budget is a third of the memory the machine has available when it starts (at least
+1 GiB); a recording that outgrows it drops what it holds at once and the cache stays off, so
+the recording pass never holds more than the budget (resnet50's stage outputs at 224 px are
+about 16 MB an image: 2,000 images would be 32 GB).
 """
 from __future__ import annotations
 
@@ -28,6 +33,23 @@ def _stages(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
     return out
 
 
+MIN_BUDGET = 1 << 30
+BUDGET_SHARE = 1 / 3  # of MemAvailable
+
+
+def memory_budget() -> int:
+    """Bytes the cache may hold: :data:`BUDGET_SHARE` of the memory available now (Linux'
+    ``MemAvailable``), at least :data:`MIN_BUDGET`; :data:`MIN_BUDGET` where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return max(MIN_BUDGET, int(int(line.split()[1]) * 1024 * BUDGET_SHARE))
+    except (OSError, ValueError, IndexError):
+        pass
+    return MIN_BUDGET
+
+
 def _first_tensor(args: tuple) -> torch.Tensor | None:
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -38,9 +60,9 @@ def _first_tensor(args: tuple) -> torch.Tensor | None:
 class PrefixCache:
     """Recorded stage outputs of the unpruned model, replayed while a pruned group is evaluated."""
 
-    def __init__(self, model: nn.Module, max_bytes: int = 1 << 30):
+    def __init__(self, model: nn.Module, max_bytes: int | None = None):
         self.model = model
-        self.max_bytes = max_bytes
+        self.max_bytes = memory_budget() if max_bytes is None else max_bytes
         self.stages = _stages(model)
         self.inputs: list[torch.Tensor] = []          # model input of each recorded batch
         self.outputs: dict[str, list[torch.Tensor]] = {}
@@ -56,6 +78,16 @@ class PrefixCache:
         """Run the unpruned evaluation inside this block to fill the cache."""
         handles, used = [], [0]
         counter = [0]
+        over = [False]  # the budget was exceeded: nothing more is held
+
+        def hold(t: torch.Tensor) -> torch.Tensor | None:
+            used[0] += t.numel() * t.element_size()
+            if used[0] > self.max_bytes and not over[0]:
+                over[0] = True
+                self.outputs.clear()
+                self.inputs.clear()
+            return None if over[0] else t.detach().clone()
+
         calls: dict[str, int] = {}
         leaves = [m for m in self.model.modules() if next(m.children(), None) is None]
 
@@ -67,16 +99,18 @@ class PrefixCache:
         def on_model(module, args):
             x = _first_tensor(args)
             if x is not None:
-                self.inputs.append(x.detach().clone())
-                used[0] += x.numel() * x.element_size()
+                kept = hold(x)
+                if kept is not None:
+                    self.inputs.append(kept)
                 counter[0] = 0
 
         def on_stage(name):
             def hook(module, args, output):
                 calls[name] = calls.get(name, 0) + 1
                 if isinstance(output, torch.Tensor):
-                    self.outputs.setdefault(name, []).append(output.detach().clone())
-                    used[0] += output.numel() * output.element_size()
+                    kept = hold(output)
+                    if kept is not None:
+                        self.outputs.setdefault(name, []).append(kept)
             return hook
 
         handles.append(self.model.register_forward_pre_hook(on_model))
@@ -87,7 +121,7 @@ class PrefixCache:
         finally:
             for h in handles:
                 h.remove()
-        batches = len(self.inputs)
+        batches = 0 if over[0] else len(self.inputs)
         # keep stages called once per batch, with a tensor output, inside the memory budget
         self.outputs = {n: o for n, o in self.outputs.items()
                         if len(o) == batches and calls.get(n) == batches}
