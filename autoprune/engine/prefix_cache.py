@@ -16,6 +16,7 @@ about 16 MB an image: 2,000 images would be 32 GB).
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Callable, Iterator
 
 import torch
@@ -50,6 +51,10 @@ def memory_budget() -> int:
     return MIN_BUDGET
 
 
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone()
+
+
 def _first_tensor(args: tuple) -> torch.Tensor | None:
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -70,6 +75,7 @@ class PrefixCache:
         self.leaf_index: dict[nn.Module, int] = {}
         self.enabled = False
         self.repeat = 1  # replayed outputs are repeated this many times along the batch (variants)
+        self.recording_seconds = 0.0  # of the recording pass, spent copying what it holds
         self._batch: int | None = None
 
     # -- recording ---------------------------------------------------------------------------
@@ -86,7 +92,12 @@ class PrefixCache:
                 over[0] = True
                 self.outputs.clear()
                 self.inputs.clear()
-            return None if over[0] else t.detach().clone()
+            if over[0]:
+                return None
+            start = time.perf_counter()
+            kept = _copy(t)
+            self.recording_seconds += time.perf_counter() - start
+            return kept
 
         calls: dict[str, int] = {}
         leaves = [m for m in self.model.modules() if next(m.children(), None) is None]

@@ -107,17 +107,21 @@ def analysis_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
-                   points: list[tuple[str, float]], baseline: float) -> PrefixCache | None:
-    """Record the unpruned stage outputs, then check that replaying them changes nothing."""
+                   points: list[tuple[str, float]], baseline: float
+                   ) -> tuple[PrefixCache | None, float]:
+    """Record the unpruned stage outputs, then check that replaying them changes nothing: the
+    cache (None when unusable) and the seconds the recording pass spent copying outputs (not
+    part of an evaluation's cost: the estimate takes them off that pass's time)."""
     cache = PrefixCache(model)
     with cache.recording():
         recorded = _evaluate(model, eval_fn, "for the unpruned model")
+    copying = cache.recording_seconds
     if not cache.enabled or recorded != baseline:  # no usable stages, or a non-deterministic eval
-        return None
+        return None, copying
     first = max(cache.first_touched(graph.touched_modules(graph.group(n))) for n, _ in points)
     with cache.skipping_before(first) as skipped:
         replayed = _evaluate(model, eval_fn, "for the unpruned model")
-    return cache if skipped and replayed == recorded else None
+    return (cache if skipped and replayed == recorded else None), copying
 
 
 def _by_group(points: list[tuple[str, float]]) -> dict[str, list[float]]:
@@ -263,8 +267,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
 
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
     calls = eval_fn.calls
-    cache = _prepare_cache(model, eval_fn, graph, mine, baseline) if opts["prefix_cache"] \
-        and len(mine) >= 4 else None
+    cache, copying = _prepare_cache(model, eval_fn, graph, mine, baseline) \
+        if opts["prefix_cache"] and len(mine) >= 4 else (None, 0.0)
     runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation,
                          opts["batch_variants"], 0 if plan else len(mine), progress,
                          f" [rank {rank}/{world}]" if world > 1 else "")
@@ -273,7 +277,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
         passes = eval_fn.seconds[calls:]  # recording the prefix cache, checking its replay
         clean = calls > 0  # the baseline, evaluated first, decoded the batches
         cost = _announce(model, example_inputs, eval_fn, graph, runner, missing,
-                         passes[0] if passes and clean else None,
+                         passes[0] - copying if passes and clean else None,
                          replayed=passes[1] if len(passes) > 1 and cache else None)
     if plan:
         runner.close()
@@ -364,7 +368,7 @@ def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, grap
             raise ConfigError("an incremental evaluation of a metric that is not a mean of "
                               "per-image scores must say how many images it covers (images)")
     elif opts["prefix_cache"] and mine:
-        cache = _prepare_cache(model, eval_fn, graph, [(n, 0.0) for n in mine], baseline)
+        cache, _ = _prepare_cache(model, eval_fn, graph, [(n, 0.0) for n in mine], baseline)
     run.runner = PointRunner(model, eval_fn, graph, criterion, cache, "prune", 1, 0, False, "")
     if eval_fn.incremental is not None:
         run.meter = PointMeter(eval_fn, base, total, baseline, higher_is_better,
