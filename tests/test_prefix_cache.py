@@ -92,6 +92,8 @@ def test_a_recording_over_its_budget_never_holds_more_than_the_budget():
 def test_the_budget_is_a_third_of_the_available_memory_at_least_one_gib(monkeypatch, tmp_path):
     from autoprune.engine import prefix_cache
 
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+
     def meminfo(kib):
         path = tmp_path / f"meminfo{kib}"
         path.write_text(f"MemTotal: 99999999 kB\nMemAvailable: {kib} kB\n")
@@ -100,6 +102,8 @@ def test_the_budget_is_a_third_of_the_available_memory_at_least_one_gib(monkeypa
     meminfo(30 * 1024 ** 2)  # 30 GiB available
     assert prefix_cache.memory_budget() == 10 * 1024 ** 3
     assert PrefixCache(torch.nn.Linear(2, 2)).max_bytes == 10 * 1024 ** 3
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks on this machine share it
+    assert prefix_cache.memory_budget() == 5 * 1024 ** 3
     meminfo(1024 ** 2)  # 1 GiB available: the floor
     assert prefix_cache.memory_budget() == prefix_cache.MIN_BUDGET
 
