@@ -548,19 +548,20 @@ def journey(name: str, s: Mapping[str, Any], work: Path, args: argparse.Namespac
         say(f"control: {control['metric']:.4f}", control)
         checkpoints = {"base": fp32["baseline_path"], "pruned_fp32": fp32["pruned_path"],
                        "pruned_int8": int8["pruned_path"], "control": control["checkpoint"]}
+        def quantize_dir(which: str) -> Path:  # the INT8 run's model: with its other stages
+            return (tail if which == "pruned_int8" else root) / "quantize" / which
+
         quantized = {}
         for which, path in checkpoints.items():
             as_int8 = which in ("base", "pruned_int8")
-            folder = (tail if which == "pruned_int8" else root) / "quantize" / which
-            quantized[which] = stage(folder,
+            quantized[which] = stage(quantize_dir(which),
                                      lambda f, p=path, q=as_int8: quantize_stage(j, p, f, q))
             say(f"{which} in the runtime: " + ", ".join(
                 f"{prec} {v['metrics'].get(j.metric, float('nan')):.4f}"
                 for prec, v in quantized[which].items() if isinstance(v, dict)
                 and "metrics" in v), quantized[which])
         row["quantized"] = quantized
-        files = {label: (tail if which == "pruned_int8" else root) / "quantize" / which /
-                 f"{prec}.onnx" for label, which, prec in ROWS}
+        files = {label: quantize_dir(which) / f"{prec}.onnx" for label, which, prec in ROWS}
         row["timing"] = {"1x1": stage(tail / "timing-1thread-b1", lambda f: timing_stage(
             j, fp32["baseline_path"], files, 1, 1, args.rounds))}
         allowed, total = cores()
@@ -658,8 +659,9 @@ def print_model(row: Mapping[str, Any]) -> None:
           f"in ONNX Runtime\n\n{model_table(row)}\n", flush=True)
     fp32, int8 = row["fp32"], row["int8"]
     print(f"- pruned_latency={TARGET} FP32: FLOPs -{fp32['flops_reduction']:.1%}, round_to "
-          f"{fp32['round_to']}; pruned_latency={row.get('int8_target', TARGET)} INT8: FLOPs -{int8['flops_reduction']:.1%}, round_to "
-          f"{int8['round_to']}, the report's INT8 latency -{int8['latency_reduction']:.1%}\n"
+          f"{fp32['round_to']}; pruned_latency={row.get('int8_target', TARGET)} INT8: FLOPs "
+          f"-{int8['flops_reduction']:.1%}, round_to {int8['round_to']}, the report's INT8 "
+          f"latency -{int8['latency_reduction']:.1%}\n"
           f"- INT8 pruned against FP32 base: {v['int8_pruned_speedup']:.2f}x (one thread b1); "
           + ("" if v["points_vs_control"] is None else
              f"{v['points_vs_control']:+.1f} points against the control; ")

@@ -110,7 +110,8 @@ def test_the_budget_is_a_third_of_the_available_memory_at_least_one_gib(monkeypa
 
 def test_the_estimate_takes_the_recordings_copies_off_its_timed_pass(monkeypatch):
     """The full analysis's ETA is timed on the pass that records the cache; copying the stage
-    outputs is not part of what a point costs (resnet50 at 224 px: 186 ms an image said, 84 paid)."""
+    outputs is not part of what a point costs (resnet50 at 224 px: 186 ms an image said, 84
+    paid)."""
     import time as clock
 
     from autoprune.engine import prefix_cache, sensitivity

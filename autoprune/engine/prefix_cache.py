@@ -9,9 +9,9 @@ comparison), so any ``eval_fn`` works; unknown inputs are computed normally. The
 checked once against a normal evaluation and the cache switches itself off on any difference.
 
 Its memory budget is a third of the memory the machine has available when it starts (shared by
-the ranks torchrun started on the machine; at least 1 GiB); a recording that outgrows it drops what it holds at once and the cache stays off, so
-the recording pass never holds more than the budget (resnet50's stage outputs at 224 px are
-about 16 MB an image: 2,000 images would be 32 GB).
+the ranks torchrun started on the machine; at least 1 GiB); a recording that outgrows it drops
+what it holds at once and the cache stays off, so the recording pass never holds more than the
+budget (resnet50's stage outputs at 224 px are about 16 MB an image: 2,000 images, 32 GB).
 """
 from __future__ import annotations
 
