@@ -106,6 +106,10 @@ def test_the_budget_is_a_third_of_the_available_memory_at_least_one_gib(monkeypa
     assert prefix_cache.memory_budget() == 5 * 1024 ** 3
     meminfo(1024 ** 2)  # 1 GiB available: the floor
     assert prefix_cache.memory_budget() == prefix_cache.MIN_BUDGET
+    meminfo(30 * 1024 ** 2)
+    # a model on a GPU keeps its outputs there, beside the masked evaluation's variants: 1 GiB
+    assert prefix_cache.memory_budget(torch.device("cuda:0")) == prefix_cache.MIN_BUDGET
+    assert prefix_cache.memory_budget(torch.device("cpu")) == 5 * 1024 ** 3  # 2 ranks
 
 
 def test_the_estimate_takes_the_recordings_copies_off_its_timed_pass(monkeypatch):

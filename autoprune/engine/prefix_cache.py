@@ -8,10 +8,11 @@ recorded output instead of computing it. Batches are recognised by their content
 comparison), so any ``eval_fn`` works; unknown inputs are computed normally. The result is
 checked once against a normal evaluation and the cache switches itself off on any difference.
 
-Its memory budget is a third of the memory the machine has available when it starts (shared by
-the ranks torchrun started on the machine; at least 1 GiB); a recording that outgrows it drops
-what it holds at once and the cache stays off, so the recording pass never holds more than the
-budget (resnet50's stage outputs at 224 px are about 16 MB an image: 2,000 images, 32 GB).
+On the CPU its memory budget is a third of the memory available when it starts (shared by the
+ranks torchrun started on the machine; at least 1 GiB), on a GPU 1 GiB; a recording that
+outgrows it drops what it holds at once and the cache stays off, so the recording pass never
+holds more than the budget (resnet50's stage outputs at 224 px are about 16 MB an image: 2,000
+images, 32 GB).
 """
 from __future__ import annotations
 
@@ -39,11 +40,14 @@ MIN_BUDGET = 1 << 30
 BUDGET_SHARE = 1 / 3  # of MemAvailable
 
 
-def memory_budget() -> int:
-    """Bytes the cache may hold: :data:`BUDGET_SHARE` of the memory available now (Linux'
-    ``MemAvailable``), shared by the processes torchrun started on this machine
-    (``LOCAL_WORLD_SIZE``), at least :data:`MIN_BUDGET`; :data:`MIN_BUDGET` where it cannot be
-    read."""
+def memory_budget(device: torch.device | None = None) -> int:
+    """Bytes the cache may hold on ``device`` (where the model's outputs are kept): on the CPU
+    :data:`BUDGET_SHARE` of the memory available now (Linux' ``MemAvailable``, shared by the
+    ranks torchrun started on this machine, ``LOCAL_WORLD_SIZE``), at least :data:`MIN_BUDGET`;
+    on a GPU :data:`MIN_BUDGET` (the masked evaluation's batched variants need that memory; as
+    measured on an H100), and where the memory cannot be read."""
+    if device is not None and device.type != "cpu":
+        return MIN_BUDGET
     try:
         local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         with open("/proc/meminfo") as f:
@@ -72,7 +76,8 @@ class PrefixCache:
 
     def __init__(self, model: nn.Module, max_bytes: int | None = None):
         self.model = model
-        self.max_bytes = memory_budget() if max_bytes is None else max_bytes
+        device = next((p.device for p in model.parameters()), None)
+        self.max_bytes = memory_budget(device) if max_bytes is None else max_bytes
         self.stages = _stages(model)
         self.inputs: list[torch.Tensor] = []          # model input of each recorded batch
         self.outputs: dict[str, list[torch.Tensor]] = {}
