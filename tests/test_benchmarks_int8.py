@@ -61,14 +61,14 @@ def test_the_int8_benchmark_quick_then_a_rerun_reuses_every_stage(tmp_path, caps
     monkeypatch.setattr(speed, "exclude_for_speed", _all_int8)
     bench = _bench()
     threads = torch.get_num_threads()
-    argv = [*SMALL, "--work-dir", str(tmp_path / "w")]
+    # --int8-speedup 3: the INT8 run's target from this CPU's FP32 / INT8 base times (the fixed
+    # pruned_latency=0.5 of the default takes the same path with a constant)
+    argv = [*SMALL, "--work-dir", str(tmp_path / "w"), "--int8-speedup", "3"]
     try:
         (row,) = bench.main(argv)
         out = capsys.readouterr().out
         (again,) = bench.main(argv)
         second = capsys.readouterr().out
-        (fast,) = bench.main([*argv, "--int8-speedup", "3"])
-        third = capsys.readouterr().out
     finally:
         torch.set_num_threads(threads)
     # the two targets: FP32 and INT8 tables, aligned as each precision wants
@@ -98,19 +98,16 @@ def test_the_int8_benchmark_quick_then_a_rerun_reuses_every_stage(tmp_path, caps
     assert "[autoprune] data:" not in second and "INT8 (search skipped)" not in second
     allowed, total = bench.cores()
     assert ("allxb8" in row["timing"]) == (allowed >= total)  # skipped under taskset
-    # --int8-speedup 3: the INT8 run's target from the base's FP32 / INT8 times, its own stages
-    ms = fast["int8_vs_fp32_base"]["ms"]
-    assert fast["int8_target"] == bench.int8_target(3, ms["FP32 base"], ms["INT8 base"])
-    assert f"asks pruned_latency={fast['int8_target']} in INT8" in third
-    assert fast["int8"]["pruned_path"] != row["int8"]["pruned_path"]
-    assert fast["fp32"] == row["fp32"] and fast["control"] == row["control"]  # reused
-    assert fast["quantized"]["base"] == row["quantized"]["base"]
-    assert fast["quantized"]["pruned_int8"] != row["quantized"]["pruned_int8"]
-    assert fast["fresh"] == row["fresh"]  # the landing does not depend on the INT8 run's target
+    # the INT8 target: from the base's FP32 / INT8 graphs timed first; its stages in their folder
+    ms = row["int8_vs_fp32_base"]["ms"]
+    assert row["int8_target"] == bench.int8_target(3, ms["FP32 base"], ms["INT8 base"])
+    assert 0.1 <= row["int8_target"] <= 0.7
+    assert f"asks pruned_latency={row['int8_target']} in INT8" in out
+    assert "/int8-x3/int8/" in row["int8"]["pruned_path"] and again["int8"] == row["int8"]
     results = list((tmp_path / "w").rglob("result.json"))
-    # pretraining, 3 flows, control, 4 quantized, the timings, the fresh processes; then the
-    # base's timing, the INT8 run, its quantized model and its timings
-    assert len(results) == 10 + len(row["timing"]) + 3 + len(fast["timing"])
+    # pretraining, 3 flows, control, 4 quantized, the base's timing, the table's timings, the
+    # fresh processes
+    assert len(results) == 11 + len(row["timing"])
 
 
 def test_a_target_the_table_cannot_reach_stops_that_model_and_the_run_goes_on(capsys, monkeypatch,
