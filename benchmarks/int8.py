@@ -527,10 +527,14 @@ def journey(name: str, s: Mapping[str, Any], work: Path, args: argparse.Namespac
         # the stages that depend on the INT8 run's target (its run, its quantized model, the
         # timings of the table) go into their own folder under --int8-speedup
         value, tail = TARGET, root
+
+        def quantize_dir(which: str) -> Path:  # the INT8 run's model: with its other stages
+            return (tail if which == "pruned_int8" else root) / "quantize" / which
+
         if args.int8_speedup:  # the INT8 target this CPU needs for X times the FP32 base
-            stage(root / "quantize" / "base",
+            stage(quantize_dir("base"),
                   lambda f: quantize_stage(j, fp32["baseline_path"], f, True))
-            base = {f"{p} base": root / "quantize" / "base" / f"{p.lower()}.onnx"
+            base = {f"{p} base": quantize_dir("base") / f"{p.lower()}.onnx"
                     for p in ("FP32", "INT8")}
             ratio = row["int8_vs_fp32_base"] = stage(root / "timing-base-1thread-b1", lambda f: (
                 timing_stage(j, fp32["baseline_path"], base, 1, 1, args.rounds)))
@@ -548,9 +552,6 @@ def journey(name: str, s: Mapping[str, Any], work: Path, args: argparse.Namespac
         say(f"control: {control['metric']:.4f}", control)
         checkpoints = {"base": fp32["baseline_path"], "pruned_fp32": fp32["pruned_path"],
                        "pruned_int8": int8["pruned_path"], "control": control["checkpoint"]}
-        def quantize_dir(which: str) -> Path:  # the INT8 run's model: with its other stages
-            return (tail if which == "pruned_int8" else root) / "quantize" / which
-
         quantized = {}
         for which, path in checkpoints.items():
             as_int8 = which in ("base", "pruned_int8")

@@ -55,7 +55,7 @@ import torch.nn as nn
 from ..errors import ConfigError, MetricError
 from .allocate import FlopsModel, ratio_for_loss, threshold_curve
 from .bounds import BOUNDS, PairedCounts, look_points, mean_interval
-from .incremental import Step
+from .incremental import Step, close_steps
 from .points import relative_loss
 from .store import SensitivityRecord
 
@@ -63,13 +63,6 @@ TARGETS = {"loss": "eval_metric_loss", "flops": "pruned_flops", "latency": "prun
 LADDER = (0.02, 0.05, 0.1, 0.2, 0.5)  # the coarse pass decides a point between these
 LATENCY_EFFICIENCY = 0.7  # latency saved per FLOPs saved on CPUs (0.68-0.76 measured)
 MAX_ROUNDS = 12
-
-
-def close_steps(steps: Any) -> None:
-    """Close an incremental evaluation's steps (a generator stopped early) if they can be."""
-    close = getattr(steps, "close", None)
-    if close is not None:
-        close()
 
 
 @dataclass(frozen=True)

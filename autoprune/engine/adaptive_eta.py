@@ -20,8 +20,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .adaptive import PointMeter, close_steps, step_scores
+from .adaptive import PointMeter, step_scores, undecided
 from .bounds import PairedCounts, mean_interval
+from .incremental import close_steps
 
 PILOT_IMAGES = 32  # the first look: a point decided far over the tolerance stops there anyway
 
@@ -43,8 +44,7 @@ def expected_images(meter: PointMeter, loss: float, threshold: float) -> int:
                               seen0=n - seen1)
         low, high = mean_interval(counts, base, bound=meter.bound, alpha=meter.alpha,
                                   binary=meter.binary)
-        a, b = meter.loss_interval(low, high)
-        if not a <= threshold < b:
+        if not undecided(meter.loss_interval(low, high), [threshold]):
             return n
     return meter.total
 

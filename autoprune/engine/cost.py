@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from .allocate import FlopsModel
 from .groups import PruningGraph
+from .incremental import close_steps
 from .points import PointRunner, eval_mode
 from .prefix_cache import PrefixCache
 from .progress import duration
@@ -157,9 +158,7 @@ def time_steps(steps: Iterable[Any], min_seconds: float = 0.5, max_steps: int = 
         images += int(step.images)
         if k >= max_steps or time.perf_counter() - start >= min_seconds:
             break
-    close = getattr(steps, "close", None)
-    if close is not None:
-        close()
+    close_steps(steps)
     return (time.perf_counter() - start) / images if images else None
 
 

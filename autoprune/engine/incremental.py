@@ -108,3 +108,10 @@ def full_scores(eval_fn: Any, model: nn.Module) -> tuple[torch.Tensor | None, fl
         raise MetricError("the incremental evaluation's last step holds no metric (value or "
                           "low/high)")
     return None, float(value)
+
+
+def close_steps(steps: Any) -> None:
+    """Close an incremental evaluation's steps (a generator stopped early) if they can be."""
+    close = getattr(steps, "close", None)
+    if close is not None:
+        close()
