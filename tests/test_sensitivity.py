@@ -19,8 +19,10 @@ RATIOS = [0.3, 0.6]
 
 def _run(model, x, ev, **kw):
     kw.setdefault("progress", False)
-    # call counts below are exact: the prefix cache's two extra passes are tested on their own
-    options = {"prefix_cache": False, **{k: kw.pop(k) for k in ANALYSIS_DEFAULTS if k in kw}}
+    # call counts below are exact: the prefix cache's two extra passes and the folded
+    # evaluation's first-batch timing and check are tested on their own (test_fused_eval.py)
+    options = {"prefix_cache": False, "fused_eval": False,
+               **{k: kw.pop(k) for k in ANALYSIS_DEFAULTS if k in kw}}
     return ap.sensitivity(model, x, ev, options=options, **kw)
 
 

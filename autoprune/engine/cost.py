@@ -173,15 +173,16 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
     evaluation), else ``timed`` (seconds of one whole evaluation already made), else one
     evaluation timed now; a point's prune and restore timed once. ``replayed``: seconds of the
     prefix cache's check (the unpruned model with the stages before the deepest group replayed),
-    which tells how much of an image's time does not shrink with the MACs."""
+    which tells how much of an image's time does not shrink with the MACs. Where the points
+    are evaluated folded (``runner.folded``), so is what is timed."""
     per_image = None
     if adaptive and getattr(eval_fn, "incremental", None) is not None:
-        with eval_mode(model):
+        with eval_mode(model), runner.folded():
             per_image = time_steps(eval_fn.incremental(model, start=0))
     if per_image is None:
         if timed is None:
             start = time.perf_counter()
-            with eval_mode(model):
+            with eval_mode(model), runner.folded():
                 eval_fn(model)
             timed = time.perf_counter() - start
         per_image = timed / max(1, images)

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from .progress import progress_bar
 
 from ..errors import MetricError
+from .fused_eval import FusedEval, pays_at
 from .groups import PrunableGroup, PruningGraph
 from .masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
 from .prefix_cache import PrefixCache
@@ -111,15 +112,21 @@ class PointRunner:
 
     def __init__(self, model: nn.Module, eval_fn: EvalFn, graph: PruningGraph, criterion: str,
                  cache: PrefixCache | None, evaluation: str, batch_variants: int, total: int,
-                 progress: bool, label: str):
+                 progress: bool, label: str, fused: bool = True,
+                 baseline: float | None = None):
         self.model, self.eval_fn, self.graph, self.criterion = model, eval_fn, graph, criterion
         self.cache, self.k = cache, batch_variants
+        # BatchNorm folded, channels-last weights: a real prune on the CPU (fused_eval.py)
+        on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+        self.fused = FusedEval(model, graph.dg) if fused and on_cpu else None
+        self.baseline = baseline  # the unpruned model's metric: what the folded one must give
         evaluation = resolve_evaluation(model, evaluation)
         self.masking = evaluation == "masked"
         self.requested = evaluation
         self.checked = False               # one point's metric compared with a real prune
         self.call: tuple[tuple, dict] | None = None
-        self.reference: Any = None
+        self.reference: Any = None  # the unpruned outputs of that call (masked checks)
+        self.referenced = False
         self.counts = {"masked": 0, "pruned": 0, "reused": 0}  # points evaluated each way;
         # reused: a ratio removing the same channels as a smaller one
         self.unmaskable: list[str] = []            # groups whose masked outputs differed
@@ -128,19 +135,57 @@ class PointRunner:
                                 enabled=bool(progress and total))
 
     # -- one way or the other ----------------------------------------------------------------
-    def _skipping(self, group: PrunableGroup):
-        first = self.cache.first_touched(self.graph.touched_modules(group)) if self.cache else 0
-        return self.cache.skipping_before(first) if self.cache else contextlib.nullcontext()
+    def prepare_fused(self) -> bool:
+        """The folded evaluation is on: for inputs large enough (``fused_eval.pays_at``, told
+        from the first batch), checked once on the unpruned model's metric."""
+        if self.fused is None or not self.fused.enabled:
+            return False
+        if not self.fused.checked:
+            if self.call is None:
+                self.call = _first_call(self.model, self.eval_fn)
+            if self.call is None or self.baseline is None or not pays_at(self.call[0]):
+                self.fused.enabled = False
+                return False
+            with eval_mode(self.model):
+                self.fused.check(lambda: _evaluate(self.model, self.eval_fn,
+                                                   "for the unpruned model, BatchNorm folded"),
+                                 self.baseline)
+        return self.fused.enabled
+
+    def folded(self):
+        """The unpruned model folded for the block, where the folded evaluation is on (the cost
+        estimate times it so)."""
+        on = self.fused is not None and self.fused.checked and self.fused.enabled
+        return self.fused.applied() if on else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _faster(self, group: PrunableGroup, fused: bool) -> Iterator[None]:
+        """For a real prune of ``group``: the folded evaluation (``fused``), then the prefix
+        cache's replay (entered in this order: a replayed stage's layers are left unfolded)."""
+        touched = self.graph.touched_modules(group)
+        first = self.cache.first_touched(touched) if self.cache else 0
+        skipped = self.cache.skipped_modules(first) if self.cache else set()
+        with (self.fused.applied(touched, skipped) if fused and self.fused
+              else contextlib.nullcontext()), \
+                (self.cache.skipping_before(first) if self.cache else contextlib.nullcontext()):
+            if self.cache and fused:  # replayed outputs in the weights' layout: no mixed formats
+                self.cache.memory_format = torch.channels_last
+            try:
+                yield
+            finally:
+                if self.cache:
+                    self.cache.memory_format = torch.preserve_format
 
     def _real(self, group: PrunableGroup, ratio: float, idxs: list[int]) -> float:
         self.counts["pruned"] += 1
-        with pruned_temporarily(self.graph, group, idxs), self._skipping(group):
+        fused = self.prepare_fused()
+        with pruned_temporarily(self.graph, group, idxs), self._faster(group, fused):
             return _evaluate(self.model, self.eval_fn,
                              f"for group {group.name} at ratio {ratio:.2f}", finite=False)
 
     def _masked(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]) -> list[float]:
         masks = [mask_points(self.graph, group, idxs) for _, idxs in chunk]
-        with BatchedVariants(self.model, masks) as variants, self._skipping(group):
+        with BatchedVariants(self.model, masks) as variants, self._faster(group, False):
             if self.cache:
                 self.cache.repeat = len(chunk)
             try:
@@ -167,7 +212,8 @@ class PointRunner:
             yield False
             return
         self.counts["pruned"] += 1
-        with pruned_temporarily(self.graph, group, idxs), self._skipping(group), \
+        fused = self.prepare_fused()
+        with pruned_temporarily(self.graph, group, idxs), self._faster(group, fused), \
                 eval_mode(self.model):
             yield True
 
@@ -175,11 +221,13 @@ class PointRunner:
     def _maskable(self, group: PrunableGroup, idxs: list[int]) -> bool:
         if self.call is None:
             self.call = _first_call(self.model, self.eval_fn)
-            if self.call is None:
-                self.masking = False
-                return False
+        if self.call is None:
+            self.masking = False
+            return False
+        if not self.referenced:
             with eval_mode(self.model):
                 self.reference = self._forward()
+            self.referenced = True
         with eval_mode(self.model):
             return masked_matches_pruned(self.model, self.graph, group, idxs, self._forward,
                                          self.reference, lambda: self._pruned_forward(group, idxs))
@@ -282,4 +330,5 @@ class PointRunner:
     def summary(self) -> dict[str, Any]:
         """How the points were evaluated (recorded in the file's ``extra``)."""
         return {"mode": self.requested, "batch_variants": self.k, "points": dict(self.counts),
-                "unmaskable_groups": self.unmaskable}
+                "unmaskable_groups": self.unmaskable,
+                "fused_eval": bool(self.fused and self.fused.checked and self.fused.enabled)}

@@ -85,6 +85,8 @@ class PrefixCache:
         self.leaf_index: dict[nn.Module, int] = {}
         self.enabled = False
         self.repeat = 1  # replayed outputs are repeated this many times along the batch (variants)
+        # the layout replayed 4-D outputs are given (channels-last while fused_eval's weights are)
+        self.memory_format = torch.preserve_format
         self.recording_seconds = 0.0  # of the recording pass, spent copying what it holds
         self._batch: int | None = None
 
@@ -167,12 +169,19 @@ class PrefixCache:
                 return i
         return None
 
+    def _skipped(self, first: int) -> list[tuple[str, nn.Module]]:
+        return [(n, m) for n, m in self.stages
+                if self.enabled and n in self.span and self.span[n][1] < first]
+
+    def skipped_modules(self, first: int) -> set[nn.Module]:
+        """The modules that do not run while :meth:`skipping_before` ``first`` is in force."""
+        return {sub for _, stage in self._skipped(first) for sub in stage.modules()}
+
     @contextlib.contextmanager
     def skipping_before(self, first: int) -> Iterator[int]:
         """Stages that end before leaf call ``first`` replay their recorded outputs; yields how
         many stages are skipped."""
-        skip = [(n, m) for n, m in self.stages
-                if self.enabled and n in self.span and self.span[n][1] < first]
+        skip = self._skipped(first)
         if not skip:
             yield 0
             return
@@ -187,7 +196,8 @@ class PrefixCache:
                     return forward(*args, **kwargs)
                 out = self.outputs[name][self._batch]
                 device = _first_tensor(args).device if _first_tensor(args) is not None else out.device
-                out = out.to(device, copy=True)
+                layout = self.memory_format if out.dim() == 4 else torch.preserve_format
+                out = out.to(device, copy=True, memory_format=layout)
                 return out.repeat(self.repeat, *([1] * (out.dim() - 1))) if self.repeat > 1 else out
             return run
 

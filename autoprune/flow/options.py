@@ -111,7 +111,7 @@ def check_targets(eval_metric_loss: float | None, pruned_flops: float | None,
     return eval_metric_loss
 
 
-ANALYSIS_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache",
+ANALYSIS_OPTIONS = ("early_stop", "evaluation", "batch_variants", "prefix_cache", "fused_eval",
                     "eval_images", "latency", "adaptive", "target", "bound", "confidence", "plan")
 
 

@@ -1,0 +1,164 @@
+"""The folded, channels-last evaluation of a point: the same numbers up to float rounding, the
+model given back untouched, only safe BatchNorms folded, off where it differs or does not pay."""
+import json
+
+import pytest
+import timm
+import torch
+import torch.nn as nn
+import torchvision
+
+import autoprune
+from autoprune.engine import fused_eval
+from autoprune.engine.fused_eval import FusedEval, conv_bn_pairs
+from autoprune.engine.groups import PruningGraph
+from autoprune.errors import ConfigError
+
+
+def _trained_like(model):
+    """Running statistics and affine weights away from their defaults (folding must matter)."""
+    g = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+    return model.eval()
+
+
+def _eval_fn(size=64, n=32):
+    g = torch.Generator().manual_seed(1)
+    xs, ys = torch.randn(n, 3, size, size, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+    def eval_fn(model):  # a continuous metric: folding moves it by float rounding only
+        out = torch.cat([model(xs[i:i + 16]) for i in range(0, n, 16)])
+        return float(-nn.functional.cross_entropy(out, ys))
+    return eval_fn
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The folded evaluation used at the tests' small inputs, in the layout asked for."""
+    def force(channels_last):
+        monkeypatch.setattr(fused_eval, "MIN_SIDE", 0)
+        init = FusedEval.__init__
+
+        def layout(self, *args):
+            init(self, *args)
+            self.channels_last = channels_last
+        monkeypatch.setattr(FusedEval, "__init__", layout)
+    return force
+
+
+def _close(a, b, tol=1e-5):
+    assert a.keys() == b.keys()
+    for g in a:
+        assert a[g].keys() == b[g].keys()
+        for r in a[g]:
+            assert abs(a[g][r] - b[g][r]) <= tol * max(1.0, abs(b[g][r])), (g, r)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_folded_points_equal_plain_ones_and_the_model_comes_back(forced, tmp_path,
+                                                                 channels_last, prefix_cache):
+    model = _trained_like(torchvision.models.resnet18(num_classes=10))
+    eval_fn = _eval_fn()
+    groups = ["conv1", "layer2.0.conv1", "layer3.1.conv1", "layer4.0.conv1", "layer4.1.conv1"]
+    kwargs = dict(groups=groups, ratios=(0.3, 0.7), progress=False)
+    plain = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                  options={"fused_eval": False, "prefix_cache": prefix_cache})
+    params = {n: p for n, p in model.named_parameters()}
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    forced(channels_last)
+    path = tmp_path / "s.json"
+    folded = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                   sensitivities_file=path,
+                                   options={"fused_eval": True, "prefix_cache": prefix_cache})
+    _close(folded, plain)
+    assert any(folded[g][r] != plain[g][r] for g in plain for r in plain[g])  # it did fold
+    assert all(p is params[n] for n, p in model.named_parameters())  # its own Parameters
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert all(p.is_contiguous() for p in model.parameters())  # layout given back
+    assert all("forward" not in m.__dict__ for m in model.modules())
+    assert json.loads(path.read_text())["extra"]["evaluation"]["fused_eval"] is True
+
+
+def test_only_a_batchnorm_fed_by_a_plain_conv_alone_is_folded():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.bn_a = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)  # folded
+            self.b, self.bn_b = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)  # b also
+            self.c, self.bn_c = nn.Conv2d(8, 8, 1), nn.BatchNorm2d(16)  # after a concat
+            self.head = nn.Conv2d(16, 4, 1)
+
+        def forward(self, x):
+            x = self.bn_a(self.a(x))
+            y = self.b(x)
+            z = self.bn_b(y) + y  # b's output is used twice: not foldable
+            return self.head(self.bn_c(torch.cat([self.c(z), z], 1)))
+
+    net = Net().eval()
+    pairs = conv_bn_pairs(PruningGraph(net, torch.randn(1, 3, 16, 16)).dg)
+    assert pairs == [(net.a, net.bn_a)]
+
+
+def test_batchnorm_act_keeps_its_activation_when_folded():
+    model = _trained_like(timm.create_model("mobilenetv3_small_050", num_classes=10))
+    fused = FusedEval(model, PruningGraph(model, torch.randn(1, 3, 64, 64)).dg)
+    assert any(type(bn).__name__ == "BatchNormAct2d" for bn in fused.bn_of.values())
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        plain = model(x)
+        for layout in (False, True):
+            fused.channels_last = layout
+            with fused.applied():
+                torch.testing.assert_close(model(x), plain, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("wrong_by", [1.01, None])
+def test_a_fold_that_moves_the_metric_is_switched_off(forced, monkeypatch, tmp_path, wrong_by):
+    """Checked on the metric, not the outputs: RefEval-like metrics (a norm over a spread near
+    zero) magnify float rounding, and a wrong fold or an error must leave the numbers plain."""
+    model = _trained_like(torchvision.models.resnet18(num_classes=10))
+    eval_fn = _eval_fn()
+    kwargs = dict(groups=["layer3.1.conv1"], ratios=(0.5,), progress=False)
+    plain = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                  options={"prefix_cache": False, "fused_eval": False})
+    original = fused_eval._folded
+
+    def wrong(conv, bn, channels_last):
+        if wrong_by is None:
+            raise RuntimeError("a layout this model cannot run in")
+        weight, bias = original(conv, bn, channels_last)
+        return weight * wrong_by, bias
+    monkeypatch.setattr(fused_eval, "_folded", wrong)
+    forced(True)
+    path = tmp_path / "s.json"
+    assert autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                 sensitivities_file=path,
+                                 options={"prefix_cache": False}) == plain
+    assert json.loads(path.read_text())["extra"]["evaluation"]["fused_eval"] is False
+
+
+def test_used_from_160_px_a_side_so_small_inputs_keep_plain_numbers(tmp_path):
+    assert fused_eval.pays_at((torch.zeros(1, 3, 160, 200),))
+    assert not fused_eval.pays_at((torch.zeros(1, 3, 128, 640),))
+    assert not fused_eval.pays_at((torch.zeros(4, 10),))
+    model = _trained_like(torchvision.models.resnet18(num_classes=10))
+    eval_fn = _eval_fn()
+    path = tmp_path / "s.json"
+    kwargs = dict(groups=["layer3.1.conv1"], ratios=(0.5,), progress=False)
+    plain = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                  options={"fused_eval": False})
+    assert autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                 sensitivities_file=path) == plain
+    assert json.loads(path.read_text())["extra"]["evaluation"]["fused_eval"] is False
+
+
+def test_fused_eval_must_be_true_or_false():
+    with pytest.raises(ConfigError, match="fused_eval='yes' must be True or False"):
+        autoprune.sensitivity(nn.Sequential(nn.Conv2d(3, 4, 3)), torch.randn(1, 3, 8, 8),
+                              lambda m: 1.0, options={"fused_eval": "yes"}, progress=False)
