@@ -12,6 +12,7 @@ import autoprune
 from autoprune.engine import fused_eval
 from autoprune.engine.fused_eval import FusedEval, conv_bn_pairs
 from autoprune.engine.groups import PruningGraph
+from autoprune.engine.incremental import Step
 from autoprune.errors import ConfigError
 
 
@@ -162,3 +163,61 @@ def test_fused_eval_must_be_true_or_false():
     with pytest.raises(ConfigError, match="fused_eval='yes' must be True or False"):
         autoprune.sensitivity(nn.Sequential(nn.Conv2d(3, 4, 3)), torch.randn(1, 3, 8, 8),
                               lambda m: 1.0, options={"fused_eval": "yes"}, progress=False)
+
+
+def test_an_adaptive_analysis_checks_the_fold_on_the_first_per_image_scores(forced, monkeypatch):
+    """Where the evaluation reports per-image scores, the check compares the first
+    CHECK_IMAGES of them (not a whole extra evaluation); a wrong fold is switched off there."""
+
+    model = _trained_like(torchvision.models.resnet18(num_classes=10))
+    fused = FusedEval(model, PruningGraph(model, torch.randn(1, 3, 64, 64)).dg)
+    g = torch.Generator().manual_seed(2)
+    xs = torch.randn(6, 16, 3, 64, 64, generator=g)
+    seen = []
+
+    def steps():
+        for x in xs:
+            seen.append(len(x))
+            yield Step(images=len(x), scores=model(x).max(1).values)
+    with torch.no_grad():
+        base = torch.cat([model(x).max(1).values for x in xs]).double()
+        monkeypatch.setattr(fused_eval, "CHECK_IMAGES", 32)
+        assert fused.check_scores(steps, base, images=32) and sum(seen) == 32
+        wrong = FusedEval(model, PruningGraph(model, torch.randn(1, 3, 64, 64)).dg)
+        assert not wrong.check_scores(steps, base + 1e-2, images=32)
+        assert not wrong.enabled
+
+
+class _Top1:
+    """Top-1 reported image by image (the incremental protocol), in a fixed order."""
+
+    def __init__(self, x, y):
+        self.x, self.y, self.images = x, y, len(x)
+
+    def __call__(self, model):
+        return float((model(self.x).argmax(1) == self.y).double().mean())
+
+    def incremental(self, model, start=0):
+        for i in range(start, len(self.x), 32):
+            yield Step(len(self.x[i:i + 32]),
+                       scores=(model(self.x[i:i + 32]).argmax(1) == self.y[i:i + 32]).double())
+
+
+def test_an_adaptive_analysis_runs_folded_and_says_so(forced, monkeypatch, tmp_path):
+    model = _trained_like(torchvision.models.resnet18(num_classes=10))
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(128, 3, 64, 64, generator=g)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    y[::4] = (y[::4] + 1) % 10  # top-1 0.75: room to fall
+    monkeypatch.setattr(fused_eval, "CHECK_IMAGES", 64)
+    forced(True)
+    path = tmp_path / "a.json"
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    table = autoprune.sensitivity(model, x[:1], _Top1(x, y), groups=["layer3.0.conv1"],
+                                  ratios=(0.3, 0.6, 0.9), sensitivities_file=path,
+                                  progress=False, options={"adaptive": True})
+    ev = json.loads(path.read_text())["extra"]["evaluation"]
+    assert ev["fused_eval"] is True and table["layer3.0.conv1"]
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert all("forward" not in m.__dict__ for m in model.modules())

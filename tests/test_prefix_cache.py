@@ -1,4 +1,5 @@
 """Replaying the unchanged first part of the network gives exactly the same sensitivities."""
+import pytest
 import torch
 import torchvision
 
@@ -138,9 +139,9 @@ def test_the_estimate_takes_the_recordings_copies_off_its_timed_pass(monkeypatch
     recordings = []
     real_recording = PrefixCache.recording
 
-    def recording(self):
+    def recording(self, stop_over_budget=False):
         recordings.append(self)
-        return real_recording(self)
+        return real_recording(self, stop_over_budget)
 
     monkeypatch.setattr(PrefixCache, "recording", recording)
     autoprune.sensitivity(model, torch.randn(1, 3, 32, 32), eval_fn,
@@ -149,3 +150,38 @@ def test_the_estimate_takes_the_recordings_copies_off_its_timed_pass(monkeypatch
     (cache,) = recordings
     assert cache.recording_seconds >= 0.02 * 3 * len(cache.stages) * 0.9  # every stage, 3 batches
     assert said["timed"] is not None and said["timed"] < cache.recording_seconds / 2
+
+
+def test_a_recording_made_only_to_record_stops_once_over_budget(monkeypatch):
+    """The full analysis's recording pass is an extra evaluation: over budget it stops there
+    (the analysis goes on without the cache, with the same numbers) instead of finishing."""
+    from autoprune.engine import prefix_cache
+    from autoprune.engine.prefix_cache import OverBudget
+
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    xs = torch.randn(4, 8, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    cache = PrefixCache(model, max_bytes=1 << 20)
+    done = []
+    with pytest.raises(OverBudget), torch.no_grad():
+        with cache.recording(stop_over_budget=True):
+            for x in xs:
+                model(x)
+                done.append(1)
+    assert done == [] and not cache.enabled and cache.outputs == {}
+
+    eval_fn = _setup(model)
+    calls = []
+    groups = ["layer3.0.conv1", "layer4.0.conv1"]
+    plain = autoprune.sensitivity(model, torch.randn(1, 3, 32, 32), eval_fn, groups=groups,
+                                  ratios=(0.3, 0.7), progress=False,
+                                  options={"prefix_cache": False})
+    monkeypatch.setattr(prefix_cache, "memory_budget", lambda device=None: 1 << 20)
+    original = PrefixCache.recording
+
+    def spy(self, stop_over_budget=False):
+        calls.append(stop_over_budget)
+        return original(self, stop_over_budget)
+    monkeypatch.setattr(PrefixCache, "recording", spy)
+    assert autoprune.sensitivity(model, torch.randn(1, 3, 32, 32), eval_fn, groups=groups,
+                                 ratios=(0.3, 0.7), progress=False) == plain
+    assert calls == [True]

@@ -26,6 +26,7 @@ CHECK_RTOL = 1e-4  # the masked evaluation's tolerance too
 # the smallest input side where it is used: measured 1.42x at 128 px and 1.76x at 224 px, about
 # 1.05x at 64 px (resnet18), and slower there with the prefix cache replaying the small maps
 MIN_SIDE = 160
+CHECK_IMAGES = 256  # per-image scores an incremental evaluation's check compares
 
 
 def _bn_act(module: nn.Module) -> bool:
@@ -156,6 +157,39 @@ class FusedEval:
                     del bn.forward
                 else:
                     bn.forward = own
+
+    def check_scores(self, steps: Callable[[], Iterator[Any]], base: torch.Tensor,
+                     images: int = CHECK_IMAGES) -> bool:
+        """Once, for an incremental evaluation: do its first ``images`` per-image scores, folded
+        (``steps()``: the unpruned model's steps), equal ``base``'s (the plain ones) within
+        :data:`CHECK_RTOL`? Cheaper than a whole evaluation; off for good if not."""
+        if self.checked or not self.enabled:
+            return self.enabled
+        self.checked = True
+        got: list[torch.Tensor] = []
+        try:
+            with self.applied():
+                run = steps()
+                try:
+                    for step in run:
+                        if step.scores is None:
+                            break
+                        got.append(step.scores.detach().double().cpu().reshape(-1))
+                        if sum(map(len, got)) >= images:
+                            break
+                finally:
+                    close = getattr(run, "close", None)
+                    if close is not None:
+                        close()
+            scores = torch.cat(got) if got else torch.zeros(0)
+            ref = base[:len(scores)].double()
+            self.enabled = len(scores) > 0 and len(scores) <= len(base) and bool(
+                torch.all((scores - ref).abs() <= CHECK_RTOL * ref.abs().clamp(min=1.0)))
+        except Exception:  # noqa: BLE001 - any failure only means: evaluate the plain way
+            self.enabled = False
+        if not self.enabled:
+            self._memo.clear()
+        return self.enabled
 
     def check(self, evaluate: Callable[[], float], baseline: float) -> bool:
         """Once: does ``evaluate()`` (the whole evaluation of the unpruned model, folded) give

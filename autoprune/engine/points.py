@@ -120,6 +120,7 @@ class PointRunner:
         on_cpu = all(p.device.type == "cpu" for p in model.parameters())
         self.fused = FusedEval(model, graph.dg) if fused and on_cpu else None
         self.baseline = baseline  # the unpruned model's metric: what the folded one must give
+        self.base_scores: torch.Tensor | None = None  # its per-image scores, where known
         evaluation = resolve_evaluation(model, evaluation)
         self.masking = evaluation == "masked"
         self.requested = evaluation
@@ -137,7 +138,8 @@ class PointRunner:
     # -- one way or the other ----------------------------------------------------------------
     def prepare_fused(self) -> bool:
         """The folded evaluation is on: for inputs large enough (``fused_eval.pays_at``, told
-        from the first batch), checked once on the unpruned model's metric."""
+        from the first batch), checked once on the unpruned model's metric (or, where its
+        per-image scores are known, on the first of them)."""
         if self.fused is None or not self.fused.enabled:
             return False
         if not self.fused.checked:
@@ -147,9 +149,14 @@ class PointRunner:
                 self.fused.enabled = False
                 return False
             with eval_mode(self.model):
-                self.fused.check(lambda: _evaluate(self.model, self.eval_fn,
-                                                   "for the unpruned model, BatchNorm folded"),
-                                 self.baseline)
+                incremental = getattr(self.eval_fn, "incremental", None)
+                if self.base_scores is not None and incremental is not None:
+                    self.fused.check_scores(lambda: incremental(self.model, start=0),
+                                            self.base_scores)
+                else:
+                    self.fused.check(lambda: _evaluate(
+                        self.model, self.eval_fn, "for the unpruned model, BatchNorm folded"),
+                        self.baseline)
         return self.fused.enabled
 
     def folded(self):

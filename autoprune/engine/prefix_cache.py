@@ -36,6 +36,10 @@ def _stages(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
     return out
 
 
+class OverBudget(Exception):
+    """A recording stopped because what it would hold outgrew the cache's memory budget."""
+
+
 MIN_BUDGET = 1 << 30
 BUDGET_SHARE = 1 / 3  # of MemAvailable
 
@@ -92,8 +96,10 @@ class PrefixCache:
 
     # -- recording ---------------------------------------------------------------------------
     @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
-        """Run the unpruned evaluation inside this block to fill the cache."""
+    def recording(self, stop_over_budget: bool = False) -> Iterator[None]:
+        """Run the unpruned evaluation inside this block to fill the cache. With
+        ``stop_over_budget`` a recording that outgrows the budget raises :class:`OverBudget`
+        at once (an evaluation made only to record need not finish)."""
         handles, used = [], [0]
         counter = [0]
         over = [False]  # the budget was exceeded: nothing more is held
@@ -104,6 +110,8 @@ class PrefixCache:
                 over[0] = True
                 self.outputs.clear()
                 self.inputs.clear()
+                if stop_over_budget:
+                    raise OverBudget(f"the stage outputs outgrew {self.max_bytes} bytes")
             if over[0]:
                 return None
             start = time.perf_counter()

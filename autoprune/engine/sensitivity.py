@@ -37,7 +37,7 @@ from .latency import (Timing, check_latency_table, latency_points, latency_setti
 from .measure import flush_denormals
 from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
 from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
-from .prefix_cache import PrefixCache
+from .prefix_cache import OverBudget, PrefixCache
 from .progress import progress_bar
 from .store import Sensitivities, SensitivityRecord, ratio_key, record_from_json, shard_path, \
     write_record
@@ -117,8 +117,11 @@ def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
     cache (None when unusable) and the seconds the recording pass spent copying outputs (not
     part of an evaluation's cost: the estimate takes them off that pass's time)."""
     cache = PrefixCache(model)
-    with cache.recording():
-        recorded = _evaluate(model, eval_fn, "for the unpruned model")
+    try:
+        with cache.recording(stop_over_budget=True):
+            recorded = _evaluate(model, eval_fn, "for the unpruned model")
+    except OverBudget:  # e.g. resnet50 at 224 px: ~16 MB an image; not a pass to finish
+        return None, 0.0
     copying = cache.recording_seconds
     if not cache.enabled or recorded != baseline:  # no usable stages, or a non-deterministic eval
         return None, copying
@@ -384,6 +387,7 @@ def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, grap
         cache, _ = _prepare_cache(model, eval_fn, graph, [(n, 0.0) for n in mine], baseline)
     run.runner = PointRunner(model, eval_fn, graph, criterion, cache, "prune", 1, 0, False, "",
                              opts["fused_eval"] and pays_at(example_inputs), baseline)
+    run.runner.base_scores = base  # the folded evaluation is checked on the first of them
     if eval_fn.incremental is not None:
         run.meter = PointMeter(eval_fn, base, total, baseline, higher_is_better,
                                bound=opts["bound"], confidence=opts["confidence"],
