@@ -6,9 +6,9 @@
 #   pretrained_sensitivities/build_all.sh [--out DIR] [--force]
 #       [--only classification|detection|segmentation|instance_segmentation|pose|obb|rtdetr]
 #
-# yolov9c and rtdetr-l are listed but not bundled yet: on 2 CPU cores each takes hours (30 epochs
-# at 128 px, then 130 / 73 groups x 9 ratios on 64 val scenes; yolov9c: 57 s an epoch and 4.4 s a
-# point on one AVX-512 core, about 2 h); build them on a GPU (scripts/gpu/check.sh profiles <arch>).
+# rtdetr-l is listed but not bundled yet: on 2 CPU cores it takes hours (30 epochs at 128 px,
+# its first epoch 395 s on a shared core, then 73 groups x 9 ratios on 64 val scenes); build it on
+# a GPU (scripts/gpu/check.sh profiles rtdetr-l). yolov9c took 68 min on one AVX-512 core.
 #
 # Default output: this folder (pretrained_sensitivities/, what the wheel ships).
 set -euo pipefail

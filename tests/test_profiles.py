@@ -33,7 +33,7 @@ PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50"
                                "torchvision/mobilenet_v2", "timm/mobilenetv3_large_100",
                                "timm/mobilenetv3_small_100", "timm/efficientnet_b0",
                                "ultralytics/yolo11n-cls"],
-            "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s", "yolo26n"],
+            "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s", "yolo26n", "yolov9c"],
             "segmentation": [f"smp/{a}/{e}" for a in ("unet", "fpn", "deeplabv3plus")
                              for e in ("resnet18", "mobilenet_v2")],
             "instance_segmentation": ["yolov8n-seg", "yolo11n-seg", "yolo26n-seg"],

@@ -7,7 +7,8 @@
 #                    GPU at batch 32 and 384 px (refused at 128-160 px), the main job (./run.sh's demo) on the
 #                    GPU (done before, see benchmarks/README.md: task_flows.py --quick --device
 #                    cuda, sensitivity_speed.py --device cuda --tf32 off [--eval-batch 512])
-#   check.sh profiles yolov9c|rtdetr-l   one DEFAULT profile too slow to build on the CPU
+#   check.sh profiles rtdetr-l   a DEFAULT profile too slow to build on the CPU (yolov9c: bundled,
+#                    68 min on one AVX-512 core)
 #                    (issue 42; one call of up to ~9.5 min each, not measured on a GPU yet)
 #   check.sh tests   the test suite on the GPU (~4 min, 14 workers; the whole suite ran in 221 s
 #                    on an H100 machine): device="auto" picks CUDA
