@@ -220,3 +220,27 @@ def test_an_adaptive_analysis_runs_folded_and_says_so(forced, monkeypatch, tmp_p
     assert ev["fused_eval"] is True and table["layer3.0.conv1"]
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_a_pruned_variant_the_folded_layout_cannot_run_is_evaluated_plain(forced, monkeypatch):
+    model = _trained_like(torchvision.models.resnet18(num_classes=10))
+    eval_fn = _eval_fn()
+    kwargs = dict(groups=["layer3.1.conv1", "layer4.0.conv1"], ratios=(0.3, 0.6),
+                  progress=False)
+    plain = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                  options={"fused_eval": False, "prefix_cache": False})
+    original = FusedEval.applied
+    raised = []
+
+    def only_unpruned(self, changed=(), skipped=()):
+        if list(changed):  # a point: this layout "cannot run" it
+            raised.append(1)
+            raise RuntimeError("view size is not compatible with input tensor's size and stride")
+        return original(self, changed, skipped)
+    monkeypatch.setattr(FusedEval, "applied", only_unpruned)
+    forced(True)
+    got = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                options={"prefix_cache": False})
+    assert got == plain  # every point plain (the first one retried), the same numbers
+    assert raised == [1]  # tried folded once, then off for good
+    assert all("forward" not in m.__dict__ for m in model.modules())

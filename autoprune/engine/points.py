@@ -186,9 +186,18 @@ class PointRunner:
     def _real(self, group: PrunableGroup, ratio: float, idxs: list[int]) -> float:
         self.counts["pruned"] += 1
         fused = self.prepare_fused()
-        with pruned_temporarily(self.graph, group, idxs), self._faster(group, fused):
-            return _evaluate(self.model, self.eval_fn,
-                             f"for group {group.name} at ratio {ratio:.2f}", finite=False)
+        try:
+            with pruned_temporarily(self.graph, group, idxs), self._faster(group, fused):
+                return _evaluate(self.model, self.eval_fn,
+                                 f"for group {group.name} at ratio {ratio:.2f}", finite=False)
+        except Exception:
+            if not fused:
+                raise
+            # a pruned variant the folded layout cannot run: plain from here on, this point too
+            self.fused.enabled = False
+            with pruned_temporarily(self.graph, group, idxs), self._faster(group, False):
+                return _evaluate(self.model, self.eval_fn,
+                                 f"for group {group.name} at ratio {ratio:.2f}", finite=False)
 
     def _masked(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]) -> list[float]:
         masks = [mask_points(self.graph, group, idxs) for _, idxs in chunk]
