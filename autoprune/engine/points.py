@@ -159,7 +159,7 @@ class PointRunner:
                         self.baseline)
         return self.fused.enabled
 
-    def folded(self):
+    def folded(self) -> contextlib.AbstractContextManager:
         """The unpruned model folded for the block, where the folded evaluation is on (the cost
         estimate times it so)."""
         on = self.fused is not None and self.fused.checked and self.fused.enabled
@@ -186,18 +186,19 @@ class PointRunner:
     def _real(self, group: PrunableGroup, ratio: float, idxs: list[int]) -> float:
         self.counts["pruned"] += 1
         fused = self.prepare_fused()
-        try:
-            with pruned_temporarily(self.graph, group, idxs), self._faster(group, fused):
+
+        def evaluate(folded: bool) -> float:
+            with pruned_temporarily(self.graph, group, idxs), self._faster(group, folded):
                 return _evaluate(self.model, self.eval_fn,
                                  f"for group {group.name} at ratio {ratio:.2f}", finite=False)
+        try:
+            return evaluate(fused)
         except Exception:
             if not fused:
                 raise
             # a pruned variant the folded layout cannot run: plain from here on, this point too
             self.fused.enabled = False
-            with pruned_temporarily(self.graph, group, idxs), self._faster(group, False):
-                return _evaluate(self.model, self.eval_fn,
-                                 f"for group {group.name} at ratio {ratio:.2f}", finite=False)
+            return evaluate(False)
 
     def _masked(self, group: PrunableGroup, chunk: list[tuple[float, list[int]]]) -> list[float]:
         masks = [mask_points(self.graph, group, idxs) for _, idxs in chunk]
