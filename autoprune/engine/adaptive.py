@@ -55,7 +55,7 @@ import torch.nn as nn
 from ..errors import ConfigError, MetricError
 from .allocate import FlopsModel, ratio_for_loss, threshold_curve
 from .bounds import BOUNDS, PairedCounts, look_points, mean_interval
-from .incremental import Step, close_steps
+from .incremental import Step, close_steps, step_scores
 from .points import relative_loss
 from .store import SensitivityRecord
 
@@ -378,15 +378,3 @@ class PointMeter:
                               f"images: it must cover every image")
         return {"low": interval[0], "high": interval[1], "images": seen, "of": self.total,
                 "bound": "exact", "decided_for": list(thresholds)}
-
-
-def step_scores(step: Step) -> torch.Tensor:
-    """A step's per-image scores as a flat float64 tensor; a step without them, or with another
-    count than it says, is a MetricError."""
-    if step.scores is None:
-        raise MetricError("an incremental evaluation step of a mean metric holds no scores")
-    scores = step.scores.detach().double().cpu().reshape(-1)
-    if len(scores) != int(step.images):
-        raise MetricError(f"an incremental evaluation step says {step.images} images but holds "
-                          f"{len(scores)} scores")
-    return scores

@@ -3,15 +3,16 @@ before it, and every convolution's weight in channels-last layout, for the lengt
 evaluation only (the model is given back with its own Parameter objects).
 
 On one AVX-512 core (benchmarks/README.md "Analysis cost") a forward pass of resnet50 at 224 px
-takes 1.2x less time with BatchNorm folded, 1.4x with channels-last weights and 1.76x with
-both (pruned variants alike); resnet18 at 128 px 1.42x, at 32 px 1.11x. Only a BatchNorm
-whose sole input is a plain ``nn.Conv2d`` used by nothing else is folded (torch-pruning's dependency graph tells), in eval
-mode with running statistics; timm's ``BatchNormAct2d`` keeps its activation. The folded
-weights of layers a point leaves unchanged are computed once and reused. Folding reorders
-float rounding (about 1e-7 relative), so it is used only for inputs of at least 160 px a side
-(:func:`pays_at`: where it pays; a rule, not a timing, so ranks and resumed runs agree) and
-where the whole evaluation of the unpruned model gives the plain metric within 1e-4 relative
-(:meth:`FusedEval.check`, one extra evaluation); it is left off on any larger difference or
+takes 1.2x less time with BatchNorm folded, 1.4x with channels-last weights and 1.76x with both
+(pruned variants alike); resnet18 at 128 px 1.42x, at 32 px 1.11x. Only a BatchNorm whose sole
+input is a plain ``nn.Conv2d`` used by nothing else is folded (torch-pruning's dependency graph
+tells), in eval mode with running statistics; timm's ``BatchNormAct2d`` keeps its activation.
+The folded weights of layers a point leaves unchanged are computed once and reused. Folding
+reorders float rounding (about 1e-7 relative), so it is used only for inputs of at least 160 px
+a side (:func:`pays_at`: where it pays; a rule, not a timing, so ranks and resumed runs agree)
+and where the whole evaluation of the unpruned model gives the plain metric within 1e-4 relative
+(:meth:`FusedEval.check`, one extra evaluation; an incremental one compares its first 128
+per-image scores, :meth:`FusedEval.check_scores`); it is left off on any larger difference or
 any error.
 """
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 import torch.nn as nn
+
+from .incremental import close_steps, step_scores
 
 CHECK_RTOL = 1e-4  # the masked evaluation's tolerance too
 # the smallest input side where it is used: measured 1.42x at 128 px and 1.76x at 224 px, about
@@ -94,7 +97,6 @@ class FusedEval:
     ``channels_last``."""
 
     def __init__(self, model: nn.Module, dg: Any):
-        self.model = model
         pairs = conv_bn_pairs(dg)
         self.bn_of = {conv: bn for conv, bn in pairs}
         self.convs = [m for m in model.modules()
@@ -163,46 +165,38 @@ class FusedEval:
         """Once, for an incremental evaluation: do its first ``images`` per-image scores, folded
         (``steps()``: the unpruned model's steps), equal ``base``'s (the plain ones) within
         :data:`CHECK_RTOL`? Cheaper than a whole evaluation; off for good if not."""
-        if self.checked or not self.enabled:
-            return self.enabled
-        self.checked = True
-        got: list[torch.Tensor] = []
-        try:
-            with self.applied():
-                run = steps()
-                try:
-                    for step in run:
-                        if step.scores is None:
-                            break
-                        got.append(step.scores.detach().double().cpu().reshape(-1))
-                        if sum(map(len, got)) >= images:
-                            break
-                finally:
-                    close = getattr(run, "close", None)
-                    if close is not None:
-                        close()
+        def same() -> bool:
+            got: list[torch.Tensor] = []
+            run = steps()
+            try:
+                for step in run:
+                    got.append(step_scores(step))
+                    if sum(map(len, got)) >= images:
+                        break
+            finally:
+                close_steps(run)
             scores = torch.cat(got) if got else torch.zeros(0)
             ref = base[:len(scores)].double()
-            self.enabled = len(scores) > 0 and len(scores) <= len(base) and bool(
+            return 0 < len(scores) <= len(base) and bool(
                 torch.all((scores - ref).abs() <= CHECK_RTOL * ref.abs().clamp(min=1.0)))
-        except Exception:  # noqa: BLE001 - any failure only means: evaluate the plain way
-            self.enabled = False
-        if not self.enabled:
-            self._memo.clear()
-        return self.enabled
+        return self._check(same)
 
     def check(self, evaluate: Callable[[], float], baseline: float) -> bool:
         """Once: does ``evaluate()`` (the whole evaluation of the unpruned model, folded) give
-        ``baseline`` (the plain one's metric) within :data:`CHECK_RTOL`? Off for good if not,
-        or on any error: a metric can magnify float rounding (one that divides by a spread
-        near zero), and only the metric tells."""
+        ``baseline`` (the plain one's metric) within :data:`CHECK_RTOL`? Off for good if not:
+        a metric can magnify float rounding (one that divides by a spread near zero), and only
+        the metric tells."""
+        return self._check(lambda: abs(evaluate() - baseline) <= CHECK_RTOL * abs(baseline or 1.0))
+
+    def _check(self, same: Callable[[], bool]) -> bool:
+        """Once: ``same()`` run folded decides whether the folded evaluation stays on (an error
+        turns it off: it only means evaluating the plain way)."""
         if self.checked or not self.enabled:
             return self.enabled
         self.checked = True
         try:
             with self.applied():
-                metric = evaluate()
-            self.enabled = abs(metric - baseline) <= CHECK_RTOL * abs(baseline or 1.0)
+                self.enabled = bool(same())
         except Exception:  # noqa: BLE001 - any failure only means: evaluate the plain way
             self.enabled = False
         if not self.enabled:

@@ -115,3 +115,15 @@ def close_steps(steps: Any) -> None:
     close = getattr(steps, "close", None)
     if close is not None:
         close()
+
+
+def step_scores(step: Step) -> torch.Tensor:
+    """A step's per-image scores as a flat float64 tensor; a step without them, or with another
+    count than it says, is a MetricError."""
+    if step.scores is None:
+        raise MetricError("an incremental evaluation step of a mean metric holds no scores")
+    scores = step.scores.detach().double().cpu().reshape(-1)
+    if len(scores) != int(step.images):
+        raise MetricError(f"an incremental evaluation step says {step.images} images but holds "
+                          f"{len(scores)} scores")
+    return scores

@@ -120,7 +120,7 @@ class PointRunner:
         on_cpu = all(p.device.type == "cpu" for p in model.parameters())
         self.fused = FusedEval(model, graph.dg) if fused and on_cpu else None
         self.baseline = baseline  # the unpruned model's metric: what the folded one must give
-        self.base_scores: torch.Tensor | None = None  # its per-image scores, where known
+        self.base_scores: torch.Tensor | None = None  # its per-image scores (set where known)
         evaluation = resolve_evaluation(model, evaluation)
         self.masking = evaluation == "masked"
         self.requested = evaluation

@@ -179,7 +179,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     once against a normal evaluation and switches itself off if the two differ. ``fused_eval``
     (on by default; CPU, real prune) folds each BatchNorm into the convolution before it and lays
     convolution weights out channels-last while a point is evaluated (1.76x for resnet50 at
-    224 px, see :mod:`autoprune.engine.fused_eval`); checked once on the first batch.
+    224 px, see :mod:`autoprune.engine.fused_eval`); checked once against the plain metric.
     ``evaluation`` chooses how a point is evaluated: ``"prune"`` removes the channels for real;
     ``"masked"`` zeroes them with hooks and evaluates up to ``batch_variants`` ratios of a group in
     one forward pass (see :mod:`autoprune.masking`), after checking once per group that masking
@@ -286,15 +286,17 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
                          opts["fused_eval"] and pays_at(example_inputs), baseline)
     cost = None
     passes = eval_fn.seconds[calls:]  # recording the prefix cache, checking its replay
+    clean = calls > 0  # the baseline, evaluated first, decoded the batches
+    timed = passes[0] - copying if passes and clean else None
+    replayed = passes[1] if len(passes) > 1 and cache else None
     if mine and not plan and runner.prepare_fused():  # checked on one whole folded evaluation
-        folded = eval_fn.seconds[-1]
-        scale = folded / (passes[0] - copying) if passes and passes[0] > copying else None
-        passes, copying = [folded] + ([passes[1] * scale] if len(passes) > 1 and scale else []), 0
+        folded = eval_fn.seconds[-1]  # what a point's evaluation costs now
+        if replayed is not None and passes[0] > copying:
+            replayed *= folded / (passes[0] - copying)
+        timed = folded if clean else None
     if (progress or plan) and rank == 0 and missing:  # the expected cost, before the points
-        clean = calls > 0  # the baseline, evaluated first, decoded the batches
-        cost = _announce(model, example_inputs, eval_fn, graph, runner, missing,
-                         passes[0] - copying if passes and clean else None,
-                         replayed=passes[1] if len(passes) > 1 and cache else None)
+        cost = _announce(model, example_inputs, eval_fn, graph, runner, missing, timed,
+                         replayed=replayed)
     if plan:
         runner.close()
         return table_of(record, names, ratios)
