@@ -1,6 +1,7 @@
 """Adaptive sensitivity analysis (issue 41): only the points and images the allocation for a
 target needs, a point decided early recorded with its interval, resumable and mergeable like the
 full analysis (which stays as it was), images counted, the cost said before it starts."""
+import contextlib
 import json
 import math
 
@@ -326,6 +327,9 @@ def test_the_cost_is_said_before_and_a_plan_measures_nothing(toy_task, tmp_path,
     assert "adaptive (eval_metric_loss 0.05, bound confidence)" in out
     assert "predicted from a pilot: each group's top ratio on 32 images" in out
     assert not path.exists()  # nothing written
+    _run(model, x, ev, path, adaptive=True, plan=True, target="flops=0.5")
+    out = capsys.readouterr().out
+    assert "adaptive (-50% FLOPs, bound confidence)" in out and "predicted from a pilot" in out
     autoprune.sensitivity(model, x[:1], Top1(x, y), ratios=RATIOS, progress=True,
                           groups=["fuse.0"])
     out = capsys.readouterr().out
@@ -366,6 +370,91 @@ def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
         predicted = expected_images(meter, loss, 0.05)
         # within one look (x1.5) and one step of 8 images: the steps overshoot a look
         assert predicted / 1.5 <= seen <= predicted * 1.5 + 8, (loss, seen, predicted)
+
+
+class _CurveScores:
+    """Per-image scores of whichever point is pruned (``runner.pruned``): the unpruned model's,
+    with ``curves[group](ratio)`` of its right images flipped, spread evenly (the rate a
+    prediction assumes)."""
+
+    random_order = resumable = True
+
+    def __init__(self, base, curves):
+        self.base, self.curves, self.point = base, curves, None
+
+    @contextlib.contextmanager
+    def pruned(self, name, ratio):
+        self.point = (name, ratio)
+        yield True
+
+    def incremental(self, model, start=0):
+        scores = self.base.clone()
+        right = torch.nonzero(self.base > 0.5).flatten()
+        flips = round(self.curves[self.point[0]](self.point[1]) * len(right))
+        if flips:
+            scores[right[torch.linspace(0, len(right) - 1, flips).round().long()]] = 0.0
+        for i in range(start, len(scores), 64):
+            yield Step(len(scores[i:i + 64]), scores=scores[i:i + 64])
+
+
+@pytest.mark.parametrize("target", ["loss=0.05", "flops=0.5", "latency=0.4"])
+def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assumes(target):
+    """The ETA's prediction plays the analysis's own rounds (planner, thresholds, bound) against
+    the pilot's curves: where the scores follow such curves exactly, it names the very points
+    the real :class:`AdaptiveRun` measures, each within a look of the images it stops at."""
+    from autoprune.engine.adaptive import PointMeter, Thresholds
+    from autoprune.engine.adaptive_eta import expected_measure, play_rounds
+    from autoprune.engine.adaptive_run import AdaptiveRun
+    from autoprune.engine.store import SensitivityRecord
+
+    n, grid = 2000, [round(0.1 * k, 1) for k in range(1, 10)]
+    base = torch.ones(n, dtype=torch.float64)
+    base[::5] = 0.0
+    tops = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}
+    curves = {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
+    weight = {"stem": 1.0, "a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}
+
+    class Flops:  # a group's MACs fall as (1 - ratio)^2
+        total = sum(weight.values())
+
+        @staticmethod
+        def predict(ratios):
+            return Flops.total - sum(w * (1 - (1 - ratios.get(g, 0.0)) ** 2)
+                                     for g, w in weight.items())
+
+    goal = check_target(target)
+    scores = _CurveScores(base, curves)
+    meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
+                       resumable=True, random_order=True)
+    record = SensitivityRecord(model="m", metric="top1")
+    run = AdaptiveRun(None, Thresholds(goal, lambda: Flops()), {"bound": "confidence",
+                                                                 "confidence": 0.999},
+                      record=record, own=SensitivityRecord(), names=list(tops), grid=grid,
+                      write=lambda: None)
+    run.runner, run.meter = scores, meter
+    run.run()
+    measured = {(g, r): record.intervals.get(g, {}).get(r, {}).get("images", n)
+                for g, points in record.sensitivities.items() for r in points}
+    predicted = play_rounds(curves, Planner(grid, top_down=goal.kind == "loss"),
+                            Thresholds(goal, lambda: Flops()),
+                            lambda loss, ts: expected_measure(meter, loss, ts))
+    assert set(predicted) == set(measured) and len(measured) < len(tops) * len(grid)
+    for point, images in measured.items():
+        assert predicted[point] / 1.5 <= images <= predicted[point] * 1.5 + 64, point
+
+
+def test_the_eta_costs_each_predicted_point_at_its_own_share_of_the_model():
+    """A loss target measures the top ratios, which compute less than the unpruned model: the
+    ETA charges the predicted points their own MACs share, not the grid's average."""
+    from autoprune.engine.cost import Estimate
+
+    share_of = {("g", 0.1): 1.0, ("g", 0.3): 1.0, ("g", 0.7): 0.2, ("g", 0.9): 0.2}
+    adaptive = {"points_share": 0.5, "image_share": 1.0,
+                "predicted": {("g", 0.9): 100, ("g", 0.7): 50}}
+    est = Estimate(4, 100, 0.01, list(share_of.values()), 0.5, adaptive, 0.0, share_of)
+    assert est.seconds == pytest.approx(150 * 0.01 * 0.2 + 2 * 0.5)
+    est.adaptive = {k: v for k, v in adaptive.items() if k != "predicted"}  # no prediction:
+    assert est.seconds == pytest.approx(2 * 100 * 0.01 * 0.6 + 2 * 0.5)  # the grid's average
 
 
 def test_the_expected_share_of_a_point_s_images_falls_with_a_larger_set():

@@ -1,40 +1,47 @@
-"""What an adaptive analysis for a loss target will evaluate, predicted before its points from a
-pilot: each group's top ratio evaluated on the first look's images (32), a curve through it, and
-the confidence bound's own stopping rule.
+"""What an adaptive analysis will evaluate, predicted before its points: a pilot (each group's top
+ratio evaluated on the first look's images, 32), a curve through it, and the analysis's own
+planner and bound run against that curve.
 
-A loss target measures each group from the top ratio down until a point is decided within the
-tolerance (:mod:`autoprune.engine.adaptive`), so its cost depends on how sensitive the groups are:
-a group that loses nothing even at the top ratio costs one point, a sensitive one a point for
-every ratio over the tolerance. A fixed prior misses that by up to 2x between models (resnet18
-against mobilenetv3_large_100, replayed at 1,000 images). So, per group, the pilot's flips give
-the top ratio's loss, the curve below it is taken to grow as the ratio squared (sensitivity
-curves bend upward: it only predicts the cost, it decides nothing), and each point it predicts is
-charged the images the bound needs to decide a point of that loss, its flips arriving at their
-expected rate (:meth:`PointMeter.expected_images`). Replayed on resnet18 and mobilenetv3 at 1,000
-images this predicted the evaluated images within -15 % to +24 % for tolerances 0.02-0.1.
+An adaptive analysis's cost depends on how sensitive the groups are: a loss target measures each
+group from the top ratio down until a point is decided within the tolerance (a group that loses
+nothing even at the top ratio costs one point, a sensitive one a point for every ratio over the
+tolerance); a FLOPs or latency target finds each group's bracket of a common threshold that the
+table itself sets (:mod:`autoprune.engine.adaptive`). A fixed prior misses that by up to 2x
+between models and sizes (resnet18 against mobilenetv3_large_100, 1,000 against 5,000 images).
+So, per group, the pilot's flips give the top ratio's loss and the curve below it is taken to
+grow as the ratio squared (sensitivity curves bend upward: it only predicts the cost, it decides
+nothing); then the rounds of :class:`~autoprune.engine.adaptive_run.AdaptiveRun` are played
+against those curves with the real :class:`~autoprune.engine.adaptive.Planner` and
+:class:`~autoprune.engine.adaptive.Thresholds`, each point charged the images the bound needs to
+decide a point of its loss against the round's thresholds, its flips arriving at their expected
+rate (:func:`expected_images`). It returns which points and how many images each, so the ETA
+also weighs each point's own cost (a top ratio computes less than the unpruned model).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 import torch.nn as nn
 
-from .adaptive import PointMeter, step_scores, undecided
+from .adaptive import LADDER, MAX_ROUNDS, Interval, Planner, PointMeter, Thresholds, undecided
 from .bounds import PairedCounts, mean_interval
-from .incremental import close_steps
+from .incremental import close_steps, step_scores
 
 PILOT_IMAGES = 32  # the first look: a point decided far over the tolerance stops there anyway
 
 
-def expected_images(meter: PointMeter, loss: float, threshold: float) -> int:
-    """The images ``meter``'s bound needs to decide a point of true relative ``loss`` against
-    ``threshold``, its flips (baseline right, pruned wrong) arriving at their expected rate: the
-    first look whose interval leaves the threshold out, else every image."""
+def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterable[float]
+                     ) -> tuple[int, Interval]:
+    """``(images, interval)``: where ``meter``'s bound stops a point of true relative ``loss``
+    against ``thresholds`` and the loss interval it then records, its flips (baseline right,
+    pruned wrong) arriving at their expected rate: the first look whose interval leaves every
+    threshold out, else every image (the loss itself)."""
+    thresholds = [thresholds] if isinstance(thresholds, (int, float)) else list(thresholds)
     base = meter.base
     right = float((base > 0.5).sum()) if base is not None else 0.0
     if right == 0:
-        return meter.total
+        return meter.total, (loss, loss)
     share_right = right / meter.total
     flips = max(0.0, loss) * float(base.sum())  # flips over the whole set
     for n in meter.looks:
@@ -44,9 +51,16 @@ def expected_images(meter: PointMeter, loss: float, threshold: float) -> int:
                               seen0=n - seen1)
         low, high = mean_interval(counts, base, bound=meter.bound, alpha=meter.alpha,
                                   binary=meter.binary)
-        if not undecided(meter.loss_interval(low, high), [threshold]):
-            return n
-    return meter.total
+        interval = meter.loss_interval(low, high)
+        if not undecided(interval, thresholds):
+            return n, interval
+    return meter.total, (loss, loss)
+
+
+def expected_images(meter: PointMeter, loss: float, thresholds: float | Iterable[float]) -> int:
+    """The images ``meter``'s bound needs to decide a point of true relative ``loss`` against
+    ``thresholds`` (:func:`expected_measure`)."""
+    return expected_measure(meter, loss, thresholds)[0]
 
 
 def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) -> float:
@@ -66,28 +80,79 @@ def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) 
     return 1.0 - counts.score / base if base > 0 else 0.0
 
 
-def loss_target_shares(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],
-                       grid: list[float], tolerance: float, points: int
-                       ) -> dict[str, Any] | None:
-    """The expected share of ``points`` (the full analysis's) and of each point's images that a
-    loss target's analysis evaluates, predicted from a pilot of each group's top ratio; None where
-    the bound cannot predict (no per-image scores, or not the confidence bound on top-1)."""
-    if meter.base is None or meter.bound != "confidence" or not meter.binary or not names:
+def smoothed(loss: float, right: float) -> float:
+    """A pilot's relative ``loss`` over ``right`` images the unpruned model gets right, with half
+    a flip added (Jeffreys' estimate: no flip in 32 images says the loss is small, not zero)."""
+    return max(0.0, (loss * right + 0.5) / (right + 1.0)) if right > 0 else 0.0
+
+
+def predictable(meter: Any) -> bool:
+    """True where the bound's stopping can be predicted: per-image top-1 scores (0 / 1) under
+    the confidence bound."""
+    return isinstance(meter, PointMeter) and meter.base is not None and \
+        meter.bound == "confidence" and meter.binary
+
+
+def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner,
+                thresholds: Thresholds,
+                measure: Callable[[float, list[float]], tuple[int, Interval]],
+                known: Mapping[str, Mapping[float, Interval]] | None = None
+                ) -> dict[tuple[str, float], int]:
+    """The points an adaptive analysis measures if each group's loss at ratio ``r`` is
+    ``curves[group](r)``, and the images each ends with (``measure(loss, thresholds)``: the
+    images and the interval a point of that loss is decided with): the rounds of
+    :class:`~autoprune.engine.adaptive_run.AdaptiveRun` (a FLOPs / latency target's coarse probe
+    against the ladder, then thresholds estimated from the table of upper ends, widened while
+    they move; a point an interval no longer decides refined), from the points already
+    ``known``."""
+    grid = planner.grid
+    table = {g: dict((known or {}).get(g, {})) for g in curves}
+    images: dict[tuple[str, float], int] = {}
+
+    def point(name: str, ratio: float, ts: list[float]) -> None:
+        n, table[name][ratio] = measure(curves[name](ratio), ts)
+        images[(name, ratio)] = max(images.get((name, ratio), 0), n)
+
+    if thresholds.target.kind != "loss":
+        for name in curves:
+            if not table[name]:
+                point(name, planner.first(), list(LADDER))
+    previous: list[float] = []
+    for _ in range(MAX_ROUNDS):
+        now = thresholds.estimate({g: {r: iv[1] for r, iv in p.items()}
+                                   for g, p in table.items()}, grid[-1])
+        work = [g for g in curves if planner.next_point(table[g], now) is not None]
+        if not work:
+            break
+        ts = sorted(set(now) | set(previous))
+        for name in work:
+            while (ratio := planner.next_point(table[name], ts)) is not None:
+                point(name, ratio, ts)
+        previous = now
+    return images
+
+
+def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],
+                     planner: Planner, thresholds: Thresholds, points: int,
+                     known: Mapping[str, Mapping[float, Interval]] | None = None
+                     ) -> dict[str, Any] | None:
+    """The expected share of ``points`` (the full analysis's) and of each point's images that
+    the adaptive analysis of ``names`` evaluates, and the points themselves (``predicted``: (group,
+    ratio) -> images), predicted from a pilot of each group's top ratio; None where the bound
+    cannot predict (:func:`predictable`)."""
+    if not predictable(meter) or not names:
         return None
-    grid = sorted(grid)
-    top = grid[-1]
-    predicted_points, predicted_images = 0, 0
+    top = planner.grid[-1]
+    right = float(meter.base[:PILOT_IMAGES].sum())
+    losses = {}
     with torch.no_grad():
         for name in names:
             with runner.pruned(name, top) as pruned:
-                loss = pilot_loss(meter, model) if pruned else 0.0
-            for r in reversed(grid):
-                expected = max(0.0, loss) * (r / top) ** 2
-                predicted_points += 1
-                predicted_images += expected_images(meter, expected, tolerance)
-                if expected <= tolerance:
-                    break
-    predicted_images += PILOT_IMAGES * len(names)
-    return {"points_share": min(1.0, predicted_points / max(1, points)),
-            "image_share": min(1.0, predicted_images / max(1, predicted_points * meter.total)),
-            "pilot": f"each group's top ratio on {PILOT_IMAGES} images"}
+                losses[name] = smoothed(pilot_loss(meter, model), right) if pruned else 0.0
+    curves = {n: (lambda r, top_loss=losses[n]: top_loss * (r / top) ** 2) for n in names}
+    plan = play_rounds(curves, planner, thresholds,
+                       lambda loss, ts: expected_measure(meter, loss, ts), known)
+    images = sum(plan.values()) + PILOT_IMAGES * len(names)
+    return {"points_share": min(1.0, len(plan) / max(1, points)),
+            "image_share": min(1.0, images / max(1, len(plan) * meter.total)),
+            "pilot": f"each group's top ratio on {PILOT_IMAGES} images", "predicted": plan}

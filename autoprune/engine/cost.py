@@ -4,9 +4,11 @@ image (timed on a few batches of the unpruned model) and an ETA.
 A point's images cost what the unpruned model's do, scaled by the share of the model's MACs the
 point still computes: the group's layers are narrower, and the stages before its first touched
 layer are replayed from the prefix cache (:mod:`autoprune.engine.prefix_cache`) instead of
-computed. An adaptive analysis's count of points and images depends on what it measures; its
-estimate uses the typical share measured by ``benchmarks/analysis_cost.py`` (at most the full
-analysis's), and the progress bar's ETA follows the images actually evaluated.
+computed. An adaptive analysis's count of points and images depends on what it measures: where
+its bound's stopping can be predicted (per-image top-1), a pilot predicts which points and how
+many images each (:mod:`autoprune.engine.adaptive_eta`), each point then costed at its own share;
+elsewhere the estimate uses the typical share measured by ``benchmarks/analysis_cost.py`` (at
+most the full analysis's). The progress bar's ETA follows the images actually evaluated.
 """
 from __future__ import annotations
 
@@ -93,6 +95,7 @@ class Estimate:
     overhead: float = 0.0
     adaptive: dict[str, Any] | None = None
     fixed: float = FIXED  # the part of an image's time that does not shrink with the MACs
+    share_of: dict[tuple[str, float], float] = field(default_factory=dict)  # per point
 
     @property
     def full_images(self) -> int:
@@ -114,6 +117,12 @@ class Estimate:
         """The expected wall time of the points (the ETA)."""
         if not self.adaptive:
             return self.full_seconds
+        plan = self.adaptive.get("predicted")
+        if plan and self.share_of:  # the predicted points, each at its own cost (the pilot
+            # that predicted them has run by the time the ETA is said)
+            work = sum((self.fixed + (1.0 - self.fixed) * self.share_of.get(p, 1.0)) * n
+                       for p, n in plan.items())
+            return work * self.seconds_per_image + len(plan) * self.overhead
         per_point = self.full_seconds / max(1, self.points)
         points = self.points * self.adaptive["points_share"]
         return points * (per_point - self.overhead) * self.adaptive["image_share"] + \
@@ -206,4 +215,4 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
             measured = replayed / (per_image * images)
             fixed = min(1.0, max(0.0, (measured - share) / (1.0 - share)))
     return Estimate(len(points), images, per_image, [shares[p] for p in points], overhead,
-                    adaptive, fixed)
+                    adaptive, fixed, shares)

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from ..errors import ConfigError, MetricError
 from .adaptive import PointMeter, Target, Thresholds, check_bound, check_target
-from .adaptive_eta import loss_target_shares
+from .adaptive_eta import predicted_shares
 from .adaptive_run import AdaptiveRun, unpruned_scores
 from .allocate import FlopsModel
 from .analysis_file import (check_same_evaluation, check_weights, finish, missing_points,
@@ -402,9 +402,9 @@ def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, grap
     if todo and not opts["plan"]:
         run.runner.prepare_fused()  # so that the estimate times the points' folded evaluation
     if (progress or opts["plan"]) and rank == 0 and todo:
-        shares = loss_target_shares(run.meter, run.runner, model, sorted({n for n, _ in todo}),
-                                    ratios, goal.value, len(todo)) \
-            if goal.kind == "loss" and isinstance(run.meter, PointMeter) else None
+        groups = sorted({n for n, _ in todo})
+        shares = predicted_shares(run.meter, run.runner, model, groups, run.planner,
+                                  run.thresholds, len(todo), {n: run.known(n) for n in groups})
         shares = shares or adaptive_shares(goal.kind, run.meter.bound, len(ratios), total)
         cost = _announce(model, example_inputs, eval_fn, graph, run.runner, todo, None,
                          adaptive={"target": goal.describe(), "bound": run.meter.bound,
