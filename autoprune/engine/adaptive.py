@@ -24,7 +24,10 @@ analysis measures only the points that decide where its curve is read:
   :class:`~autoprune.engine.allocate.FlopsModel`; a curve not yet measured to the grid's top
   read as extended to it), each group's bracket is resolved at it, and again with the new
   estimate until no group needs a point (brackets kept at the last two estimates: the band
-  widens when the threshold moves).
+  widens when the threshold moves). Each round first estimates from the table with a point
+  decided early read at its interval's middle (upper ends, after a coarse pass, put the first
+  estimate several times too high and the rounds then walked flat curves down), and only when
+  that leaves no group needing a point from the upper ends, as the allocation reads them.
 - ``{"latency": 0.4}``: as FLOPs, over the band of FLOPs targets from the latency target to
   ``target / 0.7`` (latency lags FLOPs: measured CPU efficiency 0.68-0.76); the latency
   allocation then lands on the target by measurement as usual.

@@ -102,9 +102,9 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
     ``curves[group](r)``, and the images each ends with (``measure(loss, thresholds)``: the
     images and the interval a point of that loss is decided with): the rounds of
     :class:`~autoprune.engine.adaptive_run.AdaptiveRun` (a FLOPs / latency target's coarse probe
-    against the ladder, then thresholds estimated from the table of upper ends, widened while
-    they move; a point an interval no longer decides refined), from the points already
-    ``known``."""
+    against the ladder, then thresholds estimated from the table of interval middles, or of
+    upper ends once those leave no work, widened while they move; a point an interval no longer
+    decides refined), from the points already ``known``."""
     grid = planner.grid
     table = {g: dict((known or {}).get(g, {})) for g in curves}
     images: dict[tuple[str, float], int] = {}
@@ -119,9 +119,13 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
                 point(name, planner.first(), list(LADDER))
     previous: list[float] = []
     for _ in range(MAX_ROUNDS):
-        now = thresholds.estimate({g: {r: iv[1] for r, iv in p.items()}
-                                   for g, p in table.items()}, grid[-1])
-        work = [g for g in curves if planner.next_point(table[g], now) is not None]
+        work: list[str] = []
+        for read in (lambda iv: (iv[0] + iv[1]) / 2, lambda iv: iv[1]):  # as AdaptiveRun._plan
+            now = thresholds.estimate({g: {r: read(iv) for r, iv in p.items()}
+                                       for g, p in table.items()}, grid[-1])
+            work = [g for g in curves if planner.next_point(table[g], now) is not None]
+            if work:
+                break
         if not work:
             break
         ts = sorted(set(now) | set(previous))
