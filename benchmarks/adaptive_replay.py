@@ -11,7 +11,10 @@ tensors read back with ``weights_only=True``), then runs the real adaptive analy
 and rounds) for each target with an evaluation that serves the recorded scores of the pruned
 model it is given (recognised by its layers' widths). Printed per target: images evaluated by
 the full and the adaptive analysis, points, the allocation each table gives (largest difference
-in ratio steps) and the summed loss of both allocations read on the full table. With
+in ratio steps), how far apart the full analysis's own allocations lie when it is run on each
+half of the images alone (the noise floor of comparing two allocations at all: a FLOPs target's
+threshold can sit at a few images' loss, where the full table's choice on noise-level curves
+rests on single images), and the summed loss of both allocations read on the full table. With
 ``--retrain N`` both allocations of each target are pruned from the base model and trained N
 epochs (seed 0, the same data), and their metrics on the validation set compared (kept in
 ``<out>/<model>/retrain-<target>-<full|adaptive>/metric.json``, read back on a rerun).
@@ -100,6 +103,20 @@ class ReplayEval:
             yield Step(len(part), scores=part, value=float(scores.mean()) if last else None)
 
 
+class HalfEval(ReplayEval):
+    """The kept scores of one half of the validation images (``half`` 0: the first, 1: the
+    second, in the evaluation's order): the full analysis on half the set."""
+
+    def __init__(self, inner: TaskEval, path: Path, half: int):
+        super().__init__(inner, path)
+        n = inner.images
+        self.index = torch.arange(0, n // 2) if half == 0 else torch.arange(n // 2, n)
+        self.images = len(self.index)
+
+    def _scores(self, model: torch.nn.Module) -> torch.Tensor:
+        return super()._scores(model)[self.index]
+
+
 def analyze(adapter: Any, model: torch.nn.Module, evaluate: ReplayEval, groups: list[str],
             path: Path, **options: Any) -> tuple[dict, Any, int | None]:
     """One analysis (full, or adaptive with ``options``) of ``groups`` into ``path``: its table,
@@ -139,6 +156,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     full, record, _ = analyze(adapter, model, evaluate, groups, work / "full.json")
     evaluate.save()
     full_images = record.extra["evaluation"]["images_evaluated"]
+    halves = [analyze(adapter, model, HalfEval(TaskEval(adapter), work / "scores.pt", k), groups,
+                      work / f"full-half{k}.json")[0] for k in (0, 1)]
     rows = []
     for target in a.targets.split(","):
         kind, value = target.split("=")
@@ -156,6 +175,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                      "of": len(groups) * len(RATIOS),
                      "decided_early": ev.get("decided_early", 0),
                      "steps_apart": cost.steps_apart(theirs, ours),
+                     "halves_apart": cost.steps_apart(*(allocation(kind, float(value), adapter,
+                                                                   model, t) for t in halves)),
                      "loss_full": summed_loss(full, theirs), "loss_adaptive": summed_loss(full, ours)})
         if a.retrain:
             rows[-1]["retrained"] = {
@@ -198,17 +219,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
     print("| model (groups, val images) | target | images full | images adaptive | fewer | "
           "points | decided early | allocation: largest difference (ratio steps) | "
+          "full analysis on each half of the images: its allocations apart (steps) | "
           "summed loss on the full table, full / adaptive allocation | images said before "
           "(error) |" + (" retrained full / adaptive (points) |" if a.retrain else ""))
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if a.retrain else ""))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if a.retrain else ""))
     for r in rows:
         print(f"| {r['model']} ({r['groups']}, {r['images']:,}) | {r['target']} | "
               f"{r['full_images']:,} | {r['adaptive_images']:,} | {r['fewer']:.2f}x | "
               f"{r['points']} of {r['of']} | {r['decided_early']} | {r['steps_apart']:.2f} | "
+              f"{r['halves_apart']:.2f} | "
               f"{r['loss_full']:.4f} / {r['loss_adaptive']:.4f} | {r['said_images']:,} "
               f"({r['said_images'] / r['adaptive_images'] - 1:+.0%}) |" + retrained_cell(r))
     print(f"min_fewer={min(r['fewer'] for r in rows):.2f} "
           f"max_steps={max(r['steps_apart'] for r in rows):.2f} "
+          f"max_halves_apart={max(r['halves_apart'] for r in rows):.2f} "
           f"max_said_error={max(abs(r['said_images'] / r['adaptive_images'] - 1) for r in rows):.2f}")
     return rows
 

@@ -7,6 +7,7 @@ import re
 
 import torch
 
+import autoprune
 from conftest import load_benchmark, needs_fmnist
 
 pytestmark = needs_fmnist
@@ -39,10 +40,13 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert r["groups"] == 2 and r["images"] == 128
         assert 18 * 128 <= r["full_images"] <= 18 * 128 + 3 * 128
         assert 0 < r["adaptive_images"] <= r["full_images"] and 0 < r["points"] <= 18
-        assert r["loss_full"] >= 0 and r["steps_apart"] >= 0
+        assert r["loss_full"] >= 0 and r["steps_apart"] >= 0 and r["halves_apart"] >= 0
         assert r["said_images"] > 0  # the estimate said before the points, in images
     assert computed == [0, 0]  # the second and third runs served every point from the kept scores
     assert [{k: v for k, v in r.items()} for r in again] == rows
+    for half in (0, 1):  # the full analysis on each half: 64 images a point, from the kept scores
+        record = autoprune.read_record(tmp_path / "resnet18" / f"full-half{half}.json")
+        assert record.extra["eval_images"] == 64 and len(record.sensitivities) == 2
     scores = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)
     assert len(scores) >= 18 and all(len(v) == 128 for v in scores.values())
     assert re.search(r"^\| resnet18 \(2, 128\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
