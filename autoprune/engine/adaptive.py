@@ -267,6 +267,22 @@ class Thresholds:
         return sorted({threshold_for(self._model, table, g) for g in self.goals()})
 
 
+def next_round(thresholds: Thresholds, planner: Planner,
+               known: Mapping[str, Mapping[float, Interval]]) -> tuple[list[float], list[str]]:
+    """The thresholds a round resolves and the groups that need a point at them: estimated
+    first from the table with each point decided early read at its interval's middle, and, when
+    that leaves no group needing a point, at its upper end (as the allocation reads it), so the
+    rounds end only once the allocation's own threshold is resolved."""
+    now: list[float] = []
+    for read in (lambda iv: (iv[0] + iv[1]) / 2, lambda iv: iv[1]):
+        now = thresholds.estimate({g: {r: read(iv) for r, iv in p.items()}
+                                   for g, p in known.items()}, planner.grid[-1])
+        work = [g for g in known if planner.next_point(known[g], now) is not None]
+        if work:
+            return now, work
+    return now, []
+
+
 def extended(points: Mapping[float, float], top: float) -> dict[float, float]:
     """A group's measured points plus, where ``top`` is not measured, an expected loss there: a
     curve through the origin growing as the ratio squared from the last measured point (as

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 import torch.nn as nn
 
-from .adaptive import LADDER, MAX_ROUNDS, Interval, Planner, PointMeter, Thresholds, undecided
+from .adaptive import (LADDER, MAX_ROUNDS, Interval, Planner, PointMeter, Thresholds,
+                       next_round, undecided)
 from .bounds import PairedCounts, mean_interval
 from .incremental import close_steps, step_scores
 
@@ -105,7 +106,6 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
     against the ladder, then thresholds estimated from the table of interval middles, or of
     upper ends once those leave no work, widened while they move; a point an interval no longer
     decides refined), from the points already ``known``."""
-    grid = planner.grid
     table = {g: dict((known or {}).get(g, {})) for g in curves}
     images: dict[tuple[str, float], int] = {}
 
@@ -119,13 +119,7 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
                 point(name, planner.first(), list(LADDER))
     previous: list[float] = []
     for _ in range(MAX_ROUNDS):
-        work: list[str] = []
-        for read in (lambda iv: (iv[0] + iv[1]) / 2, lambda iv: iv[1]):  # as AdaptiveRun._plan
-            now = thresholds.estimate({g: {r: read(iv) for r, iv in p.items()}
-                                       for g, p in table.items()}, grid[-1])
-            work = [g for g in curves if planner.next_point(table[g], now) is not None]
-            if work:
-                break
+        now, work = next_round(thresholds, planner, table)
         if not work:
             break
         ts = sorted(set(now) | set(previous))

@@ -10,7 +10,8 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from .adaptive import LADDER, MAX_ROUNDS, Planner, PointMeter, Thresholds, known_points
+from .adaptive import (LADDER, MAX_ROUNDS, Planner, PointMeter, Thresholds, known_points,
+                       next_round)
 from .distributed import gather, rank_and_world, shard
 from .groups import PruningGraph
 from .incremental import full_scores
@@ -89,14 +90,9 @@ class AdaptiveRun:
             work = [n for n in self.names if not self.known(n)]
             return {"index": index, "coarse": True, "thresholds": list(LADDER),
                     "now": [], "previous": [], "work": work}
-        work = []
-        for table in (self._table(middle=True), self._table()):
-            now = self.thresholds.estimate(table, self.grid[-1])
-            self.final = now
-            work = [n for n in self.names
-                    if self.planner.next_point(self.known(n), now) is not None]
-            if work:
-                break
+        now, work = next_round(self.thresholds, self.planner,
+                               {n: self.known(n) for n in self.names})
+        self.final = now
         if not work:
             return None
         return {"index": index, "coarse": False, "now": now, "previous": previous,
@@ -112,15 +108,6 @@ class AdaptiveRun:
             **({"round": now} if now is not None else
                {"thresholds": [t for t in self.final if t == t]})}
         self.write()
-
-    def _table(self, middle: bool = False) -> dict[str, dict[float, float]]:
-        """The table as the allocation reads it (a point decided early: its interval's upper
-        end), or with ``middle`` its intervals' middles (the rounds' first guess)."""
-        def value(n: str, r: float, v: float) -> float:
-            info = self.record.intervals.get(n, {}).get(r) if middle else None
-            return (float(info["low"]) + float(info["high"])) / 2 if info else v
-        return {n: {r: value(n, r, v) for r, v in self.record.sensitivities.get(n, {}).items()
-                    if r in self.grid} for n in self.names}
 
     def _resolve(self, name: str, thresholds: list[float], coarse: bool) -> None:
         if coarse:
