@@ -8,7 +8,9 @@
 #
 # rtdetr-l is listed but not bundled yet: on 2 CPU cores it takes hours (30 epochs at 128 px,
 # its first epoch 395 s on a shared core, then 73 groups x 9 ratios on 64 val scenes); build it on
-# a GPU (scripts/gpu/check.sh profiles rtdetr-l). yolov9c took 68 min on one AVX-512 core.
+# a GPU (scripts/gpu/check.sh profiles rtdetr-l), or over several CPU sittings with --work-dir DIR
+# (passed to every build: a killed build resumes from its last epoch / point when run again).
+# yolov9c took 68 min on one AVX-512 core.
 #
 # Default output: this folder (pretrained_sensitivities/, what the wheel ships).
 set -euo pipefail
@@ -22,7 +24,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --force) skip=""; shift ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) extra+=("$1"); shift ;;
   esac
 done

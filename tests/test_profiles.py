@@ -11,6 +11,7 @@ import torch
 
 import autoprune
 from autoprune.cli import main
+from autoprune.engine.store import write_record
 from autoprune.flow.defaults import available_profiles, find_profile, profile_dir, register_profile
 
 from conftest import needs_fmnist
@@ -320,6 +321,35 @@ def test_cli_builds_a_segmentation_profile_and_default_resolves(tmp_path, monkey
     adapter = SegmentationAdapter(num_classes=11, input_size=32)
     model = smp.Unet("resnet18", encoder_weights=None, classes=11)
     assert check_sensitivities_file(adapter, model, "DEFAULT", adapter.arch_key(model)) == path
+
+
+@needs_fmnist
+def test_a_kept_build_resumes_its_training_and_analysis(tmp_path, capsys):
+    """--work-dir keeps a build in a folder per recipe: run again after an interruption (here:
+    the analysis file cut short), it trains nothing again and measures only the missing points,
+    and gives the profile an uninterrupted build gives; another recipe gets its own folder."""
+    args = ["profiles", "build", "--arch", "smp/unet/resnet18", "--epochs", "1",
+            "--train-images", "8", "--val-images", "4", "--size", "32", "--ratios", "0.5",
+            "--work-dir", str(tmp_path / "work")]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    (kept,) = (tmp_path / "work").iterdir()
+    assert "kept in" in capsys.readouterr().out
+    best = kept / "base" / "baseline" / "best.pt"
+    trained = best.stat().st_mtime_ns
+    record = autoprune.read_record(kept / "sens.json")
+    groups = sorted(record.sensitivities)
+    for name in groups[:5]:  # as a build killed during its analysis leaves it
+        del record.sensitivities[name]
+    write_record(record, kept / "sens.json")
+    assert main(args + ["--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "already finished its 1 epochs" in out and "5 points x 4 images" in out
+    assert best.stat().st_mtime_ns == trained  # not trained again
+    first, again = (autoprune.read_record(tmp_path / d / "segmentation-smp-unet-resnet18.json")
+                    for d in ("a", "b"))
+    assert again.sensitivities == first.sensitivities and sorted(again.sensitivities) == groups
+    assert main([*args[:5], "2", *args[6:], "--out", str(tmp_path / "c")]) == 0  # 2 epochs
+    assert len(list((tmp_path / "work").iterdir())) == 2
 
 
 @needs_fmnist

@@ -311,7 +311,7 @@ def profiles(args: argparse.Namespace) -> None:
                          train_images=args.train_images, val_images=args.val_images,
                          input_size=args.input_size, batch_size=args.batch_size,
                          ratios=_ratios(args.ratios), device=args.device, seed=args.seed,
-                         pretrained=args.pretrained, data=args.data)
+                         pretrained=args.pretrained, data=args.data, work_dir=args.work_dir)
     print(f"wrote {path}")
 
 

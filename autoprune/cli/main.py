@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda")
     pf.add_argument("--skip-existing", action="store_true",
                     help="do nothing if --out already lists this architecture")
+    pf.add_argument("--work-dir", help="keep the build (data, base model, sensitivities) in a "
+                    "folder here, so that a build killed part-way resumes when run again "
+                    "(default: a temporary folder)")
     pf.set_defaults(func="profiles")
 
     s = sub.add_parser("show", help="print a sensitivity file as a table, or a checkpoint's "

@@ -8,7 +8,10 @@ default settings, and :func:`finish_profile` records how the profile was made, w
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import hashlib
+import json
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -65,6 +68,17 @@ def _command(key: str, task: str, s: dict[str, Any], ratios: tuple[float, ...],
     return cmd
 
 
+def build_folder(work_dir: str | Path, task: str, key: str, s: dict[str, Any],
+                 ratios: tuple[float, ...], options: dict[str, Any]) -> Path:
+    """Where a build keeps its data, base model and sensitivities under ``work_dir``: one folder
+    per task, architecture and recipe (a changed setting starts a new folder, never mixes)."""
+    recipe = json.dumps({"settings": s, "ratios": list(ratios),
+                         "options": {k: str(v) for k, v in sorted(options.items())}},
+                        sort_keys=True)
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:8]
+    return Path(work_dir) / f"{task}-{key.replace('/', '-')}-{digest}"
+
+
 def build_profile(arch: str, out_dir: str | Path, *, task: str | None = None,
                   ratios: Iterable[float] = DEFAULT_RATIOS, work_dir: str | Path | None = None,
                   device: str = "auto", seed: int = 0, progress: bool = True,
@@ -76,7 +90,9 @@ def build_profile(arch: str, out_dir: str | Path, *, task: str | None = None,
     ``out_dir``. ``options``: the recipe (``epochs``, ``train_images``, ``val_images``,
     ``input_size``, ``batch_size``; unset ones take the task's defaults,
     ``Task.profile_settings``), and the task's profile builder's own (detection:
-    ``train_args=``)."""
+    ``train_args=``). ``work_dir``: keep the build there (:func:`build_folder`) instead of a
+    temporary folder, so that a build killed part-way resumes when run again: its training from
+    the last epoch it saved, its analysis from the last point it wrote."""
     given = {k: options.pop(k) for k in SETTINGS if k in options}
     task_options = {**options, "pretrained": pretrained, "data": data}
     spec = get_task(task or task_of(arch))
@@ -84,8 +100,13 @@ def build_profile(arch: str, out_dir: str | Path, *, task: str | None = None,
     s = {**spec.profile_settings, **{k: v for k, v in given.items() if v is not None},
          "seed": seed}
     check_numbers(whole=True, low=1, **{k: s[k] for k in SETTINGS})
-    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-        options = {k: v for k, v in task_options.items() if v is not None}
+    options = {k: v for k, v in task_options.items() if v is not None}
+    keep = build_folder(work_dir, spec.name, key, s, ratios, options) if work_dir else None
+    with (contextlib.nullcontext(str(keep)) if keep else tempfile.TemporaryDirectory()) as tmp:
+        if keep:
+            keep.mkdir(parents=True, exist_ok=True)
+            print(f"[autoprune] profile build kept in {keep} (run the same command again to "
+                  f"resume it)", flush=True)
         measured, how = spec.profile_builder()(key, Path(tmp), s, ratios, device=device,
                                                progress=progress, **options)
         start = options.get("pretrained")

@@ -19,7 +19,8 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
     base = train(key, train_data, eval_data, epochs=s["epochs"], batch_size=s["batch_size"],
                  input_size=s["input_size"], train_limit=s["train_images"],
                  eval_limit=s["val_images"], save_dir=work_dir / "base", device=device,
-                 seed=s["seed"], progress=progress, pretrained=pretrained or False)
+                 seed=s["seed"], progress=progress, pretrained=pretrained or False,
+                 resume=True)  # a kept build's folder resumes (a new one starts fresh)
     measured = work_dir / "sens.json"
     analyze_sensitivity(base.baseline_path, eval_data or train_data, measured, ratios=ratios,
                         eval_limit=s["val_images"], device=device, progress=progress)

@@ -52,7 +52,8 @@ def measure_with(train_fn: Callable[..., Any], analyze_fn: Callable[..., Any], k
     model = f"{key}.pt" if pretrained else f"{key}.yaml"  # Ultralytics' weights, or its YAML
     base = train_fn(model, data_yaml, epochs=s["epochs"], input_size=s["input_size"],
                     batch_size=s["batch_size"], save_dir=work_dir / "base", device=device,
-                    seed=s["seed"], train_args=train_args, progress=progress)
+                    seed=s["seed"], train_args=train_args, progress=progress,
+                    resume=True)  # a kept build's folder resumes (a new one starts fresh)
     measured = work_dir / "sens.json"
     analyze_fn(base.baseline_path, data_yaml, measured, ratios=ratios,
                batch_size=s["batch_size"], device=device, eval_limit=s["val_images"],

@@ -20,7 +20,8 @@ def measure_profile(key: str, work_dir: Path, s: dict[str, Any], ratios: tuple[f
     base = train(key, train_data=train_data, epochs=s["epochs"], batch_size=s["batch_size"],
                  input_size=s["input_size"], train_limit=s["train_images"],
                  eval_limit=s["val_images"], save_dir=work_dir / "base", device=device,
-                 seed=s["seed"], progress=progress, encoder_weights=weights)
+                 seed=s["seed"], progress=progress, encoder_weights=weights,
+                 resume=True)  # a kept build's folder resumes (a new one starts fresh)
     measured = work_dir / "sens.json"
     analyze_sensitivity(base.baseline_path, train_data, measured, ratios=ratios,
                         batch_size=s["batch_size"], device=device, eval_limit=s["val_images"],
