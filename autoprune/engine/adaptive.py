@@ -60,7 +60,7 @@ from .allocate import FlopsModel, ratio_for_loss, threshold_curve
 from .bounds import BOUNDS, PairedCounts, look_points, mean_interval
 from .incremental import Step, close_steps, step_scores
 from .points import relative_loss
-from .store import SensitivityRecord
+from .store import SensitivityRecord, ratio_key
 
 TARGETS = {"loss": "eval_metric_loss", "flops": "pruned_flops", "latency": "pruned_latency"}
 LADDER = (0.02, 0.05, 0.1, 0.2, 0.5)  # the coarse pass decides a point between these
@@ -143,7 +143,7 @@ class Planner:
     measures the same points as an uninterrupted one."""
 
     def __init__(self, grid: list[float], top_down: bool = False):
-        self.grid = sorted(grid)
+        self.grid = sorted({ratio_key(r) for r in grid})  # as the record stores them
         self.top_down = top_down
 
     def first(self) -> float:

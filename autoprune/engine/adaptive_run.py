@@ -17,7 +17,7 @@ from .groups import PruningGraph
 from .incremental import full_scores
 from .points import PointRunner, eval_mode
 from .prefix_cache import PrefixCache
-from .store import SensitivityRecord, merge_points
+from .store import SensitivityRecord, merge_points, ratio_key
 
 
 class AdaptiveRun:
@@ -33,7 +33,7 @@ class AdaptiveRun:
         self.runner: PointRunner | None = None  # set before :meth:`run`
         self.meter: PointMeter | Any = None
         self.thresholds, self.record, self.own = thresholds, record, own
-        self.names, self.grid = names, sorted(grid)
+        self.names, self.grid = names, sorted({ratio_key(r) for r in grid})  # as stored
         self.rank, self.world = rank_and_world()
         self.write, self.tick = write, tick
         # a loss target is allocated by ratios_by_loss, which reads each curve from the top down
