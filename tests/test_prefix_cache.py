@@ -119,7 +119,7 @@ def test_the_estimate_takes_the_recordings_copies_off_its_timed_pass(monkeypatch
     paid)."""
     import time as clock
 
-    from autoprune.engine import prefix_cache, sensitivity
+    from autoprune.engine import cost, prefix_cache
 
     def slow_copy(t):
         clock.sleep(0.02)
@@ -127,13 +127,13 @@ def test_the_estimate_takes_the_recordings_copies_off_its_timed_pass(monkeypatch
 
     monkeypatch.setattr(prefix_cache, "_copy", slow_copy)
     said = {}
-    real = sensitivity.estimate
+    real = cost.estimate  # what announce() calls
 
     def spy(*args, **kwargs):
         said["timed"] = kwargs["timed"]
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sensitivity, "estimate", spy)
+    monkeypatch.setattr(cost, "estimate", spy)
     model = torchvision.models.resnet18(num_classes=10)
     eval_fn = _setup(model)
     recordings = []

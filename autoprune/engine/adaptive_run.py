@@ -4,19 +4,14 @@ point is resolved against them (groups shared out over torchrun ranks), and the 
 are merged; the file is written after every point, so a killed run resumes where it stopped."""
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
-import torch
 import torch.nn as nn
 
 from .adaptive import (LADDER, MAX_ROUNDS, Planner, PointMeter, Thresholds, known_points,
                        next_round)
 from .distributed import gather, rank_and_world, shard
-from .groups import PruningGraph
-from .incremental import full_scores
-from .points import PointRunner, eval_mode
-from .prefix_cache import PrefixCache
+from .points import PointRunner
 from .store import SensitivityRecord, merge_points, ratio_key
 
 
@@ -143,27 +138,3 @@ class AdaptiveRun:
             merge_points(self.record, SensitivityRecord(sensitivities=points,
                                                         intervals=intervals))
         self.write()
-
-def unpruned_scores(model: nn.Module, eval_fn: Any, graph: PruningGraph, groups: list[str],
-                    use_cache: bool
-                    ) -> tuple[torch.Tensor | None, float, PrefixCache | None, float | None]:
-    """One whole incremental evaluation of the unpruned model: ``(per-image scores or None,
-    metric, prefix cache, seconds of the check)``. With ``use_cache`` the pass records the prefix
-    cache, which a second (timed) pass then checks (replaying the stages before the deepest of
-    ``groups``' first touched layers must give the same scores), or it is dropped."""
-    if not use_cache or not groups:
-        with eval_mode(model):
-            scores, value = full_scores(eval_fn, model)
-        return scores, value, None, None
-    cache = PrefixCache(model)
-    with eval_mode(model), cache.recording():
-        scores, value = full_scores(eval_fn, model)
-    if not cache.enabled:
-        return scores, value, None, None
-    first = max(cache.first_touched(graph.touched_modules(graph.group(n))) for n in groups)
-    start = time.perf_counter()
-    with eval_mode(model), cache.skipping_before(first) as skipped:
-        replayed, again = full_scores(eval_fn, model) if skipped else (None, None)
-    seconds = time.perf_counter() - start
-    same = skipped and again == value and (scores is None or torch.equal(replayed, scores))
-    return scores, value, (cache if same else None), (seconds if same else None)

@@ -216,3 +216,26 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
             fixed = min(1.0, max(0.0, (measured - share) / (1.0 - share)))
     return Estimate(len(points), images, per_image, [shares[p] for p in points], overhead,
                     adaptive, fixed, shares)
+
+
+def announce(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: PruningGraph,
+             runner: PointRunner, points: list[tuple[str, float]], timed: float | None,
+             adaptive: dict[str, Any] | None = None, images: int | None = None,
+             replayed: float | None = None) -> Estimate:
+    """Print what the analysis of ``points`` is expected to cost here (and return it)."""
+    images = images or eval_fn.per_call
+    if not images:  # an eval_fn that does not say how many images it evaluates: one call timed
+        images = 1
+    cost = estimate(model, example_inputs, eval_fn, graph, runner, points, images, timed=timed,
+                    replayed=replayed, adaptive=adaptive)
+    print(cost.describe(), flush=True)
+    return cost
+
+
+def wall(cost: Estimate | None, start: float) -> dict[str, float]:
+    """This session's wall time for the points (``seconds``) and the ETA said before them
+    (``eta_s``, when an estimate was made)."""
+    out = {"seconds": round(time.perf_counter() - start, 3)}
+    if cost is not None:
+        out["eta_s"] = round(cost.seconds, 3)
+    return out

@@ -1,11 +1,13 @@
 """Sensitivity analysis: how much the metric drops when one group alone loses a share of its channels.
-(over 400 lines: one analysis loop and its masked, batched, adaptive and distributed variants.)
 
-This module runs the analysis: it shares the points out over torch.distributed ranks and writes
-every point atomically as soon as it is measured, so a rerun computes only what is missing. Its
-file (opened or resumed and checked, the points missing, the session's end) is
+This module runs the analysis: it checks the settings, opens the file, and runs the full
+analysis (every point, masked, batched or pruned for real) or hands an adaptive one to
+:mod:`autoprune.engine.adaptive_analysis`; it shares the points out over torch.distributed ranks
+and writes every point atomically as soon as it is measured, so a rerun computes only what is
+missing. Its file (opened or resumed and checked, the points missing, the session's end) is
 :mod:`autoprune.engine.analysis_file`; how one point is evaluated (a real prune undone exactly,
-or masked, batched variants), :mod:`autoprune.engine.points`.
+or masked, batched variants), :mod:`autoprune.engine.points`; the prefix cache's set-up,
+:mod:`autoprune.engine.prefix_check`; the cost said first, :mod:`autoprune.engine.cost`.
 """
 from __future__ import annotations
 
@@ -18,15 +20,13 @@ from typing import Any, Callable, Iterable, Mapping
 import torch.nn as nn
 
 from ..errors import ConfigError, MetricError
-from .adaptive import PointMeter, Target, Thresholds, check_bound, check_target
-from .adaptive_eta import predicted_shares
-from .adaptive_run import AdaptiveRun, unpruned_scores
-from .allocate import FlopsModel
+from .adaptive import Target, check_bound, check_target
+from .adaptive_analysis import _run_adaptive
 from .analysis_file import (check_same_evaluation, check_weights, finish, missing_points,
                             note_non_finite, open_record, stopped_early, table_of,
                             weights_sha256)
 from .channels import check_criterion
-from .cost import adaptive_shares, estimate
+from .cost import announce, wall
 from .distributed import broadcast, rank_and_world, shard
 from .fused_eval import pays_at
 from .groups import PruningGraph
@@ -37,8 +37,7 @@ from .latency import (Timing, check_latency_table, latency_points, latency_setti
 from .measure import flush_denormals
 from .points import EVALUATIONS, EvalFn, PointRunner, _evaluate, resolve_evaluation
 from .points import as_metric, pruned_temporarily, relative_loss  # noqa: F401 - also public here
-from .prefix_cache import OverBudget, PrefixCache
-from .progress import progress_bar
+from .prefix_check import prepare_cache, unpruned_scores
 from .store import Sensitivities, SensitivityRecord, ratio_key, record_from_json, shard_path, \
     write_record
 
@@ -108,27 +107,6 @@ def analysis_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     options = {**ANALYSIS_DEFAULTS, **options}
     check_analysis_options(**options)
     return options
-
-
-def _prepare_cache(model: nn.Module, eval_fn: EvalFn, graph: PruningGraph,
-                   points: list[tuple[str, float]], baseline: float
-                   ) -> tuple[PrefixCache | None, float]:
-    """Record the unpruned stage outputs, then check that replaying them changes nothing: the
-    cache (None when unusable) and the seconds the recording pass spent copying outputs (not
-    part of an evaluation's cost: the estimate takes them off that pass's time)."""
-    cache = PrefixCache(model)
-    try:
-        with cache.recording(stop_over_budget=True):
-            recorded = _evaluate(model, eval_fn, "for the unpruned model")
-    except OverBudget:  # e.g. resnet50 at 224 px: ~16 MB an image; not a pass to finish
-        return None, 0.0
-    copying = cache.recording_seconds
-    if not cache.enabled or recorded != baseline:  # no usable stages, or a non-deterministic eval
-        return None, copying
-    first = max(cache.first_touched(graph.touched_modules(graph.group(n))) for n, _ in points)
-    with cache.skipping_before(first) as skipped:
-        replayed = _evaluate(model, eval_fn, "for the unpruned model")
-    return (cache if skipped and replayed == recorded else None), copying
 
 
 def _by_group(points: list[tuple[str, float]]) -> dict[str, list[float]]:
@@ -258,9 +236,9 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     record = record_from_json(broadcast(record.to_json() if record else None))
     baseline = float(record.metric["baseline"])
     if adaptive:
-        summary, own = _adaptive(model, example_inputs, eval_fn, graph, record, names, ratios,
-                                 baseline, higher_is_better, opts, goal, scores, criterion,
-                                 None if plan else path, progress)
+        summary, own = _run_adaptive(model, example_inputs, eval_fn, graph, record, names,
+                                     ratios, higher_is_better, opts, goal, scores, criterion,
+                                     None if plan else path, progress)
         return finish(record, summary, None if plan else path, names, ratios, own=own,
                       time_points=None if plan else _point_timer(
                           model, example_inputs, graph, names, ratios, criterion, timing,
@@ -278,7 +256,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
 
     flush_denormals()  # pruned variants of trained weights are full of them on CPU
     calls = eval_fn.calls
-    cache, copying = _prepare_cache(model, eval_fn, graph, mine, baseline) \
+    cache, copying = prepare_cache(model, eval_fn, graph, mine, baseline) \
         if opts["prefix_cache"] and len(mine) >= 4 else (None, 0.0)
     runner = PointRunner(model, eval_fn, graph, criterion, cache, evaluation,
                          opts["batch_variants"], 0 if plan else len(mine), progress,
@@ -295,8 +273,8 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
             replayed *= folded / (passes[0] - copying)
         timed = folded if clean else None
     if (progress or plan) and rank == 0 and missing:  # the expected cost, before the points
-        cost = _announce(model, example_inputs, eval_fn, graph, runner, missing, timed,
-                         replayed=replayed)
+        cost = announce(model, example_inputs, eval_fn, graph, runner, missing, timed,
+                        replayed=replayed)
     if plan:
         runner.close()
         return table_of(record, names, ratios)
@@ -310,7 +288,7 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
             if target is not None:
                 write_record(record if rank == 0 else own, target)
     runner.close()
-    summary = {**runner.summary(), **eval_fn.counts(), **_wall(cost, start)} \
+    summary = {**runner.summary(), **eval_fn.counts(), **wall(cost, start)} \
         if mine or eval_fn.calls else None
     return finish(record, summary, path, names, ratios, own=own, non_finite=runner.non_finite,
                   time_points=_point_timer(model, example_inputs, graph, names, ratios,
@@ -328,125 +306,3 @@ def _point_timer(model: nn.Module, example_inputs: Any, graph: PruningGraph, nam
     return lambda record: measure_point_latencies(
         model, example_inputs, graph, record, latency_points(record, names, ratios),
         criterion=criterion, timing=timing, path=path, progress=progress, write=write)
-
-
-def _announce(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, graph: PruningGraph,
-              runner: PointRunner, points: list[tuple[str, float]], timed: float | None,
-              adaptive: dict[str, Any] | None = None, images: int | None = None,
-              replayed: float | None = None) -> Any:
-    """Print what the analysis of ``points`` is expected to cost here (and return it)."""
-    images = images or eval_fn.per_call
-    if not images:  # an eval_fn that does not say how many images it evaluates: one call timed
-        images = 1
-    cost = estimate(model, example_inputs, eval_fn, graph, runner, points, images, timed=timed,
-                    replayed=replayed, adaptive=adaptive)
-    print(cost.describe(), flush=True)
-    return cost
-
-
-def _adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval, graph: PruningGraph,
-              record: SensitivityRecord, names: list[str], ratios: list[float], baseline: float,
-              higher_is_better: bool, opts: Mapping[str, Any], goal: Target,
-              scores: tuple | None, criterion: str, path: Any, progress: bool
-              ) -> tuple[dict[str, Any] | None, SensitivityRecord]:
-    """The adaptive analysis (:mod:`autoprune.engine.adaptive`) of ``names`` over the grid
-    ``ratios`` into ``record``; returns this rank's evaluation counts (None when nothing was
-    measured) and its own points."""
-    rank, world = rank_and_world()
-    own = SensitivityRecord(model=record.model, metric=record.metric, criterion=criterion,
-                            extra=record.extra)
-    target = path if rank == 0 else (shard_path(path, rank) if path is not None else None)
-    write = (lambda: write_record(record if rank == 0 else own, target)) if target else \
-        (lambda: None)
-    desc = "sensitivity (adaptive)" + (f" [rank {rank}/{world}]" if world > 1 else "")
-    bar = progress_bar(total=None, desc=desc, unit="img", enabled=False)
-    seen = [eval_fn.images]
-
-    def tick(name: str) -> None:
-        bar.set_postfix_str(name)
-        bar.update(eval_fn.images - seen[0])
-        seen[0] = eval_fn.images
-        if bar.total is not None and bar.n > bar.total:
-            bar.total = int(bar.n * 1.25)
-
-    bound = {"bound": opts["bound"], **({"confidence": opts["confidence"]}
-                                        if opts["bound"] == "confidence" else {})}
-    run = AdaptiveRun(model, Thresholds(goal, lambda: FlopsModel(graph, example_inputs)), bound,
-                      record=record, own=own, names=names, grid=ratios, write=write, tick=tick)
-    if run.done() and not opts["plan"]:
-        return (eval_fn.counts() if eval_fn.calls or eval_fn.images else None), own
-    flush_denormals()
-    mine = shard(names, rank, world)
-    base, cache, total, replayed = None, None, eval_fn.per_call, None
-    if eval_fn.incremental is not None:
-        base, _, cache, replayed = scores or unpruned_scores(model, eval_fn, graph, mine,
-                                                             opts["prefix_cache"])
-        total = len(base) if base is not None else total
-        if not total:
-            raise ConfigError("an incremental evaluation of a metric that is not a mean of "
-                              "per-image scores must say how many images it covers (images)")
-    elif opts["prefix_cache"] and mine:
-        cache, _ = _prepare_cache(model, eval_fn, graph, [(n, 0.0) for n in mine], baseline)
-    run.runner = PointRunner(model, eval_fn, graph, criterion, cache, "prune", 1, 0, False, "",
-                             opts["fused_eval"] and pays_at(example_inputs), baseline)
-    run.runner.base_scores = base  # the folded evaluation is checked on the first of them
-    if eval_fn.incremental is not None:
-        run.meter = PointMeter(eval_fn, base, total, baseline, higher_is_better,
-                               bound=opts["bound"], confidence=opts["confidence"],
-                               resumable=eval_fn.resumable, random_order=eval_fn.random_order)
-    else:
-        run.meter = WholeMeter(eval_fn, run.runner, baseline, higher_is_better)
-    todo = [(n, r) for n in names for r in ratios
-            if not record.has_point(n, r) or record.is_interval(n, r)]
-    cost = None
-    if todo and not opts["plan"]:
-        run.runner.prepare_fused()  # so that the estimate times the points' folded evaluation
-    if (progress or opts["plan"]) and rank == 0 and todo:
-        groups = sorted({n for n, _ in todo})
-        shares = predicted_shares(run.meter, run.runner, model, groups, run.planner,
-                                  run.thresholds, len(todo), {n: run.known(n) for n in groups})
-        shares = shares or adaptive_shares(goal.kind, run.meter.bound, len(ratios), total)
-        cost = _announce(model, example_inputs, eval_fn, graph, run.runner, todo, None,
-                         adaptive={"target": goal.describe(), "bound": run.meter.bound,
-                                   **shares}, images=total, replayed=replayed)
-        bar = progress_bar(total=cost.expected_images, desc=desc, unit="img",
-                           enabled=progress and not opts["plan"])
-    if opts["plan"]:
-        return None, own
-    start = time.perf_counter()
-    run.run()
-    bar.close()
-    summary = {**run.runner.summary(), "mode": "adaptive", **eval_fn.counts(),
-               "decided_early": run.decided_early, **_wall(cost, start)}
-    return summary, own
-
-
-def _wall(cost: Any, start: float) -> dict[str, float]:
-    """This session's wall time for the points (``seconds``) and the ETA said before them
-    (``eta_s``, when an estimate was made)."""
-    out = {"seconds": round(time.perf_counter() - start, 3)}
-    if cost is not None:
-        out["eta_s"] = round(cost.seconds, 3)
-    return out
-
-
-class WholeMeter:
-    """A point's metric from one whole ``eval_fn`` call (an evaluation that cannot report as it
-    goes: only the choice of points is adaptive)."""
-
-    bound = "none"
-    confidence = None
-
-    def __init__(self, eval_fn: EvalFn, runner: PointRunner, baseline: float,
-                 higher_is_better: bool):
-        self.eval_fn, self.runner = eval_fn, runner
-        self.baseline, self.higher_is_better = baseline, higher_is_better
-
-    def measure(self, model: nn.Module, thresholds: list[float], before: Any = None,
-                where: tuple[str, float] = ("?", 0.0)) -> dict[str, Any]:
-        metric = as_metric(self.eval_fn(model), f"for group {where[0]} at ratio "
-                                                f"{where[1]:.2f}", finite=False)
-        return {"loss": self.runner._loss(where[0], where[1], self.baseline, metric,
-                                          self.higher_is_better)}
-
-
