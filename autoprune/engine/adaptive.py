@@ -58,7 +58,7 @@ import torch.nn as nn
 from ..errors import ConfigError, MetricError
 from .allocate import FlopsModel, ratio_for_loss, threshold_curve
 from .bounds import BOUNDS, PairedCounts, look_points, mean_interval
-from .incremental import Step, close_steps, step_scores
+from .incremental import close_steps, step_scores
 from .points import relative_loss
 from .store import SensitivityRecord, ratio_key
 
