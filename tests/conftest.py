@@ -434,6 +434,31 @@ def scenes_validated_on_train(root, train: int, task: str = "detect"):
     return path
 
 
+def check_bounded_map(adapter, model, monkeypatch) -> None:
+    """A YOLO adapter's mAP batch by batch (tasks/detection/incremental.py), on 16 val images in
+    batches of 8 with a look after the first: the first step's sure upper bound is computed
+    (below 1) and at or above the whole split's metric (lower bound 0), the last step is exactly
+    adapter.evaluate's value, and closing the iterator after one batch stops the validator's
+    thread (the next evaluation is unchanged)."""
+    import threading
+
+    from autoprune.tasks.detection import incremental
+
+    monkeypatch.setattr(incremental, "look_points", lambda total: [8])
+    final = adapter.evaluate(model)[adapter.metric]
+    evaluation = adapter.incremental_eval()
+    assert isinstance(evaluation, incremental.BoundedMAP) and evaluation.images == 16
+    steps = list(evaluation.incremental(model))
+    assert [s.images for s in steps] == [8, 8]
+    assert steps[-1].value == steps[-1].low == steps[-1].high == final
+    assert steps[0].low == 0.0 and final <= steps[0].high < 1.0
+    run = evaluation.incremental(model)
+    next(run)
+    run.close()
+    assert not [t for t in threading.enumerate() if t.name == "autoprune-bounded-map"]
+    assert adapter.evaluate(model)[adapter.metric] == final
+
+
 def refuse_network_probes(monkeypatch) -> None:
     """Make any reachability probe of a real host fail the test (pretrained weights are read
     from caches the tests seed), with an empty answer cache."""

@@ -18,7 +18,7 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
-from conftest import (needs_fmnist, randomize_norms, run_offline_child,
+from conftest import (check_bounded_map, needs_fmnist, randomize_norms, run_offline_child,
                       scenes_validated_on_train, state_shapes, stop_after_first_save)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -487,6 +487,62 @@ def test_masked_map_through_the_ultralytics_validator_within_nms_noise(trained):
                     diffs.append(abs(score(model) - m))
     assert max(diffs) <= MAP_NOISE, diffs
     assert score(model) == baseline  # the model came back unmasked and unpruned
+
+
+def test_map_batch_by_batch_bounds_the_final_value_and_stops_when_closed(trained,
+                                                                          monkeypatch):
+    """The adaptive analysis's detection evaluation: see conftest.check_bounded_map."""
+    model, adapter, _, _ = trained
+    check_bounded_map(adapter, model, monkeypatch)
+
+
+def test_map_upper_bound_holds_for_every_completion_of_the_split():
+    """tasks/detection/map_bound.py against Ultralytics' own ap_per_class: random splits (ties
+    in confidence included), any detections on the unseen images that keep the matching one to
+    one: the bound from the seen images is never below the whole split's mAP50-95 and mAP50.
+    Without its 1/n + 0.01 slack it would be (checked below), so the slack is needed."""
+    import numpy as np
+    from ultralytics.utils.metrics import ap_per_class
+
+    from autoprune.tasks.detection import map_bound
+
+    rng = np.random.default_rng(0)
+
+    def image(nc):
+        tp, conf, pred, truth = [], [], [], []
+        for c in range(nc):
+            labels, dets = int(rng.integers(0, 4)), int(rng.integers(0, 6))
+            truth += [c] * labels
+            hits = set(rng.permutation(dets)[:min(labels, dets)]) if rng.random() < 0.8 else set()
+            for d in range(dets):  # a hit is a true positive up to some IoU threshold
+                tp.append(np.arange(10) < (rng.integers(0, 11) if d in hits else 0))
+                conf.append(np.round(rng.random(), 1 if rng.random() < 0.5 else 6))
+                pred.append(c)
+        return (np.array(tp, bool).reshape(-1, 10), np.array(conf), np.array(pred),
+                np.array(truth))
+
+    def cat(images, i):
+        return np.concatenate([im[i] for im in images])
+
+    below, below_without_slack = 0, 0
+    for _ in range(3000):
+        images = [image(int(rng.integers(1, 4))) for _ in range(int(rng.integers(2, 10)))]
+        seen = images[:int(rng.integers(1, len(images)))]
+        truth = cat(images, 3)
+        if not len(truth):
+            continue
+        ap = ap_per_class(cat(images, 0), cat(images, 1), cat(images, 2), truth)[5]
+        total = dict(zip(*np.unique(truth.astype(int), return_counts=True)))
+        bounds = map_bound.map_upper_bounds(cat(seen, 0), cat(seen, 1), cat(seen, 2),
+                                            cat(seen, 3), total)
+        below += bounds["map50_95"] < ap.mean() - 1e-12 or bounds["map50"] < ap[:, 0].mean() - 1e-12
+        tp, conf, pred, seen_truth = (cat(seen, i) for i in range(4))
+        bare = [[map_bound.ideal_envelope_area(tp[pred == c, j], conf[pred == c],
+                                               int(n - (seen_truth == c).sum()), int(n))
+                 for j in range(10)] for c, n in sorted(total.items())]
+        below_without_slack += np.mean(bare) < ap.mean() - 1e-12
+    assert below == 0
+    assert below_without_slack > 0
 
 
 class _RunsCode:

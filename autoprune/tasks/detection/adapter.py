@@ -26,6 +26,7 @@ from ...flow.options import check_numbers
 from ...flow.training import Distill, pick_device
 from . import deployed, evaluation, family, formats, models as yolo, naming, sources, training
 from .data import check_label_file
+from .incremental import BoundedMAP, bounded_metric
 from .inputs import as_module, autoprune_meta, is_checkpoint_file, prepare
 from .names import FAMILIES, canonical_arch, resolve_arch
 from .settings import YoloSettings
@@ -362,6 +363,13 @@ class DetectionAdapter(TaskAdapter):
         """The task's mAPs (fractions; :meth:`metrics_of`) from its Ultralytics validator on the
         (limited) val split (:func:`.evaluation.evaluate`)."""
         return evaluation.evaluate(self, model)
+
+    def incremental_eval(self) -> BoundedMAP | None:
+        """The metric batch by batch with a sure upper bound, for the adaptive analysis's early
+        stop (:mod:`.incremental`); None without val data or for a metric that is not a mAP."""
+        which = bounded_metric(self)
+        return BoundedMAP(self, *which) if which and self.eval_data is not None and \
+            self.eval_set is not None else None
 
     def _val_data_yaml(self) -> Path:
         """The data.yaml the validator reads (:func:`.evaluation.val_data_yaml`)."""

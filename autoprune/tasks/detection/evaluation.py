@@ -23,6 +23,12 @@ from .training import ultralytics_device
 def evaluate(adapter: Any, model: nn.Module) -> dict[str, float]:
     """The adapter's metrics (:meth:`~.adapter.DetectionAdapter.metrics_of`) from its validator
     on the (limited) val split; the data loader is kept for the next call."""
+    return adapter.metrics_of(validate(adapter, *validator_and_copy(adapter, model)))
+
+
+def validator_and_copy(adapter: Any, model: nn.Module) -> tuple[Any, nn.Module]:
+    """The adapter's validator for one evaluation of ``model`` and the fused float copy of
+    ``model`` it validates (:func:`validate` runs them)."""
     if adapter.eval_data is None:
         raise ConfigError("evaluation needs data=<data.yaml> with a val split")
     net = fast_deepcopy(model).eval()
@@ -37,17 +43,24 @@ def evaluate(adapter: Any, model: nn.Module) -> dict[str, float]:
             "plots": False, "verbose": False, "save_json": False,
             "workers": adapter.num_workers, "task": adapter.yolo_task, "split": "val",
             "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
+    with yolo.quiet(), yolo.one_process():
+        validator = adapter.validator_class(dataloader=adapter._loader,
+                                            save_dir=temp_folder(adapter), args=args)
+    validator.given_a_copy = True  # net is this call's own copy: not copied again
+    return validator, net
+
+
+def validate(adapter: Any, validator: Any, net: nn.Module) -> dict[str, Any]:
+    """Ultralytics' statistics from ``validator`` run on ``net`` (quiet, as one process under
+    torchrun: each rank validates on its own); the data loader is kept for the next call."""
     threads = torch.get_num_threads()
-    try:  # under torchrun each rank validates on its own (one_process), in its own temp dir
+    try:
         with yolo.quiet(), yolo.one_process():
-            validator = adapter.validator_class(dataloader=adapter._loader,
-                                                save_dir=temp_folder(adapter), args=args)
-            validator.given_a_copy = True  # net is this call's own copy: not copied again
             stats = validator(model=net)
     finally:
         torch.set_num_threads(threads)
     adapter._loader = validator.dataloader
-    return adapter.metrics_of(stats)
+    return stats
 
 
 def with_eval_limit(adapter: Any, limit: int) -> Any:
@@ -99,4 +112,5 @@ def metrics_of(stats: dict[str, Any], sources: Sequence[tuple[str, str]]) -> dic
     return out
 
 
-__all__ = ["evaluate", "metrics_of", "temp_folder", "val_data_yaml", "with_eval_limit"]
+__all__ = ["evaluate", "metrics_of", "temp_folder", "validate", "validator_and_copy",
+           "val_data_yaml", "with_eval_limit"]
