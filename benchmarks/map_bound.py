@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     ratios = {mode: allocate(r["table"]) for mode, r in runs.items()}
     apart = max(abs(ratios["bound"][g] - ratios["no_bound"][g]) for g in ratios["bound"])
-    print(f"\n| target | images with bound / without | fewer | points | decided early | "
-          f"wall with / without (s) | allocations apart |\n|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| target | images with bound / without | fewer | points | decided early | "
+          "wall with / without (s) | allocations apart |\n|---|---:|---:|---:|---:|---:|---:|")
     b, n = runs["bound"], runs["no_bound"]
     print(f"| {a.target} | {b['images']:,} / {n['images']:,} | {n['images'] / b['images']:.2f}x "
           f"| {b['points']} / {n['points']} | {b['decided_early']} | {b['wall']:.0f} / "

@@ -459,6 +459,14 @@ def check_bounded_map(adapter, model, monkeypatch) -> None:
     assert adapter.evaluate(model)[adapter.metric] == final
 
 
+def check_flow_bounded_map(adapter_class, load_model, flow, data_yaml, monkeypatch) -> None:
+    """:func:`check_bounded_map` on the baseline of a YOLO sub-task's ``flow`` fixture."""
+    result, _ = flow
+    adapter = adapter_class(data_yaml, input_size=64, batch_size=8, device="cpu", eval_limit=16,
+                            progress=False)
+    check_bounded_map(adapter, load_model(result.baseline_path).eval(), monkeypatch)
+
+
 def refuse_network_probes(monkeypatch) -> None:
     """Make any reachability probe of a real host fail the test (pretrained weights are read
     from caches the tests seed), with an empty answer cache."""

@@ -20,7 +20,7 @@ from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.instance_segmentation import InstanceSegmentationAdapter
 from autoprune.tasks.instance_segmentation import models as seg
 
-from conftest import (check_bounded_map, needs_fmnist, randomize_norms, run_offline_child,
+from conftest import (check_flow_bounded_map, needs_fmnist, randomize_norms, run_offline_child,
                       scenes_validated_on_train, state_shapes, stop_after_first_save)
 
 TRAIN_ARGS = dict(nbs=8, optimizer="AdamW", lr0=0.005, warmup_epochs=0, mosaic=0.0,
@@ -329,9 +329,7 @@ def test_bundled_default_profile_prunes_the_trained_model(flow, data_yaml, tmp_p
 
 
 def test_map_batch_by_batch_bounds_the_final_value(flow, data_yaml, monkeypatch):
-    """The adaptive analysis's evaluation of this task's own metric ({"M": mask, "P": keypoint}
-    statistics of Ultralytics' validator): see conftest.check_bounded_map."""
-    result, _ = flow
-    adapter = InstanceSegmentationAdapter(data_yaml, input_size=64, batch_size=8, device="cpu", eval_limit=16,
-                    progress=False)
-    check_bounded_map(adapter, iseg.load_model(result.baseline_path).eval(), monkeypatch)
+    """The adaptive analysis's evaluation of this task's own mAP (Ultralytics' mask
+    statistics): see conftest.check_bounded_map."""
+    check_flow_bounded_map(InstanceSegmentationAdapter, iseg.load_model, flow, data_yaml,
+                           monkeypatch)
