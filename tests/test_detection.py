@@ -525,7 +525,7 @@ def test_map_upper_bound_holds_for_every_completion_of_the_split():
         return np.concatenate([im[i] for im in images])
 
     below, below_without_slack = 0, 0
-    for _ in range(3000):
+    for _ in range(1200):
         images = [image(int(rng.integers(1, 4))) for _ in range(int(rng.integers(2, 10)))]
         seen = images[:int(rng.integers(1, len(images)))]
         truth = cat(images, 3)
