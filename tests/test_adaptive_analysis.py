@@ -444,6 +444,44 @@ def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assum
         assert predicted[point] / 1.5 <= images <= predicted[point] * 1.5 + 64, point
 
 
+def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_points():
+    """A stem that loses 60 % at every ratio: the ratio-squared curve through its top ratio
+    would expect its loss to cross the 5 % tolerance near 0.26 (points near it, every image);
+    the analysis measures all nine points over it, each decided within the first looks. A group
+    losing half its metric at the top is piloted at the lowest ratio too, so the plan is the
+    measured one; a group below that keeps the ratio-squared curve."""
+    from autoprune.engine.adaptive import PointMeter, Thresholds
+    from autoprune.engine.adaptive_eta import curve, predicted_shares
+    from autoprune.engine.adaptive_run import AdaptiveRun
+    from autoprune.engine.store import SensitivityRecord
+
+    n, grid = 2000, [0.1 * k for k in range(1, 10)]
+    base = torch.ones(n, dtype=torch.float64)
+    base[::5] = 0.0
+    curves = {"stem": lambda r: 0.6, "a": lambda r: 0.3 * (r / 0.9) ** 2}
+    goal = check_target("loss=0.05")
+    scores = _CurveScores(base, curves)
+    meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
+                       resumable=True, random_order=True)
+    record = SensitivityRecord(model="m", metric="top1")
+    run = AdaptiveRun(None, Thresholds(goal, lambda: None), {"bound": "confidence",
+                                                             "confidence": 0.999},
+                      record=record, own=SensitivityRecord(), names=list(curves), grid=grid,
+                      write=lambda: None)
+    run.runner, run.meter = scores, meter
+    run.run()
+    measured = {(g, r): record.intervals.get(g, {}).get(r, {}).get("images", n)
+                for g, points in record.sensitivities.items() for r in points}
+    plan = predicted_shares(meter, scores, None, list(curves), Planner(grid, top_down=True),
+                            Thresholds(goal, lambda: None), len(curves) * len(grid))["predicted"]
+    assert set(plan) == set(measured)
+    assert sum(measured.values()) / 1.5 <= sum(plan.values()) <= sum(measured.values()) * 1.5
+    assert len([p for p in plan if p[0] == "stem"]) == 9
+    assert curve(0.3, 0.9)(0.45) == pytest.approx(0.075)  # the square through the top
+    assert curve(0.6, 0.9, 0.05, 0.1)(0.45) == pytest.approx(0.15)  # too few flips at 0.1
+    assert curve(0.6, 0.9, 0.5, 0.1)(0.45) > 0.5  # nearly flat
+
+
 def test_the_eta_costs_each_predicted_point_at_its_own_share_of_the_model():
     """A loss target measures the top ratios, which compute less than the unpruned model: the
     ETA charges the predicted points their own MACs share, not the grid's average."""
