@@ -99,10 +99,7 @@ class BoundedMAP:
         def work() -> None:
             try:
                 handed.put(("done", evaluation.validate(adapter, validator, net)))
-            except _Stopped:  # the loader's iterator stopped mid-pass: the next one starts over
-                loader = validator.dataloader
-                if callable(getattr(loader, "reset", None)):
-                    loader.reset()
+            except _Stopped:  # (validate reset the loader: the next pass starts over)
                 handed.put(("stopped", None))
             except BaseException as error:  # noqa: BLE001 - handed to the analysis's thread
                 handed.put(("error", error))
