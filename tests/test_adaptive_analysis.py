@@ -398,15 +398,34 @@ class _CurveScores:
             yield Step(len(scores[i:i + 64]), scores=scores[i:i + 64])
 
 
+def _measured_on_curves(base, curves, goal, flops, grid):
+    """``(meter, {(group, ratio): images})``: the points a real :class:`AdaptiveRun` for
+    ``goal`` measures on per-image scores that follow ``curves`` (:class:`_CurveScores`), and
+    the images each ended with (every image: ``len(base)``)."""
+    from autoprune.engine.adaptive import PointMeter, Thresholds
+    from autoprune.engine.adaptive_run import AdaptiveRun
+    from autoprune.engine.store import SensitivityRecord
+
+    n, scores = len(base), _CurveScores(base, curves)
+    meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
+                       resumable=True, random_order=True)
+    record = SensitivityRecord(model="m", metric="top1")
+    run = AdaptiveRun(None, Thresholds(goal, flops), {"bound": "confidence", "confidence": 0.999},
+                      record=record, own=SensitivityRecord(), names=list(curves), grid=grid,
+                      write=lambda: None)
+    run.runner, run.meter = scores, meter
+    run.run()
+    return meter, {(g, r): record.intervals.get(g, {}).get(r, {}).get("images", n)
+                   for g, points in record.sensitivities.items() for r in points}
+
+
 @pytest.mark.parametrize("target", ["loss=0.05", "flops=0.5", "latency=0.4"])
 def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assumes(target):
     """The ETA's prediction plays the analysis's own rounds (planner, thresholds, bound) against
     the pilot's curves: where the scores follow such curves exactly, it names the very points
     the real :class:`AdaptiveRun` measures, each within a look of the images it stops at."""
-    from autoprune.engine.adaptive import PointMeter, Thresholds
+    from autoprune.engine.adaptive import Thresholds
     from autoprune.engine.adaptive_eta import expected_measure, play_rounds
-    from autoprune.engine.adaptive_run import AdaptiveRun
-    from autoprune.engine.store import SensitivityRecord
 
     n, grid = 2000, [0.1 * k for k in range(1, 10)]  # 0.7000000000000001 is stored as 0.7
     base = torch.ones(n, dtype=torch.float64)
@@ -424,18 +443,7 @@ def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assum
                                      for g, w in weight.items())
 
     goal = check_target(target)
-    scores = _CurveScores(base, curves)
-    meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
-                       resumable=True, random_order=True)
-    record = SensitivityRecord(model="m", metric="top1")
-    run = AdaptiveRun(None, Thresholds(goal, lambda: Flops()), {"bound": "confidence",
-                                                                 "confidence": 0.999},
-                      record=record, own=SensitivityRecord(), names=list(tops), grid=grid,
-                      write=lambda: None)
-    run.runner, run.meter = scores, meter
-    run.run()
-    measured = {(g, r): record.intervals.get(g, {}).get(r, {}).get("images", n)
-                for g, points in record.sensitivities.items() for r in points}
+    meter, measured = _measured_on_curves(base, curves, goal, Flops, grid)
     predicted = play_rounds(curves, Planner(grid, top_down=goal.kind == "loss"),
                             Thresholds(goal, lambda: Flops()),
                             lambda loss, ts: expected_measure(meter, loss, ts))
@@ -450,29 +458,16 @@ def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_poin
     the analysis measures all nine points over it, each decided within the first looks. A group
     losing half its metric at the top is piloted at the lowest ratio too, so the plan is the
     measured one; a group below that keeps the ratio-squared curve."""
-    from autoprune.engine.adaptive import PointMeter, Thresholds
+    from autoprune.engine.adaptive import Thresholds
     from autoprune.engine.adaptive_eta import curve, predicted_shares
-    from autoprune.engine.adaptive_run import AdaptiveRun
-    from autoprune.engine.store import SensitivityRecord
 
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0
     curves = {"stem": lambda r: 0.6, "a": lambda r: 0.3 * (r / 0.9) ** 2}
     goal = check_target("loss=0.05")
-    scores = _CurveScores(base, curves)
-    meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
-                       resumable=True, random_order=True)
-    record = SensitivityRecord(model="m", metric="top1")
-    run = AdaptiveRun(None, Thresholds(goal, lambda: None), {"bound": "confidence",
-                                                             "confidence": 0.999},
-                      record=record, own=SensitivityRecord(), names=list(curves), grid=grid,
-                      write=lambda: None)
-    run.runner, run.meter = scores, meter
-    run.run()
-    measured = {(g, r): record.intervals.get(g, {}).get(r, {}).get("images", n)
-                for g, points in record.sensitivities.items() for r in points}
-    plan = predicted_shares(meter, scores, None, list(curves), Planner(grid, top_down=True),
+    meter, measured = _measured_on_curves(base, curves, goal, lambda: None, grid)
+    plan = predicted_shares(meter, meter.eval_fn, None, list(curves), Planner(grid, top_down=True),
                             Thresholds(goal, lambda: None), len(curves) * len(grid))["predicted"]
     assert set(plan) == set(measured)
     assert sum(measured.values()) / 1.5 <= sum(plan.values()) <= sum(measured.values()) * 1.5
