@@ -496,6 +496,26 @@ def test_map_batch_by_batch_bounds_the_final_value_and_stops_when_closed(trained
     check_bounded_map(adapter, model, monkeypatch)
 
 
+def test_the_map_bound_benchmark_compares_bound_and_no_bound_on_one_group(flow, data_yaml,
+                                                                         tmp_path, capsys):
+    """benchmarks/map_bound.py on the flow's detector, one group: both analyses run, the one
+    without the bound evaluates every measured point on every image, and the two allocations
+    are the same (the bound is sure)."""
+    from conftest import load_benchmark
+
+    result, _ = flow
+    bench, threads = load_benchmark("map_bound"), torch.get_num_threads()
+    try:  # the benchmark times on one thread
+        summary = bench.main(["--weights", str(result.baseline_path), "--data", str(data_yaml),
+                              "--size", "64", "--batch", "8", "--groups", "1",
+                              "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert summary["no_bound"]["decided_early"] == 0 and summary["apart"] == 0.0
+    assert summary["bound"]["points"] == summary["no_bound"]["points"] > 0
+    assert "| loss=0.05 |" in capsys.readouterr().out
+
+
 def test_map_upper_bound_holds_for_every_completion_of_the_split():
     """tasks/detection/map_bound.py against Ultralytics' own ap_per_class: random splits (ties
     in confidence included), any detections on the unseen images that keep the matching one to
