@@ -112,8 +112,9 @@ REUSE = False  # --reuse: an analysis whose file a previous run finished is read
 
 
 def analyze(adapter: Any, model: torch.nn.Module, groups: list[str], path: Path,
-            ratios=RATIOS, **options: Any) -> dict[str, Any]:
-    """One analysis into ``path``: its table, record, wall time and the ETA said before it."""
+            ratios=RATIOS, eval_fn: Any = None, **options: Any) -> dict[str, Any]:
+    """One analysis into ``path``: its table, record, wall time and the ETA said before it
+    (``eval_fn``: the adapter's metric, :class:`TaskEval`, unless given)."""
     if REUSE and path.is_file():
         record = autoprune.read_record(path)
         ev = record.extra.get("evaluation", {})
@@ -130,7 +131,8 @@ def analyze(adapter: Any, model: torch.nn.Module, groups: list[str], path: Path,
                     "decided_early": ev.get("decided_early", 0)}
     path.unlink(missing_ok=True)
     start = time.perf_counter()
-    table = autoprune.sensitivity(model, adapter.example_inputs(model), TaskEval(adapter),
+    table = autoprune.sensitivity(model, adapter.example_inputs(model),
+                                  eval_fn or TaskEval(adapter),
                                   groups=groups, ratios=ratios, sensitivities_file=path,
                                   ignored_layers=adapter.ignored_layers(model),
                                   higher_is_better=adapter.higher_is_better,

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 
+import analysis_cost  # benchmarks/, beside this script
 import autoprune
 from autoprune import detection as det
 from autoprune.engine.allocate import ratios_by_flops, ratios_by_loss
@@ -31,21 +31,13 @@ from autoprune.tasks.detection import DetectionAdapter
 
 def run(adapter: DetectionAdapter, model: torch.nn.Module, groups: list[str], target: dict,
         path: Path, bound: bool) -> dict:
-    """One adaptive analysis into ``path`` (a new file): its table and counts."""
+    """One adaptive analysis into ``path`` (a new file): its table and counts
+    (``analysis_cost.analyze``)."""
     evaluation = TaskEval(adapter)
     if not bound:
         del evaluation.incremental  # points measured on every image: the choice stays adaptive
-    path.unlink(missing_ok=True)
-    start = time.perf_counter()
-    table = autoprune.sensitivity(model, adapter.example_inputs(model), evaluation, groups=groups,
-                                  sensitivities_file=path, metric_name=adapter.metric,
-                                  ignored_layers=adapter.ignored_layers(model),
-                                  higher_is_better=True, progress=True,
-                                  options={"adaptive": True, "target": target})
-    counts = autoprune.read_record(path).extra["evaluation"]
-    return {"table": table, "wall": time.perf_counter() - start,
-            "images": counts["images_evaluated"], "decided_early": counts.get("decided_early", 0),
-            "points": sum(map(len, table.values()))}
+    return analysis_cost.analyze(adapter, model, groups, path, eval_fn=evaluation,
+                                 adaptive=True, target=target)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -85,7 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"| {a.target} | {b['images']:,} / {n['images']:,} | {n['images'] / b['images']:.2f}x "
           f"| {b['points']} / {n['points']} | {b['decided_early']} | {b['wall']:.0f} / "
           f"{n['wall']:.0f} | {apart:.4f} |")
-    summary = {mode: {k: v for k, v in r.items() if k != "table"} for mode, r in runs.items()}
+    summary = {mode: {k: r[k] for k in ("images", "points", "decided_early", "wall")}
+               for mode, r in runs.items()}
     summary["apart"] = apart
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     return summary

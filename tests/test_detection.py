@@ -504,7 +504,7 @@ def test_the_map_bound_benchmark_compares_bound_and_no_bound_on_one_group(flow, 
     from conftest import load_benchmark
 
     result, _ = flow
-    bench, threads = load_benchmark("map_bound"), torch.get_num_threads()
+    bench, threads = load_benchmark("map_bound", on_path=True), torch.get_num_threads()
     try:  # the benchmark times on one thread
         summary = bench.main(["--weights", str(result.baseline_path), "--data", str(data_yaml),
                               "--size", "64", "--batch", "8", "--groups", "1",

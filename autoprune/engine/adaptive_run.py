@@ -12,7 +12,7 @@ from .adaptive import (LADDER, MAX_ROUNDS, Planner, PointMeter, Thresholds, know
                        next_round)
 from .distributed import gather, rank_and_world, shard
 from .points import PointRunner
-from .store import SensitivityRecord, merge_points, ratio_key
+from .store import SensitivityRecord, merge_points
 
 
 class AdaptiveRun:
@@ -28,11 +28,11 @@ class AdaptiveRun:
         self.runner: PointRunner | None = None  # set before :meth:`run`
         self.meter: PointMeter | Any = None
         self.thresholds, self.record, self.own = thresholds, record, own
-        self.names, self.grid = names, sorted({ratio_key(r) for r in grid})  # as stored
+        # a loss target is allocated by ratios_by_loss, which reads each curve from the top down
+        self.planner = Planner(grid, top_down=thresholds.target.kind == "loss")
+        self.names, self.grid = names, self.planner.grid  # rounded as the record stores ratios
         self.rank, self.world = rank_and_world()
         self.write, self.tick = write, tick
-        # a loss target is allocated by ratios_by_loss, which reads each curve from the top down
-        self.planner = Planner(self.grid, top_down=thresholds.target.kind == "loss")
         self.rounds, self.final = 0, []  # rounds that measured something; the last thresholds
         self.decided_early = 0
 

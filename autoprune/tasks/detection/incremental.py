@@ -99,8 +99,8 @@ class BoundedMAP:
         def work() -> None:
             try:
                 handed.put(("done", evaluation.validate(adapter, validator, net)))
-            except _Stopped:  # (validate reset the loader: the next pass starts over)
-                handed.put(("stopped", None))
+            except _Stopped:  # asked for by the analysis (validate reset the loader)
+                pass
             except BaseException as error:  # noqa: BLE001 - handed to the analysis's thread
                 handed.put(("error", error))
 
