@@ -9,8 +9,11 @@ the unchanged stages replayed (prefix cache). Also timed: masked, batched varian
 target: a 5 % loss), which measures only the points and images the allocation needs.
 
     python benchmarks/sensitivity_speed.py --quick     # small CPU case, a few minutes
+    python benchmarks/sensitivity_speed.py --device cuda --profile 128,512
 
-The last line printed is ``speedup=<x> max_abs_diff=<y>``.
+The last line printed is ``speedup=<x> max_abs_diff=<y>``. ``--profile B1,B2`` times only the
+masked analysis, in evaluation batches of each size, with cuDNN's autotuner off and on (each the
+second of two runs), then prints where the time goes at the last size (torch.profiler's top ops).
 """
 from __future__ import annotations
 
@@ -63,6 +66,41 @@ def paddleslim_style(model, example, loader, groups, ratios, criterion="l1_norm"
     return sens
 
 
+def masked_analysis(model, example, eval_set, names, ratios, batch: int, device: str) -> float:
+    """Seconds of one masked, batched analysis (batches decoded once, then every point)."""
+    t0 = time.perf_counter()
+    cached = CachedBatches(DataLoader(eval_set, batch_size=batch, shuffle=False))
+    eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device(device), topk=(1,))["top1"]
+    autoprune.sensitivity(model, example, eval_fn, groups=names, ratios=ratios,
+                          options={"evaluation": "masked"}, progress=False)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def profile_masked(model, example, eval_set, names, ratios, batches: list[int],
+                   device: str) -> None:
+    """Why the masked analysis's time depends on its batch size: its time at each batch size
+    with cuDNN's autotuner off and on, then torch.profiler's top ops at the last size."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device.startswith("cuda")
+    for batch in batches:
+        for bench in (False, True):
+            torch.backends.cudnn.benchmark = bench
+            runs = [masked_analysis(model, example, eval_set, names, ratios, batch, device)
+                    for _ in range(2)]
+            print(f"masked analysis, batches of {batch}, cudnn.benchmark={bench}: "
+                  f"{runs[1]:.2f} s (first run {runs[0]:.2f} s)")
+    torch.backends.cudnn.benchmark = False
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        masked_analysis(model, example, eval_set, names, ratios, batches[-1], device)
+    table = prof.key_averages()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    print(f"where the time goes, batches of {batches[-1]} (torch.profiler, sorted by {key}):")
+    print(table.table(sort_by=key, row_limit=20, max_name_column_width=55))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small CPU case (a few minutes)")
@@ -79,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="cuda: torch's default (TF32 convolutions on Ampere and later: a "
                    "near-tie image can flip between two ways of computing a point) or off "
                    "(plain FP32 everywhere)")
+    p.add_argument("--profile", metavar="B1,B2",
+                   help="time only the masked analysis at these evaluation batch sizes "
+                   "(cuDNN autotuner off / on) and print where its time goes")
     args = p.parse_args(argv)
     if args.quick:
         args.val_images, args.size, args.ratios, args.groups = 500, 32, "0.3,0.6", 6
@@ -106,8 +147,12 @@ def main(argv: list[str] | None = None) -> None:
               f"{torch.get_num_threads()} CPU threads, device {args.device}"
               + (f", TF32 {args.tf32}" if args.device.startswith("cuda") else ""))
 
-        t0 = time.perf_counter()
         model, example = model.to(args.device), example.to(args.device)
+        if args.profile:
+            profile_masked(model, example, adapter.eval_set, names, ratios,
+                           [int(b) for b in args.profile.split(",")], args.device)
+            return
+        t0 = time.perf_counter()
         ref = paddleslim_style(model, example, loader, names, ratios, dev=args.device)
         t_ref = time.perf_counter() - t0
         print(f"PaddleSlim algorithm: {t_ref:.1f} s")

@@ -10,6 +10,7 @@
 #   check.sh profiles rtdetr-l   a DEFAULT profile too slow to build on the CPU (yolov9c: bundled,
 #                    68 min on one AVX-512 core)
 #                    (issue 42; one call of up to ~9.5 min each, not measured on a GPU yet)
+#   check.sh masked  where the masked analysis's time goes at evaluation batches of 128 / 512
 #   check.sh tests   the test suite on the GPU (~4 min, 14 workers; the whole suite ran in 221 s
 #                    on an H100 machine): device="auto" picks CUDA
 #                    (AMP training, the masked batched analysis, GPU latency rows), plus
@@ -60,6 +61,13 @@ case "${1:-tests}" in
       python3 -m autoprune demo --device cuda --save-dir /tmp/demo-gpu
     cp /tmp/demo-gpu/report.json "$OUT/demo_report.json" 2>/dev/null
     ;;
+  masked)
+    # why the masked analysis slowed down in batches of 512 (6.3 s against 4.9 s in batches of
+    # 128, session 3): its time at 128 and 512 with cuDNN's autotuner off / on, then
+    # torch.profiler's top ops (~2 min)
+    step 170 "where the masked analysis's time goes, batches of 128 and 512" \
+      python3 benchmarks/sensitivity_speed.py --device cuda --tf32 off --profile 128,512
+    ;;
   tests)
     # the whole suite but the benchmark smoke tests (their figures are the CPU's) and the doctor's
     # strict check (the image's torch / onnxruntime are not autoprune's pinned versions: it fails
@@ -83,5 +91,5 @@ case "${1:-tests}" in
       python3 -m autoprune profiles build --arch "$arch" --task "$task" --out "$OUT/profiles" \
       --device cuda
     ;;
-  *) echo "usage: check.sh bench|tests|profiles <arch>"; exit 2 ;;
+  *) echo "usage: check.sh bench|masked|tests|profiles <arch>"; exit 2 ;;
 esac
