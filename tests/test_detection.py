@@ -496,6 +496,47 @@ def test_map_batch_by_batch_bounds_the_final_value_and_stops_when_closed(trained
     check_bounded_map(adapter, model, monkeypatch)
 
 
+def test_the_prefix_cache_replays_the_backbone_on_the_validators_fused_copy(trained):
+    """Ultralytics' validator runs a fused copy of the model (evaluation.validator_and_copy): the
+    analysis's prefix cache records on that copy, and for a head group the pruned copies replay
+    the stages before the head: only the convolutions of the stages left run (fusing made the
+    stages that are one Conv block compute again before, as the copy carried the replays but
+    fusing set their forward), the mAP is exactly the one computed in full, and the model keeps
+    no hook or forward of the cache's."""
+    from autoprune.engine.points import pruned_temporarily
+    from autoprune.engine.prefix_cache import PrefixCache
+
+    model, adapter, graph, _ = trained
+    convs = []
+    count = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda m, a: convs.append(1) if isinstance(m, torch.nn.Conv2d) else None)
+    try:
+        score = lambda: adapter.evaluate(model)[adapter.metric]
+        baseline = score()
+        cache = PrefixCache(model)
+        with cache.recording():
+            assert score() == baseline
+        assert cache.enabled and len(cache.span) >= 20
+        group = graph.groups[-1]  # in the head
+        with pruned_temporarily(graph, group, graph.channels_to_remove(group, 0.5)):
+            convs.clear()
+            full = score()
+            computed = len(convs)
+            first = cache.first_touched(graph.touched_modules(group))
+            with cache.skipping_before(first) as skipped:
+                convs.clear()
+                assert score() == full
+            replayed = cache.skipped_modules(first)
+            left = sum(isinstance(m, torch.nn.Conv2d) and m not in replayed
+                       for m in model.modules())
+            assert skipped >= 20 and len(convs) == len(cache.inputs) * left < computed / 2
+    finally:
+        count.remove()
+    assert score() == baseline
+    assert not any("forward" in m.__dict__ or m._forward_hooks or m._forward_pre_hooks
+                   for m in model.modules())
+
+
 def test_the_map_bound_benchmark_compares_bound_and_no_bound_on_one_group(flow, data_yaml,
                                                                          tmp_path, capsys):
     """benchmarks/map_bound.py on the flow's detector, one group: both analyses run, the one
@@ -514,6 +555,23 @@ def test_the_map_bound_benchmark_compares_bound_and_no_bound_on_one_group(flow, 
     assert summary["no_bound"]["decided_early"] == 0 and summary["apart"] == 0.0
     assert summary["bound"]["points"] == summary["no_bound"]["points"] > 0
     assert "| loss=0.05 |" in capsys.readouterr().out
+
+
+def test_the_yolo_prefix_cache_benchmark_gives_equal_tables(flow, data_yaml, capsys):
+    """benchmarks/yolo_prefix_cache.py on the flow's detector, three groups at one ratio on 8
+    images: the tables with the cache off and on are equal, and the figures are printed."""
+    from conftest import load_benchmark
+
+    result, _ = flow
+    bench, threads = load_benchmark("yolo_prefix_cache"), torch.get_num_threads()
+    try:  # the benchmark times on one thread
+        summary = bench.main(["--weights", str(result.baseline_path), "--data", str(data_yaml),
+                              "--size", "64", "--batch", "8", "--every", "20", "--ratios", "0.5",
+                              "--images", "8"])
+    finally:
+        torch.set_num_threads(threads)
+    assert summary["apart"] == 0.0 and summary["groups"] >= 2
+    assert summary["on"]["points"] > 0 and "| on |" in capsys.readouterr().out
 
 
 def test_map_upper_bound_holds_for_every_completion_of_the_split():

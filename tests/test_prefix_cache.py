@@ -185,3 +185,82 @@ def test_a_recording_made_only_to_record_stops_once_over_budget(monkeypatch):
     assert autoprune.sensitivity(model, torch.randn(1, 3, 32, 32), eval_fn, groups=groups,
                                  ratios=(0.3, 0.7), progress=False) == plain
     assert calls == [True]
+
+
+class _ConvBN(torch.nn.Module):
+    """conv, BatchNorm, ReLU; ``fuse`` folds the BatchNorm into the conv and deletes it, as
+    Ultralytics' ``Conv.fuse`` does (its name is gone from the fused copy)."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(cout)
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+    def forward_fuse(self, x):
+        return self.act(self.conv(x))
+
+    def fuse(self):
+        from torch.nn.utils.fusion import fuse_conv_bn_eval
+        self.conv = fuse_conv_bn_eval(self.conv, self.bn)
+        del self.bn
+        self.forward = self.forward_fuse
+
+
+def test_the_cache_follows_the_fused_copy_an_evaluation_runs():
+    """An eval_fn that evaluates a fused copy of the model (as Ultralytics' validator does): the
+    model's own stages never run, so without :func:`follow` the cache could not engage. With it,
+    the cache records on the copy, later groups replay the earlier stages on the pruned copies
+    (counted: the first stage's conv runs on no point of a later group), the table
+    equals the uncached one, and neither the model nor its copies keep a hook or a forward."""
+    from autoprune.engine.fast_copy import fast_deepcopy
+    from autoprune.engine.prefix_cache import follow
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_ConvBN(3, 8), _ConvBN(8, 16), _ConvBN(16, 16), _ConvBN(16, 32),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(32, 10))
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    model.eval()
+    xs = torch.randn(96, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ys = model(xs).argmax(1)
+    ys[::3] = (ys[::3] + 1) % 10
+    batches = [(xs[i:i + 32], ys[i:i + 32]) for i in range(0, 96, 32)]
+    copies, first_convs = [], []
+
+    def eval_fn(m):
+        net = fast_deepcopy(m).eval()
+        for block in net.modules():
+            if isinstance(block, _ConvBN):
+                block.fuse()
+        follow(m, net)
+        net[0].conv.register_forward_pre_hook(lambda *a: first_convs.append(1))
+        copies.append(net)
+        return evaluate_topk(net, batches, device=torch.device("cpu"), topk=(1,))["top1"]
+
+    groups = ["0.conv", "1.conv", "2.conv", "3.conv"]
+    plain = autoprune.sensitivity(model, torch.randn(1, 3, 16, 16), eval_fn, groups=groups,
+                                  ratios=(0.3, 0.7), progress=False,
+                                  options={"prefix_cache": False, "fused_eval": False})
+    uncached_runs = len(first_convs)
+    first_convs.clear()
+    cached = autoprune.sensitivity(model, torch.randn(1, 3, 16, 16), eval_fn, groups=groups,
+                                   ratios=(0.3, 0.7), progress=False,
+                                   options={"prefix_cache": True, "fused_eval": False})
+    assert cached == plain
+    # 3 batches a pass; the cached analysis runs the first conv on its baseline and recording
+    # passes and on group 0.conv's two points; not on the check pass (which replays what the
+    # deepest group skips) nor on the 6 points of the later groups
+    assert uncached_runs == 3 * (1 + 8) and len(first_convs) == 3 * (2 + 2)
+    for m in [model, *copies]:
+        assert all("forward" not in b.__dict__ or b.__dict__["forward"].__func__ is
+                   _ConvBN.forward_fuse for b in m.modules())
+        assert not any(b._forward_hooks for b in m.modules())
+    assert not any(b._forward_pre_hooks for b in model.modules())

@@ -8,6 +8,10 @@ recorded output instead of computing it. Batches are recognised by their content
 comparison), so any ``eval_fn`` works; unknown inputs are computed normally. The result is
 checked once against a normal evaluation and the cache switches itself off on any difference.
 
+An evaluation that runs a copy of the model instead (Ultralytics' validator runs a fused copy)
+calls :func:`follow` on the copy: the cache then records or replays on the copy, its modules
+matched by name (a BatchNorm folded into its convolution counts from that convolution).
+
 On the CPU its memory budget is a third of the memory available when it starts (shared by the
 ranks torchrun started on the machine; at least 1 GiB), on a GPU 1 GiB; a recording that
 outgrows it drops what it holds at once and the cache stays off, so the recording pass never
@@ -19,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import types
 from typing import Any, Callable, Iterator
 
 import torch
@@ -75,6 +80,21 @@ def _first_tensor(args: tuple) -> torch.Tensor | None:
     return None
 
 
+Undo = Callable[[], None]
+_ACTIVE: dict[int, "PrefixCache"] = {}  # id(model) -> the cache recording or replaying for it
+
+
+def follow(model: nn.Module, copy: nn.Module) -> None:
+    """Make the prefix cache that is recording or replaying for ``model`` (if any) do the same on
+    ``copy``, the copy of ``model`` (fused or not) that an evaluation runs instead. Call it once
+    the copy is in the form it will run in (after fusing). The hooks and replays that copying
+    carried over from ``model`` are taken off ``copy`` first; they are put back with the
+    cache's own on leaving the cache's block."""
+    cache = _ACTIVE.get(id(model))
+    if cache is not None and cache.model is model and copy is not model:
+        cache._follow(copy)
+
+
 class PrefixCache:
     """Recorded stage outputs of the unpruned model, replayed while a pruned group is evaluated."""
 
@@ -83,11 +103,18 @@ class PrefixCache:
         device = next((p.device for p in model.parameters()), None)
         self.max_bytes = memory_budget(device) if max_bytes is None else max_bytes
         self.stages = _stages(model)
+        self.names = {m: n for n, m in model.named_modules()}
         self.inputs: list[torch.Tensor] = []          # model input of each recorded batch
         self.outputs: dict[str, list[torch.Tensor]] = {}
         self.span: dict[str, tuple[int, int]] = {}    # stage -> (first, last) leaf call index
-        self.leaf_index: dict[nn.Module, int] = {}
+        self.leaf_index: dict[str, int] = {}          # leaf module name -> its first call index
         self.enabled = False
+        # while recording or replaying: how to do it on a module tree, what it put on the model
+        # (hook ids, replacement forwards: a copy of the model carries them) and the undoers
+        self._attach: Callable[[nn.Module], list[Undo]] | None = None
+        self._hook_ids: set[int] = set()
+        self._replays: dict[int, Any] = {}  # id(replacement forward) -> the stage's own forward
+        self._undo: list[Undo] = []
         self.repeat = 1  # replayed outputs are repeated this many times along the batch (variants)
         # the layout replayed 4-D outputs are given (channels-last while fused_eval's weights are)
         self.memory_format = torch.preserve_format
@@ -100,8 +127,7 @@ class PrefixCache:
         """Run the unpruned evaluation inside this block to fill the cache. With
         ``stop_over_budget`` a recording that outgrows the budget raises :class:`OverBudget`
         at once (an evaluation made only to record need not finish)."""
-        handles, used = [], [0]
-        counter = [0]
+        used, counter = [0], [0]
         over = [False]  # the budget was exceeded: nothing more is held
 
         def hold(t: torch.Tensor) -> torch.Tensor | None:
@@ -120,12 +146,13 @@ class PrefixCache:
             return kept
 
         calls: dict[str, int] = {}
-        leaves = [m for m in self.model.modules() if next(m.children(), None) is None]
 
-        def on_leaf(module, args):
-            if not self.inputs or len(self.inputs) == 1:
-                self.leaf_index.setdefault(module, counter[0])
-            counter[0] += 1
+        def on_leaf(name):
+            def hook(module, args):
+                if len(self.inputs) <= 1:
+                    self.leaf_index.setdefault(name, counter[0])
+                counter[0] += 1
+            return hook
 
         def on_model(module, args):
             x = _first_tensor(args)
@@ -144,20 +171,24 @@ class PrefixCache:
                         self.outputs.setdefault(name, []).append(kept)
             return hook
 
-        handles.append(self.model.register_forward_pre_hook(on_model))
-        handles += [m.register_forward_pre_hook(on_leaf) for m in leaves]
-        handles += [m.register_forward_hook(on_stage(n)) for n, m in self.stages]
-        try:
+        def attach(root: nn.Module) -> list[Undo]:
+            modules = dict(root.named_modules())
+            handles = [root.register_forward_pre_hook(on_model)]
+            handles += [m.register_forward_pre_hook(on_leaf(n)) for n, m in modules.items()
+                        if next(m.children(), None) is None]
+            handles += [modules[n].register_forward_hook(on_stage(n)) for n, _ in self.stages
+                        if n in modules]
+            self._hook_ids.update(h.id for h in handles)
+            return [h.remove for h in handles]
+
+        with self._attached(attach):
             yield
-        finally:
-            for h in handles:
-                h.remove()
         batches = 0 if over[0] else len(self.inputs)
         # keep stages called once per batch, with a tensor output, inside the memory budget
         self.outputs = {n: o for n, o in self.outputs.items()
                         if len(o) == batches and calls.get(n) == batches}
-        for name, module in self.stages:
-            idx = [self.leaf_index[m] for m in module.modules() if m in self.leaf_index]
+        for name, _ in self.stages:
+            idx = [i for leaf, i in self.leaf_index.items() if _under(leaf, name)]
             if idx and name in self.outputs:
                 self.span[name] = (min(idx), max(idx))
         self.enabled = batches > 0 and used[0] <= self.max_bytes and bool(self.span)
@@ -167,8 +198,24 @@ class PrefixCache:
     # -- replay ------------------------------------------------------------------------------
     def first_touched(self, modules: list[nn.Module]) -> int:
         """Leaf call index of the earliest of ``modules`` (0 when unknown: nothing skipped)."""
-        idx = [self.leaf_index[m] for m in modules if m in self.leaf_index]
-        return min(idx) if len(idx) == len(modules) and idx else 0
+        idx = [self._call_index(self.names.get(m)) for m in modules]
+        return min(idx) if idx and None not in idx else 0  # type: ignore[type-var]
+
+    def _call_index(self, name: str | None) -> int | None:
+        """The recorded call index of the module ``name``; for one the evaluated model did not
+        call (a BatchNorm its fused copy folded into the convolution before it) the earliest
+        call under its nearest enclosing module that has one: never later than its own would
+        be, so a stage that contains it is never skipped."""
+        if name is None:
+            return None
+        if name in self.leaf_index:
+            return self.leaf_index[name]
+        while name:
+            name = name.rpartition(".")[0]
+            under = [i for leaf, i in self.leaf_index.items() if _under(leaf, name)]
+            if under:
+                return min(under)
+        return None
 
     def _find_batch(self, x: torch.Tensor) -> int | None:
         for i, ref in enumerate(self.inputs):
@@ -198,7 +245,7 @@ class PrefixCache:
             x = _first_tensor(args)
             self._batch = self._find_batch(x) if x is not None else None
 
-        def replay(name: str, module: nn.Module, forward: Callable) -> Callable:
+        def replay(name: str, forward: Callable) -> Callable:
             def run(*args: Any, **kwargs: Any):
                 if self._batch is None:
                     return forward(*args, **kwargs)
@@ -209,17 +256,73 @@ class PrefixCache:
                 return out.repeat(self.repeat, *([1] * (out.dim() - 1))) if self.repeat > 1 else out
             return run
 
-        handle = self.model.register_forward_pre_hook(on_model)
-        own = {id(m): m.__dict__.get("forward") for _, m in skip}  # an instance-level forward?
-        for name, module in skip:
-            module.forward = replay(name, module, module.forward)
+        def attach(root: nn.Module) -> list[Undo]:
+            modules = dict(root.named_modules())
+            handle = root.register_forward_pre_hook(on_model)
+            self._hook_ids.add(handle.id)
+            undo = [handle.remove]
+            for name, _ in skip:
+                module = modules.get(name)
+                if module is None:
+                    continue
+                own = module.__dict__.get("forward")  # an instance-level forward?
+                run = replay(name, module.forward)
+                self._replays[id(run)] = own
+                module.forward = run
+                undo.append(lambda module=module, own=own: _set_forward(module, own))
+            return undo
+
         try:
-            yield len(skip)
+            with self._attached(attach):
+                yield len(skip)
         finally:
-            handle.remove()
-            for _, module in skip:
-                if own[id(module)] is None:
-                    del module.forward
-                else:
-                    module.forward = own[id(module)]
             self._batch = None
+
+    # -- following a copy ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _attached(self, attach: Callable[[nn.Module], list[Undo]]) -> Iterator[None]:
+        """``attach`` on the model for the block, and on every copy :func:`follow` is given."""
+        self._attach, self._hook_ids, self._replays = attach, set(), {}
+        self._undo = attach(self.model)
+        before = _ACTIVE.get(id(self.model))
+        _ACTIVE[id(self.model)] = self
+        try:
+            yield
+        finally:
+            if before is None:
+                _ACTIVE.pop(id(self.model), None)
+            else:
+                _ACTIVE[id(self.model)] = before
+            for undo in reversed(self._undo):
+                undo()
+            self._attach, self._undo, self._hook_ids, self._replays = None, [], set(), {}
+
+    def _follow(self, copy: nn.Module) -> None:
+        if self._attach is None:
+            return
+        for module in copy.modules():  # what copying carried over from the model
+            for hooks in (module._forward_pre_hooks, module._forward_hooks,
+                          module._forward_pre_hooks_with_kwargs,
+                          module._forward_hooks_with_kwargs, module._forward_hooks_always_called):
+                for hook_id in self._hook_ids & set(hooks):
+                    del hooks[hook_id]
+            forward = module.__dict__.get("forward")
+            if forward is not None and id(forward) in self._replays:
+                own = self._replays[id(forward)]
+                if isinstance(own, types.MethodType) and isinstance(own.__self__, nn.Module):
+                    own = types.MethodType(own.__func__, module)  # the copy's own bound forward
+                _set_forward(module, own)
+        self._undo += self._attach(copy)
+
+
+def _under(name: str, prefix: str) -> bool:
+    """``name`` is the module ``prefix`` or inside it ("" is the root: everything)."""
+    return not prefix or name == prefix or name.startswith(prefix + ".")
+
+
+def _set_forward(module: nn.Module, forward: Any) -> None:
+    """Give ``module`` the instance-level ``forward`` (None: its class's)."""
+    if forward is None:
+        module.__dict__.pop("forward", None)
+    else:
+        module.forward = forward
