@@ -557,21 +557,59 @@ def test_the_map_bound_benchmark_compares_bound_and_no_bound_on_one_group(flow, 
     assert "| loss=0.05 |" in capsys.readouterr().out
 
 
-def test_the_yolo_prefix_cache_benchmark_gives_equal_tables(flow, data_yaml, capsys):
-    """benchmarks/yolo_prefix_cache.py on the flow's detector, three groups at one ratio on 8
-    images: the tables with the cache off and on are equal, and the figures are printed."""
+def test_the_yolo_analysis_speed_benchmark_gives_equal_tables(flow, data_yaml, capsys):
+    """benchmarks/yolo_analysis_speed.py on the flow's detector, three groups at one ratio on 8
+    images: the tables as before, with the prefix cache and with the defaults are equal, and
+    the figures are printed."""
     from conftest import load_benchmark
 
     result, _ = flow
-    bench, threads = load_benchmark("yolo_prefix_cache"), torch.get_num_threads()
+    bench, threads = load_benchmark("yolo_analysis_speed"), torch.get_num_threads()
     try:  # the benchmark times on one thread
         summary = bench.main(["--weights", str(result.baseline_path), "--data", str(data_yaml),
                               "--size", "64", "--batch", "8", "--every", "20", "--ratios", "0.5",
                               "--images", "8"])
     finally:
         torch.set_num_threads(threads)
-    assert summary["apart"] == 0.0 and summary["groups"] >= 2
-    assert summary["on"]["points"] > 0 and "| on |" in capsys.readouterr().out
+    assert summary["groups"] >= 2
+    assert all(summary[name]["apart"] == 0.0 and summary[name]["points"] > 0
+               for name in ("before", "prefix cache", "defaults"))
+    assert "| prefix cache |" in capsys.readouterr().out
+
+
+def test_the_folded_evaluation_lays_out_the_validators_fused_copy(trained, data_yaml,
+                                                                   monkeypatch):
+    """Ultralytics folds each BatchNorm on the copy it validates, so the analysis's folded
+    evaluation folds nothing for a YOLO model (the adapter says ``folds_batchnorm``): while it
+    is in force the validator's copy gets channels-last 3x3 weights, outside it plain ones (and
+    the plain metric again), and the model's own weights keep their layout."""
+    from autoprune.engine import fused_eval
+    from autoprune.engine.fused_eval import FusedEval
+    from autoprune.engine.points import PointRunner
+    from autoprune.flow.sensitivities import TaskEval
+
+    model, _, graph, _ = trained
+    adapter = DetectionAdapter(data_yaml, input_size=160, batch_size=8, device="cpu",
+                               eval_limit=8, progress=False)
+    assert TaskEval(adapter).folds_batchnorm
+    runner = PointRunner(model, TaskEval(adapter), graph, "l1_norm", None, "prune", 1, 0, False,
+                         "")
+    assert runner.fused is not None and not runner.fused.fold and runner.fused.bn_of == {}
+    layouts = []
+    real = fused_eval.follow
+
+    def spy(m, copy):
+        real(m, copy)
+        layouts.append(all(c.weight.is_contiguous(memory_format=torch.channels_last)
+                           for c in copy.modules()
+                           if isinstance(c, torch.nn.Conv2d) and c.kernel_size != (1, 1)))
+    monkeypatch.setattr(fused_eval, "follow", spy)
+    plain = adapter.evaluate(model)[adapter.metric]
+    with FusedEval(model, graph.dg, fold=False).applied():
+        adapter.evaluate(model)  # (how close its metric is, the analysis checks: fused_eval.py)
+    assert layouts == [False, True]
+    assert adapter.evaluate(model)[adapter.metric] == plain and layouts[-1] is False
+    assert all(p.is_contiguous() for p in model.parameters())
 
 
 def test_map_upper_bound_holds_for_every_completion_of_the_split():

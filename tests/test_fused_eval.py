@@ -45,8 +45,8 @@ def forced(monkeypatch):
         monkeypatch.setattr(fused_eval, "MIN_SIDE", 0)
         init = FusedEval.__init__
 
-        def layout(self, *args):
-            init(self, *args)
+        def layout(self, *args, **kwargs):
+            init(self, *args, **kwargs)
             self.channels_last = channels_last
         monkeypatch.setattr(FusedEval, "__init__", layout)
     return force
@@ -243,4 +243,55 @@ def test_a_pruned_variant_the_folded_layout_cannot_run_is_evaluated_plain(forced
                                 options={"prefix_cache": False})
     assert got == plain  # every point plain (the first one retried), the same numbers
     assert raised == [1]  # tried folded once, then off for good
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_an_evaluation_that_folds_its_own_copy_gets_the_layout_not_a_second_fold(forced,
+                                                                                 tmp_path):
+    """An eval_fn that evaluates a copy with each BatchNorm folded (as Ultralytics' validator
+    does; it says so with ``folds_batchnorm``) and hands the copy to ``evaluated_copy.follow``:
+    the analysis folds nothing itself (a second fold would move the metric, its check would
+    fail and turn it off), lays out the copy's 3x3 weights channels-last while points are
+    evaluated, and its table equals the plain one within float rounding."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    from autoprune.engine.evaluated_copy import follow
+    from autoprune.engine.fast_copy import fast_deepcopy
+
+    def fuse(net):  # resnet's BatchNorms folded into their convs, each one's name kept
+        for parent in list(net.modules()):
+            for conv, bn in (("conv1", "bn1"), ("conv2", "bn2"), ("0", "1")):
+                if isinstance(getattr(parent, bn, None), nn.BatchNorm2d) and \
+                        isinstance(getattr(parent, conv, None), nn.Conv2d):
+                    setattr(parent, conv, fuse_conv_bn_eval(getattr(parent, conv),
+                                                            getattr(parent, bn)))
+                    setattr(parent, bn, nn.Identity())
+        return net
+
+    model = _trained_like(torchvision.models.resnet18(num_classes=10))
+    plain_eval = _eval_fn()
+    laid_out = []
+
+    def eval_fn(m):
+        net = fuse(fast_deepcopy(m))  # BatchNorms folded into their convs, on a copy
+        follow(m, net)
+        laid_out.append(all(c.weight.is_contiguous(memory_format=torch.channels_last)
+                            for c in net.modules()
+                            if isinstance(c, nn.Conv2d) and c.kernel_size != (1, 1)))
+        return plain_eval(net)
+    eval_fn.folds_batchnorm = True
+    groups = ["layer2.0.conv1", "layer3.1.conv1", "layer4.0.conv1", "layer4.1.conv1"]
+    kwargs = dict(groups=groups, ratios=(0.3, 0.7), progress=False)
+    plain = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                  options={"fused_eval": False})
+    assert not any(laid_out)
+    forced(True)
+    path = tmp_path / "s.json"
+    laid_out.clear()
+    folded = autoprune.sensitivity(model, torch.randn(1, 3, 64, 64), eval_fn, **kwargs,
+                                   sensitivities_file=path, options={"fused_eval": True})
+    assert json.loads(path.read_text())["extra"]["evaluation"]["fused_eval"] is True
+    assert sum(laid_out) >= 8 and not laid_out[0]  # every point; not the baseline
+    _close(folded, plain)
+    assert all(p.is_contiguous() for p in model.parameters())
     assert all("forward" not in m.__dict__ for m in model.modules())

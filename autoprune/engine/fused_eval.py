@@ -14,6 +14,12 @@ and where the whole evaluation of the unpruned model gives the plain metric with
 (:meth:`FusedEval.check`, one extra evaluation; an incremental one compares its first 128
 per-image scores, :meth:`FusedEval.check_scores`); it is left off on any larger difference or
 any error.
+
+An evaluation that folds the BatchNorms itself, on a copy of the model it runs (Ultralytics'
+validator; ``eval_fn.folds_batchnorm``), would fold them a second time: for it nothing is
+folded; while the block is in force, :func:`follow` lays out the convolution weights of that
+copy channels-last (YOLOv8n at 320 px: 1.3x faster forward on one AVX-512 core), checked as
+above.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ CHECK_RTOL = 1e-4  # the masked evaluation's tolerance too
 # 1.05x at 64 px (resnet18), and slower there with the prefix cache replaying the small maps
 MIN_SIDE = 160
 CHECK_IMAGES = 128  # per-image scores an incremental evaluation's check compares (a batch)
+_LAID_OUT: dict[int, "FusedEval"] = {}  # id(model) -> its FusedEval in force without folding
 
 
 def _bn_act(module: nn.Module) -> bool:
@@ -96,8 +103,9 @@ class FusedEval:
     """Folds ``conv_bn_pairs`` for a block, convolution weights laid out channels-last where
     ``channels_last``."""
 
-    def __init__(self, model: nn.Module, dg: Any):
-        pairs = conv_bn_pairs(dg)
+    def __init__(self, model: nn.Module, dg: Any, fold: bool = True):
+        self.model, self.fold = model, fold  # fold: False when the evaluation folds itself
+        pairs = conv_bn_pairs(dg) if fold else []
         self.bn_of = {conv: bn for conv, bn in pairs}
         self.convs = [m for m in model.modules()
                       if type(m) is nn.Conv2d and m.weight is not None and m.weight.dim() == 4]
@@ -130,6 +138,17 @@ class FusedEval:
         prefix cache replays their stage), left as they are."""
         if not self.enabled:
             yield
+            return
+        if not self.fold:  # the evaluation's own copy is laid out (follow)
+            before = _LAID_OUT.get(id(self.model))
+            _LAID_OUT[id(self.model)] = self
+            try:
+                yield
+            finally:
+                if before is None:
+                    _LAID_OUT.pop(id(self.model), None)
+                else:
+                    _LAID_OUT[id(self.model)] = before
             return
         changed, skipped = set(changed), set(skipped)
         convs, bns = [], []
@@ -202,6 +221,20 @@ class FusedEval:
         if not self.enabled:
             self._memo.clear()
         return self.enabled
+
+
+def follow(model: nn.Module, copy: nn.Module) -> None:
+    """While a :class:`FusedEval` of ``model`` that does not fold is in force: lay out the
+    convolution weights of ``copy`` (the folded copy of ``model`` an evaluation runs)
+    channels-last. Otherwise nothing."""
+    fused = _LAID_OUT.get(id(model))
+    if fused is None or fused.model is not model or not fused.channels_last or copy is model:
+        return
+    with torch.no_grad():
+        for module in copy.modules():
+            if type(module) is nn.Conv2d and module.weight is not None and module.weight.dim() == 4:
+                module.weight.data = module.weight.data.contiguous(
+                    memory_format=torch.channels_last)
 
 
 def _after_folding(bn: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -15,6 +15,9 @@ adaptive). An eval function may also have:
   ``random_order`` (True when the images are visited in a seeded uniformly random order) allows
   the ``"confidence"`` bound of :mod:`autoprune.engine.bounds`; ``resumable`` (True for
   ``scores`` steps) allows ``start > 0``.
+- ``folds_batchnorm``: True when the evaluation runs a copy of the model with each BatchNorm
+  folded into its convolution (Ultralytics' validator): the analysis's folded evaluation then
+  only lays out that copy's weights (:mod:`autoprune.engine.fused_eval`).
 
 The engine imports no task: tasks build such objects (see the classification and segmentation
 adapters' ``incremental_eval``).
@@ -66,7 +69,7 @@ class CountingEval:
         self.calls, self.images = 0, 0
         self.seconds: list[float] = []  # each completed call's wall time
         self.incremental = self._incremental if incremental_of(eval_fn) else None
-        for name in ("random_order", "resumable"):
+        for name in ("random_order", "resumable", "folds_batchnorm"):
             setattr(self, name, bool(getattr(eval_fn, name, False)))
 
     def __call__(self, model: nn.Module) -> Any:

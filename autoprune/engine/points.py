@@ -118,7 +118,8 @@ class PointRunner:
         self.cache, self.k = cache, batch_variants
         # BatchNorm folded, channels-last weights: a real prune on the CPU (fused_eval.py)
         on_cpu = all(p.device.type == "cpu" for p in model.parameters())
-        self.fused = FusedEval(model, graph.dg) if fused and on_cpu else None
+        folds = bool(getattr(eval_fn, "folds_batchnorm", False))  # on its own copy
+        self.fused = FusedEval(model, graph.dg, fold=not folds) if fused and on_cpu else None
         self.baseline = baseline  # the unpruned model's metric: what the folded one must give
         self.base_scores: torch.Tensor | None = None  # its per-image scores (set where known)
         evaluation = resolve_evaluation(model, evaluation)

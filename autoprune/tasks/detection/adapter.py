@@ -52,6 +52,7 @@ class DetectionAdapter(TaskAdapter):
     yolo_task, model_class, head_class = "detect", yolo.DetectionModel, yolo.Detect
     trainer_class = yolo.KeepModuleTrainer    # keeps the pruned module (and trains under torchrun)
     validator_class = yolo.PatientValidator   # the validator (NMS without a time limit)
+    folds_batchnorm = True                    # it validates a fused copy (Ultralytics' fuse)
     # ...its models' names (a sub-task: a names.HeadVariant as ``variant``)...
     families, arch_suffix = FAMILIES, ""
     canonical_arch = staticmethod(canonical_arch)  # "yolov8n" of a name, or None

@@ -14,7 +14,7 @@ import torch.nn as nn
 import yaml
 
 from ...engine.fast_copy import fast_deepcopy
-from ...engine.prefix_cache import follow
+from ...engine.evaluated_copy import follow
 from ...errors import ConfigError
 from . import models as yolo
 from .sources import EvalImages
@@ -29,8 +29,9 @@ def evaluate(adapter: Any, model: nn.Module) -> dict[str, float]:
 
 def validator_and_copy(adapter: Any, model: nn.Module) -> tuple[Any, nn.Module]:
     """The adapter's validator for one evaluation of ``model`` and the fused float copy of
-    ``model`` it validates (:func:`validate` runs them); a prefix cache recording or replaying
-    for ``model`` follows the copy (:func:`~autoprune.engine.prefix_cache.follow`)."""
+    ``model`` it validates (:func:`validate` runs them); an analysis running on ``model``
+    evaluates the copy as it would ``model`` (:func:`~autoprune.engine.evaluated_copy.follow`:
+    its prefix cache, its channels-last layout)."""
     if adapter.eval_data is None:
         raise ConfigError("evaluation needs data=<data.yaml> with a val split")
     net = fast_deepcopy(model).eval()
@@ -38,7 +39,7 @@ def validator_and_copy(adapter: Any, model: nn.Module) -> tuple[Any, nn.Module]:
            for t in (*net.parameters(), *net.buffers())):
         net.float()  # as Ultralytics validates: float32 (its checkpoints hold half)
     net.fuse(verbose=False)  # on the copy: AutoBackend would fuse it (and print its FLOPs)
-    follow(model, net)  # an analysis's prefix cache records / replays on the copy it runs
+    follow(model, net)  # an analysis's prefix cache and layout apply to the copy it runs
     if not getattr(net, "names", None) or len(net.names) != yolo.model_nc(net):
         net.names = adapter.names
     args = {"data": str(val_data_yaml(adapter)), "imgsz": adapter.input_size,

@@ -1,12 +1,13 @@
-"""The prefix cache on a YOLO analysis (issue 41): one trained detector's full sensitivity analysis
-run twice on the same groups, ratios and val images, the prefix cache off and on. Ultralytics'
-validator evaluates a fused copy of the model; the cache follows that copy
-(``engine/prefix_cache.follow``) and replays the stages before each group's first pruned layer.
-Printed: wall time of each analysis and of its points, the speed-up, and the largest difference
-between the two tables (the replay is exact: 0).
+"""A YOLO analysis's speed (issue 41): one trained detector's full sensitivity analysis run three
+times on the same groups, ratios and val images: as before 2026-11-27 (prefix cache and folded
+evaluation both off: neither could engage on the fused copy Ultralytics' validator evaluates),
+with the prefix cache (which now follows that copy, ``engine/evaluated_copy.follow``: the stages
+before each group's first pruned layer replayed), and with the defaults (the cache, and the copy's
+convolutions channels-last where the folded evaluation's check passes). Printed: wall time of
+each analysis and of its points, the speed-ups, and the largest difference from the first table.
 
-    taskset -c 0 python benchmarks/yolo_prefix_cache.py --weights runs/int8/.../fp32/baseline/best.pt \\
-        --data runs/int8/.../data.yaml --size 320 --every 3
+    taskset -c 0 python benchmarks/yolo_analysis_speed.py --weights runs/int8/.../fp32/baseline/best.pt \\
+        --data runs/int8/.../data.yaml --size 320
 
 The detector of benchmarks/README.md's figures is the FP32 base that ``benchmarks/int8.py
 --models yolov8n --train-images 480 --val-images 160 --epochs 30`` trains (as map_bound.py's).
@@ -26,8 +27,13 @@ from autoprune.flow.sensitivities import TaskEval
 from autoprune.tasks.detection import DetectionAdapter
 
 
+CONFIGS = {"before": {"prefix_cache": False, "fused_eval": False},
+           "prefix cache": {"prefix_cache": True, "fused_eval": False},
+           "defaults": {"prefix_cache": True, "fused_eval": True}}
+
+
 def analyze(adapter: DetectionAdapter, model: torch.nn.Module, groups: list[str],
-            ratios: tuple[float, ...], cache: bool) -> dict:
+            ratios: tuple[float, ...], options: dict) -> dict:
     """One full analysis: its table, wall time and the seconds its points took."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sens.json"
@@ -35,10 +41,11 @@ def analyze(adapter: DetectionAdapter, model: torch.nn.Module, groups: list[str]
         table = autoprune.sensitivity(model, adapter.example_inputs(model), TaskEval(adapter),
                                       groups=groups, ratios=ratios, sensitivities_file=path,
                                       ignored_layers=adapter.ignored_layers(model),
-                                      progress=False, options={"prefix_cache": cache})
+                                      progress=False, options=options)
         wall = time.perf_counter() - start
-        points = autoprune.read_record(path).extra["evaluation"]["seconds"]
-    return {"table": table, "wall": wall, "points": points}
+        evaluation = autoprune.read_record(path).extra["evaluation"]
+    return {"table": table, "wall": wall, "points": evaluation["seconds"],
+            "fused_eval": evaluation.get("fused_eval")}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -58,20 +65,22 @@ def main(argv: list[str] | None = None) -> dict:
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     groups = [g.name for g in autoprune.prunable_groups(model, example, ignored)][::a.every]
     ratios = tuple(float(r) for r in a.ratios.split(","))
-    adapter.evaluate(model)  # the label cache and the loader, outside both timings
-    runs = {cache: analyze(adapter, model, groups, ratios, cache) for cache in (False, True)}
-    apart = max(abs(runs[True]["table"][g][r] - runs[False]["table"][g][r])
-                for g in groups for r in ratios)
-    off, on = runs[False], runs[True]
+    adapter.evaluate(model)  # the label cache and the loader, outside the timings
+    runs = {name: analyze(adapter, model, groups, ratios, options)
+            for name, options in CONFIGS.items()}
+    first = runs["before"]
+    for run in runs.values():
+        run["apart"] = max(abs(run["table"][g][r] - first["table"][g][r])
+                           for g in groups for r in ratios)
     print(f"\n{len(groups)} groups x {len(ratios)} ratios, {len(adapter.eval_set)} val images "
-          f"at {a.size} px, one thread\n| prefix cache | analysis (s) | its points (s) |\n"
-          f"|---|---:|---:|\n| off | {off['wall']:.1f} | {off['points']:.1f} |\n"
-          f"| on | {on['wall']:.1f} | {on['points']:.1f} |\n"
-          f"points {off['points'] / on['points']:.2f}x faster, analysis "
-          f"{off['wall'] / on['wall']:.2f}x; largest difference between the tables {apart:.1e}")
-    return {"off": {k: off[k] for k in ("wall", "points")},
-            "on": {k: on[k] for k in ("wall", "points")}, "apart": apart,
-            "groups": len(groups)}
+          f"at {a.size} px, one thread\n| analysis | wall (s) | its points (s) | points faster "
+          f"| folded evaluation | largest difference |\n|---|---:|---:|---:|---|---:|")
+    for name, run in runs.items():
+        print(f"| {name} | {run['wall']:.1f} | {run['points']:.1f} | "
+              f"{first['points'] / run['points']:.2f}x | {run['fused_eval']} | "
+              f"{run['apart']:.1e} |")
+    return {name: {k: run[k] for k in ("wall", "points", "fused_eval", "apart")}
+            for name, run in runs.items()} | {"groups": len(groups)}
 
 
 if __name__ == "__main__":
