@@ -502,9 +502,10 @@ def test_the_prefix_cache_replays_the_backbone_on_the_validators_fused_copy(trai
     the stages before the head: only the convolutions of the stages left run (fusing made the
     stages that are one Conv block compute again before, as the copy carried the replays but
     fusing set their forward), the mAP is exactly the one computed in full, and the model keeps
-    no hook or forward of the cache's."""
+    no hook or forward of the cache's. A recording over its budget stops the validator midway;
+    the next evaluation is whole and unchanged."""
     from autoprune.engine.points import pruned_temporarily
-    from autoprune.engine.prefix_cache import PrefixCache
+    from autoprune.engine.prefix_cache import OverBudget, PrefixCache
 
     model, adapter, graph, _ = trained
     convs = []
@@ -535,6 +536,10 @@ def test_the_prefix_cache_replays_the_backbone_on_the_validators_fused_copy(trai
     assert score() == baseline
     assert not any("forward" in m.__dict__ or m._forward_hooks or m._forward_pre_hooks
                    for m in model.modules())
+    small = PrefixCache(model, max_bytes=1 << 20)  # over budget within the first batch
+    with pytest.raises(OverBudget), small.recording(stop_over_budget=True):
+        score()
+    assert not small.enabled and score() == baseline  # stopped mid-pass, the next one whole
 
 
 def test_the_map_bound_benchmark_compares_bound_and_no_bound_on_one_group(flow, data_yaml,
