@@ -40,24 +40,38 @@ def run(adapter: DetectionAdapter, model: torch.nn.Module, groups: list[str], ta
                                  adaptive=True, target=target)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def detector_arguments(description: str) -> argparse.ArgumentParser:
+    """The command line of a benchmark on one trained detector: --weights, --data, --size,
+    --batch."""
+    p = argparse.ArgumentParser(description=description.split("\n\n")[0])
     p.add_argument("--weights", required=True, help="a trained detector (autoprune checkpoint)")
     p.add_argument("--data", required=True, help="its data.yaml (the val split is measured on)")
     p.add_argument("--size", type=int, default=320)
     p.add_argument("--batch", type=int, default=16)
+    return p
+
+
+def load_detector(a: argparse.Namespace, eval_limit: int | None = None
+                  ) -> tuple[torch.nn.Module, DetectionAdapter]:
+    """The detector of ``a.weights`` (eval mode) and an adapter on ``a.data``'s val split (its
+    first ``eval_limit`` images), timed on one thread."""
+    torch.set_num_threads(1)
+    model = det.load_model(a.weights).eval()
+    return model, DetectionAdapter(a.data, input_size=a.size, batch_size=a.batch, device="cpu",
+                                   eval_limit=eval_limit, progress=False)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = detector_arguments(__doc__)
     p.add_argument("--groups", type=int, default=20, help="the model's first N groups (0: all)")
     p.add_argument("--target", default="loss=0.05", help="loss=0.05 or flops=0.3")
     p.add_argument("--out", default="runs/map_bound")
     a = p.parse_args(argv)
-    torch.set_num_threads(1)
     kind, value = a.target.split("=")
     target = {kind: float(value)}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = det.load_model(a.weights).eval()
-    adapter = DetectionAdapter(a.data, input_size=a.size, batch_size=a.batch, device="cpu",
-                               progress=False)
+    model, adapter = load_detector(a)
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     groups = [g.name for g in autoprune.prunable_groups(model, example, ignored)]
     groups = groups[:a.groups] if a.groups else groups

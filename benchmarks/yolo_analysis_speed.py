@@ -14,7 +14,6 @@ The detector of benchmarks/README.md's figures is the FP32 base that ``benchmark
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import torch
 
 import autoprune
-from autoprune import detection as det
+import map_bound  # benchmarks/, beside this script
 from autoprune.flow.sensitivities import TaskEval
 from autoprune.tasks.detection import DetectionAdapter
 
@@ -49,19 +48,12 @@ def analyze(adapter: DetectionAdapter, model: torch.nn.Module, groups: list[str]
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--weights", required=True, help="a trained detector (autoprune checkpoint)")
-    p.add_argument("--data", required=True, help="its data.yaml (the val split is measured on)")
-    p.add_argument("--size", type=int, default=320)
-    p.add_argument("--batch", type=int, default=16)
+    p = map_bound.detector_arguments(__doc__)
     p.add_argument("--every", type=int, default=1, help="every k-th group of the model")
     p.add_argument("--ratios", default="0.3,0.6")
     p.add_argument("--images", type=int, default=0, help="the first N val images (0: all)")
     a = p.parse_args(argv)
-    torch.set_num_threads(1)
-    model = det.load_model(a.weights).eval()
-    adapter = DetectionAdapter(a.data, input_size=a.size, batch_size=a.batch, device="cpu",
-                               eval_limit=a.images or None, progress=False)
+    model, adapter = map_bound.load_detector(a, a.images or None)
     example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     groups = [g.name for g in autoprune.prunable_groups(model, example, ignored)][::a.every]
     ratios = tuple(float(r) for r in a.ratios.split(","))

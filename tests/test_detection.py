@@ -569,7 +569,8 @@ def test_the_yolo_analysis_speed_benchmark_gives_equal_tables(flow, data_yaml, c
     from conftest import load_benchmark
 
     result, _ = flow
-    bench, threads = load_benchmark("yolo_analysis_speed"), torch.get_num_threads()
+    bench = load_benchmark("yolo_analysis_speed", on_path=True)
+    threads = torch.get_num_threads()
     try:  # the benchmark times on one thread
         summary = bench.main(["--weights", str(result.baseline_path), "--data", str(data_yaml),
                               "--size", "64", "--batch", "8", "--every", "20", "--ratios", "0.5",

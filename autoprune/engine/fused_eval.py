@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 import torch.nn as nn
 
+from .in_force import helper_for, in_force
 from .incremental import close_steps, step_scores
 
 CHECK_RTOL = 1e-4  # the masked evaluation's tolerance too
@@ -36,7 +37,6 @@ CHECK_RTOL = 1e-4  # the masked evaluation's tolerance too
 # 1.05x at 64 px (resnet18), and slower there with the prefix cache replaying the small maps
 MIN_SIDE = 160
 CHECK_IMAGES = 128  # per-image scores an incremental evaluation's check compares (a batch)
-_LAID_OUT: dict[int, "FusedEval"] = {}  # id(model) -> its FusedEval in force without folding
 
 
 def _bn_act(module: nn.Module) -> bool:
@@ -140,15 +140,8 @@ class FusedEval:
             yield
             return
         if not self.fold:  # the evaluation's own copy is laid out (follow)
-            before = _LAID_OUT.get(id(self.model))
-            _LAID_OUT[id(self.model)] = self
-            try:
+            with in_force("layout", self.model, self):
                 yield
-            finally:
-                if before is None:
-                    _LAID_OUT.pop(id(self.model), None)
-                else:
-                    _LAID_OUT[id(self.model)] = before
             return
         changed, skipped = set(changed), set(skipped)
         convs, bns = [], []
@@ -227,8 +220,8 @@ def follow(model: nn.Module, copy: nn.Module) -> None:
     """While a :class:`FusedEval` of ``model`` that does not fold is in force: lay out the
     convolution weights of ``copy`` (the folded copy of ``model`` an evaluation runs)
     channels-last. Otherwise nothing."""
-    fused = _LAID_OUT.get(id(model))
-    if fused is None or fused.model is not model or not fused.channels_last or copy is model:
+    fused = helper_for("layout", model)
+    if fused is None or not fused.channels_last or copy is model:
         return
     with torch.no_grad():
         for module in copy.modules():

@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn as nn
 
+from .in_force import helper_for, in_force
+
 
 def _stages(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
     out = []
@@ -81,7 +83,6 @@ def _first_tensor(args: tuple) -> torch.Tensor | None:
 
 
 Undo = Callable[[], None]
-_ACTIVE: dict[int, "PrefixCache"] = {}  # id(model) -> the cache recording or replaying for it
 
 
 def follow(model: nn.Module, copy: nn.Module) -> None:
@@ -90,8 +91,8 @@ def follow(model: nn.Module, copy: nn.Module) -> None:
     the copy is in the form it will run in (after fusing). The hooks and replays that copying
     carried over from ``model`` are taken off ``copy`` first; they are put back with the
     cache's own on leaving the cache's block."""
-    cache = _ACTIVE.get(id(model))
-    if cache is not None and cache.model is model and copy is not model:
+    cache = helper_for("prefix cache", model)
+    if cache is not None and copy is not model:
         cache._follow(copy)
 
 
@@ -284,15 +285,10 @@ class PrefixCache:
         """``attach`` on the model for the block, and on every copy :func:`follow` is given."""
         self._attach, self._hook_ids, self._replays = attach, set(), {}
         self._undo = attach(self.model)
-        before = _ACTIVE.get(id(self.model))
-        _ACTIVE[id(self.model)] = self
         try:
-            yield
+            with in_force("prefix cache", self.model, self):
+                yield
         finally:
-            if before is None:
-                _ACTIVE.pop(id(self.model), None)
-            else:
-                _ACTIVE[id(self.model)] = before
             for undo in reversed(self._undo):
                 undo()
             self._attach, self._undo, self._hook_ids, self._replays = None, [], set(), {}
