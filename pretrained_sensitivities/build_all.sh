@@ -6,11 +6,11 @@
 #   pretrained_sensitivities/build_all.sh [--out DIR] [--force]
 #       [--only classification|detection|segmentation|instance_segmentation|pose|obb|rtdetr]
 #
-# rtdetr-l is listed but not bundled yet: on 2 CPU cores it takes hours (30 epochs at 128 px,
-# its first epoch 395 s on a shared core, then 73 groups x 9 ratios on 64 val scenes); build it on
-# a GPU (scripts/gpu/check.sh profiles rtdetr-l), or over several CPU sittings with --work-dir DIR
-# (passed to every build: a killed build resumes from its last epoch / point when run again).
-# yolov9c took 68 min on one AVX-512 core.
+# rtdetr-l takes hours on a CPU (30 epochs at 128 px, 5.3-5.5 min each on one AVX-512 core, then
+# 73 groups x 9 ratios on 64 val scenes, 8.7 s a point: about 4 h 20 min, bundled 2026-11-27);
+# build it on a GPU (scripts/gpu/check.sh profiles rtdetr-l), or over several CPU sittings with
+# --work-dir DIR (passed to every build: a killed build resumes from its last epoch / point when
+# run again). yolov9c took 68 min on one AVX-512 core.
 #
 # Default output: this folder (pretrained_sensitivities/, what the wheel ships).
 set -euo pipefail

@@ -35,6 +35,7 @@ PROMISED = {"classification": ["timm/resnet18", "timm/resnet34", "timm/resnet50"
                                "timm/mobilenetv3_small_100", "timm/efficientnet_b0",
                                "ultralytics/yolo11n-cls"],
             "detection": ["yolov8n", "yolov8s", "yolo11n", "yolo11s", "yolo26n", "yolov9c"],
+            "rtdetr": ["rtdetr-l"],
             "segmentation": [f"smp/{a}/{e}" for a in ("unet", "fpn", "deeplabv3plus")
                              for e in ("resnet18", "mobilenet_v2")],
             "instance_segmentation": ["yolov8n-seg", "yolo11n-seg", "yolo26n-seg"],
@@ -46,7 +47,7 @@ def test_every_promised_architecture_has_a_bundled_profile():
     assert sorted(BUNDLED) == sorted((t, k) for t, keys in PROMISED.items() for k in keys)
 
 
-ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10},
+ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10}, "rtdetr": {"nc": 10},
                 "segmentation": {"num_classes": 11}, "instance_segmentation": {"nc": 10},
                 # the scenes' pose models predict 5 keypoints (x, y, visibility)
                 "pose": {"num_classes": 10, "kpt_shape": [5, 3]}, "obb": {"num_classes": 10}}
