@@ -89,8 +89,8 @@ def follow(model: nn.Module, copy: nn.Module) -> None:
     """Make the prefix cache that is recording or replaying for ``model`` (if any) do the same on
     ``copy``, the copy of ``model`` (fused or not) that an evaluation runs instead. Call it once
     the copy is in the form it will run in (after fusing). The hooks and replays that copying
-    carried over from ``model`` are taken off ``copy`` first; they are put back with the
-    cache's own on leaving the cache's block."""
+    carried over from ``model`` are taken off ``copy`` first; the cache's own come off it
+    again when the cache's block ends."""
     cache = helper_for("prefix cache", model)
     if cache is not None and copy is not model:
         cache._follow(copy)
@@ -114,7 +114,8 @@ class PrefixCache:
         # (hook ids, replacement forwards: a copy of the model carries them) and the undoers
         self._attach: Callable[[nn.Module], list[Undo]] | None = None
         self._hook_ids: set[int] = set()
-        self._replays: dict[int, Any] = {}  # id(replacement forward) -> the stage's own forward
+        # id(replacement forward) -> (it, the stage's own forward): held, so the id stays its
+        self._replays: dict[int, tuple[Callable, Any]] = {}
         self._undo: list[Undo] = []
         self.repeat = 1  # replayed outputs are repeated this many times along the batch (variants)
         # the layout replayed 4-D outputs are given (channels-last while fused_eval's weights are)
@@ -268,7 +269,7 @@ class PrefixCache:
                     continue
                 own = module.__dict__.get("forward")  # an instance-level forward?
                 run = replay(name, module.forward)
-                self._replays[id(run)] = own
+                self._replays[id(run)] = (run, own)
                 module.forward = run
                 undo.append(lambda module=module, own=own: _set_forward(module, own))
             return undo
@@ -294,6 +295,7 @@ class PrefixCache:
             self._attach, self._undo, self._hook_ids, self._replays = None, [], set(), {}
 
     def _follow(self, copy: nn.Module) -> None:
+        """Take what copying carried over from the model off ``copy``, then attach there."""
         if self._attach is None:
             return
         for module in copy.modules():  # what copying carried over from the model
@@ -303,8 +305,8 @@ class PrefixCache:
                 for hook_id in self._hook_ids & set(hooks):
                     del hooks[hook_id]
             forward = module.__dict__.get("forward")
-            if forward is not None and id(forward) in self._replays:
-                own = self._replays[id(forward)]
+            replay, own = self._replays.get(id(forward), (None, None))
+            if forward is not None and replay is forward:
                 if isinstance(own, types.MethodType) and isinstance(own.__self__, nn.Module):
                     own = types.MethodType(own.__func__, module)  # the copy's own bound forward
                 _set_forward(module, own)

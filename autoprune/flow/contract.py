@@ -40,6 +40,8 @@ class TaskAdapter(ABC):
     build_counts: tuple[str, ...] = ("num_classes",)  # those of them that count something
     stage_files: tuple[str, ...] = ()  # what a training stage holds besides autoprune's
     #                                    checkpoints (a folder of the task's own trainer)
+    folds_batchnorm: bool = False  # its evaluation runs a copy with each BatchNorm folded
+    #                                (the analysis then lays that copy out instead of folding)
 
     # --- settings and construction ---------------------------------------------------------
     @classmethod

@@ -104,7 +104,7 @@ class TaskEval:
     def __init__(self, adapter: TaskAdapter):
         self.adapter, self.images = adapter, _eval_size(adapter)
         # its evaluation folds the BatchNorms itself, on a copy (engine/incremental.py)
-        self.folds_batchnorm = bool(getattr(adapter, "folds_batchnorm", False))
+        self.folds_batchnorm = bool(adapter.folds_batchnorm)
         steps = adapter.incremental_eval()  # None: the adapter reports the full set only
         if steps is not None:
             self.incremental = steps.incremental
