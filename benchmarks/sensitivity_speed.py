@@ -70,7 +70,8 @@ def masked_analysis(model, example, eval_set, names, ratios, batch: int, device:
     """Seconds of one masked, batched analysis (batches decoded once, then every point)."""
     t0 = time.perf_counter()
     cached = CachedBatches(DataLoader(eval_set, batch_size=batch, shuffle=False))
-    eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device(device), topk=(1,))["top1"]
+    dev = torch.device(device)
+    eval_fn = lambda m: evaluate_topk(m, cached, device=dev, topk=(1,))["top1"]
     autoprune.sensitivity(model, example, eval_fn, groups=names, ratios=ratios,
                           options={"evaluation": "masked"}, progress=False)
     if device.startswith("cuda"):

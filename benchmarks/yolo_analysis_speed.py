@@ -6,8 +6,8 @@ before each group's first pruned layer replayed), and with the defaults (the cac
 convolutions channels-last where the folded evaluation's check passes). Printed: wall time of
 each analysis and of its points, the speed-ups, and the largest difference from the first table.
 
-    taskset -c 0 python benchmarks/yolo_analysis_speed.py --weights runs/int8/.../fp32/baseline/best.pt \\
-        --data runs/int8/.../data.yaml --size 320
+    taskset -c 0 python benchmarks/yolo_analysis_speed.py --size 320 \\
+        --weights runs/int8/.../fp32/baseline/best.pt --data runs/int8/.../data.yaml
 
 The detector of benchmarks/README.md's figures is the FP32 base that ``benchmarks/int8.py
 --models yolov8n --train-images 480 --val-images 160 --epochs 30`` trains (as map_bound.py's).

@@ -47,7 +47,8 @@ def test_every_promised_architecture_has_a_bundled_profile():
     assert sorted(BUNDLED) == sorted((t, k) for t, keys in PROMISED.items() for k in keys)
 
 
-ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10}, "rtdetr": {"nc": 10},
+ADAPTER_ARGS = {"classification": {"num_classes": 10}, "detection": {"nc": 10},
+                "rtdetr": {"nc": 10},
                 "segmentation": {"num_classes": 11}, "instance_segmentation": {"nc": 10},
                 # the scenes' pose models predict 5 keypoints (x, y, visibility)
                 "pose": {"num_classes": 10, "kpt_shape": [5, 3]}, "obb": {"num_classes": 10}}
