@@ -4,7 +4,8 @@ profile or CLI module.
 groups.py (prunable groups on torch-pruning's graph; tp_patches.py: its fixes to torch-pruning's
 search; probe.py: groups whose removal breaks a forward pass; channels.py: which channels go),
 sensitivity.py with analysis_file.py (its file opened, resumed, merged), points.py, masking.py,
-prefix_cache.py and fused_eval.py (how the sensitivity points are evaluated) and the adaptive
+prefix_cache.py and fused_eval.py (how the sensitivity points are evaluated; evaluated_copy.py
+and in_force.py: they follow the copy an evaluation runs instead of the model) and the adaptive
 analysis (adaptive.py, adaptive_run.py, bounds.py, incremental.py, cost.py), store.py (the
 sensitivity file), files.py (atomic writes: every file autoprune writes), allocate.py (ratios
 from a loss or a FLOPs target), timing.py (the Timing setting), timer.py (paired timing and its
