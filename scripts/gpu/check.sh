@@ -39,7 +39,8 @@ step() {  # step <seconds> <title> <command...>: time-limited, logged to bench.l
   timeout "$limit" "$@" 2>&1 | tee -a "$OUT/bench.log" | grep -v "^\s*$" | tail -25
   echo "=== $title: rc=${PIPESTATUS[0]} wall=$((SECONDS - t0)) s" | tee -a "$OUT/bench.log"
 }
-case "${1:-tests}" in
+[ $# -gt 0 ] || { echo "usage: check.sh bench|masked|tests|profiles <arch> (a step by name: no default)"; exit 2; }
+case "$1" in
   bench)
     # (2026-11-27, session 4 ran this as it stands: 311 s; 512 px and the resnet18 target are
     # measured now, mobilenetv3's GPU latency table is not reproducible at batch 32.)
