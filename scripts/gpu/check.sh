@@ -19,6 +19,7 @@
 # lands in $OUT (at most 8 files come back: gpu.txt, bench.log, task_flows.json,
 # demo_report.json, tests.log, junit.xml, failures.log: each failure as it happens).
 set -uo pipefail
+[ $# -gt 0 ] || { echo "usage: check.sh bench|masked|tests|profiles <arch> (a step by name: no default)"; exit 2; }
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False HF_HUB_OFFLINE=1 CI=true \
@@ -39,7 +40,6 @@ step() {  # step <seconds> <title> <command...>: time-limited, logged to bench.l
   timeout "$limit" "$@" 2>&1 | tee -a "$OUT/bench.log" | grep -v "^\s*$" | tail -25
   echo "=== $title: rc=${PIPESTATUS[0]} wall=$((SECONDS - t0)) s" | tee -a "$OUT/bench.log"
 }
-[ $# -gt 0 ] || { echo "usage: check.sh bench|masked|tests|profiles <arch> (a step by name: no default)"; exit 2; }
 case "$1" in
   bench)
     # (2026-11-27, session 4 ran this as it stands: 311 s; 512 px and the resnet18 target are
