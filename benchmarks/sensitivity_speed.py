@@ -66,17 +66,19 @@ def paddleslim_style(model, example, loader, groups, ratios, criterion="l1_norm"
     return sens
 
 
-def masked_analysis(model, example, eval_set, names, ratios, batch: int, device: str) -> float:
-    """Seconds of one masked, batched analysis (batches decoded once, then every point)."""
+def cached_analysis(model, example, eval_set, names, ratios, batch: int, device: str,
+                    mode: str = "masked") -> tuple[dict, float]:
+    """One analysis with ``evaluation=mode`` on batches decoded once: its table and seconds
+    (the decoding included)."""
     t0 = time.perf_counter()
     cached = CachedBatches(DataLoader(eval_set, batch_size=batch, shuffle=False))
     dev = torch.device(device)
     eval_fn = lambda m: evaluate_topk(m, cached, device=dev, topk=(1,))["top1"]
-    autoprune.sensitivity(model, example, eval_fn, groups=names, ratios=ratios,
-                          options={"evaluation": "masked"}, progress=False)
+    table = autoprune.sensitivity(model, example, eval_fn, groups=names, ratios=ratios,
+                                  options={"evaluation": mode}, progress=False)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return table, time.perf_counter() - t0
 
 
 def profile_masked(model, example, eval_set, names, ratios, batches: list[int],
@@ -88,14 +90,14 @@ def profile_masked(model, example, eval_set, names, ratios, batches: list[int],
     for batch in batches:
         for bench in (False, True):
             torch.backends.cudnn.benchmark = bench
-            runs = [masked_analysis(model, example, eval_set, names, ratios, batch, device)
+            runs = [cached_analysis(model, example, eval_set, names, ratios, batch, device)[1]
                     for _ in range(2)]
             print(f"masked analysis, batches of {batch}, cudnn.benchmark={bench}: "
                   f"{runs[1]:.2f} s (first run {runs[0]:.2f} s)")
     torch.backends.cudnn.benchmark = False
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
-        masked_analysis(model, example, eval_set, names, ratios, batches[-1], device)
+        cached_analysis(model, example, eval_set, names, ratios, batches[-1], device)
     table = prof.key_averages()
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     print(f"where the time goes, batches of {batches[-1]} (torch.profiler, sorted by {key}):")
@@ -160,15 +162,9 @@ def main(argv: list[str] | None = None) -> None:
 
         times, results = {}, {}
         for mode in ("masked", "auto"):  # "auto", the default: masked on a GPU, else real prune
-            t0 = time.perf_counter()  # decoding the batches once is part of each time
-            cached = CachedBatches(DataLoader(adapter.eval_set, batch_size=args.eval_batch,
-                                              shuffle=False))
-            eval_fn = lambda m: evaluate_topk(m, cached, device=torch.device(args.device),
-                                              topk=(1,))["top1"]
-            results[mode] = autoprune.sensitivity(model, example, eval_fn, groups=names,
-                                                  ratios=ratios, options={"evaluation": mode},
-                                                  progress=False)
-            times[mode] = time.perf_counter() - t0
+            results[mode], times[mode] = cached_analysis(model, example, adapter.eval_set, names,
+                                                         ratios, args.eval_batch, args.device,
+                                                         mode)
         t0 = time.perf_counter()  # the flow's own evaluation (its adapter), as a user gets it
         fresh = cls.ClassificationAdapter(None, val_dir, num_classes=10, input_size=args.size,
                                           batch_size=args.eval_batch, progress=False,

@@ -15,14 +15,13 @@ The detector of benchmarks/README.md's figures is the FP32 base that ``benchmark
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
+import analysis_cost  # benchmarks/, beside this script
 import autoprune
-import map_bound  # benchmarks/, beside this script
-from autoprune.flow.sensitivities import TaskEval
+import map_bound
 from autoprune.tasks.detection import DetectionAdapter
 
 
@@ -33,18 +32,13 @@ CONFIGS = {"before": {"prefix_cache": False, "fused_eval": False},
 
 def analyze(adapter: DetectionAdapter, model: torch.nn.Module, groups: list[str],
             ratios: tuple[float, ...], options: dict) -> dict:
-    """One full analysis: its table, wall time and the seconds its points took."""
+    """One full analysis (``analysis_cost.analyze``): its table, wall time, the seconds its
+    points took and whether the folded evaluation was on."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "sens.json"
-        start = time.perf_counter()
-        table = autoprune.sensitivity(model, adapter.example_inputs(model), TaskEval(adapter),
-                                      groups=groups, ratios=ratios, sensitivities_file=path,
-                                      ignored_layers=adapter.ignored_layers(model),
-                                      progress=False, options=options)
-        wall = time.perf_counter() - start
-        evaluation = autoprune.read_record(path).extra["evaluation"]
-    return {"table": table, "wall": wall, "points": evaluation["seconds"],
-            "fused_eval": evaluation.get("fused_eval")}
+        run = analysis_cost.analyze(adapter, model, groups, Path(tmp) / "sens.json",
+                                    ratios=ratios, **options)
+    return {"table": run["table"], "wall": run["wall"], "points": run["points_wall"],
+            "fused_eval": run["record"].extra["evaluation"].get("fused_eval")}
 
 
 def main(argv: list[str] | None = None) -> dict:
