@@ -12,6 +12,7 @@ from torch.utils.data import TensorDataset
 
 import autoprune
 from autoprune.engine.adaptive import Planner, check_target
+from autoprune.engine.allocate import threshold_curve
 from autoprune.engine.bounds import (PairedCounts, hypergeom_cdf, look_points, mean_interval,
                                      successes_interval)
 from autoprune.engine.incremental import Step
@@ -118,17 +119,31 @@ def test_the_exact_bound_holds_whatever_the_unseen_images_score():
     assert look_points(1000)[:3] == [32, 48, 72] and look_points(1000)[-1] < 1000
 
 
-def test_the_planner_finds_a_bracket_from_the_middle():
+def test_the_planner_finds_a_bracket_from_the_top():
+    """A bracket target probes a group's top ratio first: a group no ratio harms costs that one
+    point, a steep one the top (decided far over after a few images) and a jump down the
+    ratio-squared curve through it; a convex curve's bracket is found without the points under
+    it."""
     planner = Planner(list(RATIOS))
-    curve = {0.1: 0.0, 0.3: 0.01, 0.5: 0.03, 0.7: 0.2, 0.9: 0.6}
-    known = {}
-    while (r := planner.next_point(known, [0.05])) is not None:
-        known[r] = (curve[r], curve[r])
-    assert set(known) == {0.5, 0.7}  # 0.5 within, 0.7 over: the next grid point
+
+    def walk(curve, t=0.05):
+        known = {}
+        while (r := planner.next_point(known, [t])) is not None:
+            known[r] = (curve[r], curve[r])
+        return known
+
+    convex = {0.1: 0.0, 0.3: 0.01, 0.5: 0.03, 0.7: 0.2, 0.9: 0.6}
+    known = walk(convex)
+    assert {0.5, 0.7} <= set(known) and 0.1 not in known  # 0.5 within, 0.7 over: the bracket
+    table = {r: high for r, (_, high) in known.items()}
+    assert autoprune.engine.allocate.ratio_for_loss(threshold_curve(table), 0.05) == \
+        autoprune.engine.allocate.ratio_for_loss(threshold_curve(convex), 0.05)
+    assert set(walk({r: 0.0 for r in RATIOS})) == {0.9}  # flat: one point
+    steep = walk({r: 0.5 + r / 2 for r in RATIOS})  # over at every ratio: down to the first
+    assert 0.1 in steep and not {0.5, 0.7} & set(steep)
     assert planner.next_point({0.9: (0.0, 0.01)}, [0.05]) is None  # the top within: done
     assert planner.next_point({0.1: (0.06, 0.1)}, [0.05]) is None  # the first over: done
     assert planner.next_point({0.1: (0.02, 0.1)}, [0.05]) == 0.1  # undecided: more images
-
 
 
 def test_an_undecided_point_gets_its_images_before_the_points_below_it():
@@ -398,10 +413,11 @@ class _CurveScores:
             yield Step(len(scores[i:i + 64]), scores=scores[i:i + 64])
 
 
-def _measured_on_curves(base, curves, goal, flops, grid):
+def _measured_on_curves(base, curves, goal, flops, grid, rounds=None):
     """``(meter, {(group, ratio): images})``: the points a real :class:`AdaptiveRun` for
     ``goal`` measures on per-image scores that follow ``curves`` (:class:`_CurveScores`), and
-    the images each ended with (every image: ``len(base)``)."""
+    the images each ended with (every image: ``len(base)``); ``rounds``, a list, gets each
+    round's planned points and the points it measured."""
     from autoprune.engine.adaptive import PointMeter, Thresholds
     from autoprune.engine.adaptive_run import AdaptiveRun
     from autoprune.engine.store import SensitivityRecord
@@ -414,6 +430,19 @@ def _measured_on_curves(base, curves, goal, flops, grid):
                       record=record, own=SensitivityRecord(), names=list(curves), grid=grid,
                       write=lambda: None)
     run.runner, run.meter = scores, meter
+    if rounds is not None:
+        save, pruned = run._save, scores.pruned
+
+        def planned(now):
+            if now is not None:
+                rounds.append((dict(now["points"]), []))
+            save(now)
+
+        def measuring(name, ratio):
+            rounds[-1][1].append((name, ratio))
+            return pruned(name, ratio)
+
+        run._save, scores.pruned = planned, measuring
     run.run()
     return meter, {(g, r): record.intervals.get(g, {}).get(r, {}).get("images", n)
                    for g, points in record.sensitivities.items() for r in points}
@@ -450,6 +479,31 @@ def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assum
     assert set(predicted) == set(measured) and len(measured) < len(tops) * len(grid)
     for point, images in measured.items():
         assert predicted[point] / 1.5 <= images <= predicted[point] * 1.5 + 64, point
+
+
+def test_a_flops_round_measures_one_point_per_group_planned_as_it_starts():
+    """Each round of a FLOPs target gives every group that needs a point exactly the one point
+    planned (and stored) as it starts, then estimates the threshold again: resolving a whole
+    bracket at one estimate walked noise-level curves down to ratios the final threshold never
+    reads. The coarse round probes every group's top ratio."""
+    n, grid = 2000, [0.1 * k for k in range(1, 10)]
+    base = torch.ones(n, dtype=torch.float64)
+    base[::5] = 0.0
+    tops = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}
+    curves = {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
+
+    class Flops:
+        total = 5.0
+
+        @staticmethod
+        def predict(ratios):
+            return Flops.total - sum(1 - (1 - ratios.get(g, 0.0)) ** 2 for g in tops)
+
+    rounds = []
+    _measured_on_curves(base, curves, check_target("flops=0.5"), Flops, grid, rounds)
+    assert len(rounds) >= 3 and rounds[0][0] == {g: 0.9 for g in tops}
+    for planned, measured in rounds:
+        assert measured == list(planned.items())  # one each, the planned one
 
 
 def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_points():

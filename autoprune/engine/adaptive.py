@@ -16,15 +16,19 @@ analysis measures only the points that decide where its curve is read:
   of that threshold on each group's ratio grid: the last point within it and the next grid
   point, decided over it, measured (or every point up to the top ratio within it). It probes the
   ratio where the curve is expected to cross (a chord through the points measured so far, from
-  the middle of the grid: it only orders the work); a point whose interval still straddles the
+  the top of the grid: it only orders the work); a point whose interval still straddles the
   threshold gets more images before any point below it is probed (probing first would walk a
   flat, noise-level curve down to its first ratio, point by point). A coarse pass probes every
-  group once (decided against a ladder of thresholds); then the common threshold is estimated
-  from the table with the allocator's own bisection (layer-wise MACs,
+  group once at its top ratio, decided against a ladder of thresholds (a group no ratio harms
+  needs no other point; a sensitive group's top is decided far over the ladder after a few
+  dozen images). Then, round after round, the common threshold is estimated from the table
+  with the allocator's own bisection (layer-wise MACs,
   :class:`~autoprune.engine.allocate.FlopsModel`; a curve not yet measured to the grid's top
-  read as extended to it), each group's bracket is resolved at it, and again with the new
-  estimate until no group needs a point (brackets kept at the last two estimates: the band
-  widens when the threshold moves). Each round first estimates from the table with a point
+  read as extended to it) and each group that needs a point at it gets *one* point, until no
+  group needs one (brackets kept at the last two estimates: the band widens when the threshold
+  moves). One point a round, not a whole bracket: the first estimates can be several times
+  off at a threshold of a few images' loss, and resolving each bracket at one of them walked
+  noise-level curves down to ratios the final threshold never reads. Each round first estimates from the table with a point
   decided early read at its interval's middle (upper ends, after a coarse pass, put the first
   estimate several times too high and the rounds then walked flat curves down), and only when
   that leaves no group needing a point from the upper ends, as the allocation reads them.
@@ -65,7 +69,7 @@ from .store import SensitivityRecord, ratio_key
 TARGETS = {"loss": "eval_metric_loss", "flops": "pruned_flops", "latency": "pruned_latency"}
 LADDER = (0.02, 0.05, 0.1, 0.2, 0.5)  # the coarse pass decides a point between these
 LATENCY_EFFICIENCY = 0.7  # latency saved per FLOPs saved on CPUs (0.68-0.76 measured)
-MAX_ROUNDS = 12
+MAX_ROUNDS = 40  # a round measures one point per group that needs one
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,10 @@ class Planner:
         self.top_down = top_down
 
     def first(self) -> float:
-        """A group's first probe: the middle of the grid."""
-        return self.grid[len(self.grid) // 2]
+        """A group's first probe: the top of the grid (a group no ratio harms needs no other
+        point; a sensitive group's top is decided far over any threshold after a few dozen
+        images)."""
+        return self.grid[-1]
 
     def next_point(self, known: Mapping[float, Interval], thresholds: Iterable[float]
                    ) -> float | None:
@@ -204,13 +210,16 @@ class Planner:
 
     def _guess(self, known: Mapping[float, Interval], t: float, a: int, b: int) -> float:
         """Where the curve is expected to cross ``t``: a chord between the bracket's ends
-        (interval middles; ratio 0 loses 0); with nothing over ``t`` measured, a curve through
-        the origin growing as the ratio squared (sensitivity curves bend upward)."""
+        (interval middles); with only one end measured (nothing within ``t``, or nothing over
+        it), a curve through the origin growing as the ratio squared (sensitivity curves bend
+        upward: a chord from the origin to the top ratio would probe far too low)."""
         grid, m = self.grid, len(self.grid)
         mid = lambda r: sum(known[r]) / 2
         ra, la = (0.0, 0.0) if a < 0 else (grid[a], mid(grid[a]))
         if b < m:
             rb, lb = grid[b], mid(grid[b])
+            if a < 0 and lb > t > 0:
+                return rb * math.sqrt(t / lb)
             return ra + (t - la) * (rb - ra) / (lb - la) if lb > la else (ra + rb) / 2
         if a < 0:
             return self.first()
@@ -281,6 +290,16 @@ def next_round(thresholds: Thresholds, planner: Planner,
         if work:
             return now, work
     return now, []
+
+
+def round_points(planner: Planner, known: Mapping[str, Mapping[float, Interval]],
+                 work: Iterable[str], thresholds: Iterable[float]) -> dict[str, float]:
+    """The one point each group of ``work`` measures (or refines) in a round at ``thresholds``
+    (groups that need none left out): chosen from the table as the round starts, so a round
+    resumed after a kill, or shared over torchrun ranks, measures the same points."""
+    thresholds = list(thresholds)
+    points = {name: planner.next_point(known[name], thresholds) for name in work}
+    return {name: r for name, r in points.items() if r is not None}
 
 
 def extended(points: Mapping[float, float], top: float) -> dict[float, float]:

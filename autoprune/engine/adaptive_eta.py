@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from .adaptive import (LADDER, MAX_ROUNDS, Interval, Planner, PointMeter, Thresholds,
-                       next_round, undecided)
+                       next_round, round_points, undecided)
 from .bounds import PairedCounts, mean_interval
 from .incremental import close_steps, step_scores
 
@@ -124,8 +124,8 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
     images and the interval a point of that loss is decided with): the rounds of
     :class:`~autoprune.engine.adaptive_run.AdaptiveRun` (a FLOPs / latency target's coarse probe
     against the ladder, then thresholds estimated from the table of interval middles, or of
-    upper ends once those leave no work, widened while they move; a point an interval no longer
-    decides refined), from the points already ``known``."""
+    upper ends once those leave no work, widened while they move; one point per group a round,
+    a point an interval no longer decides refined), from the points already ``known``."""
     table = {g: dict((known or {}).get(g, {})) for g in curves}
     images: dict[tuple[str, float], int] = {}
 
@@ -143,9 +143,8 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
         if not work:
             break
         ts = sorted(set(now) | set(previous))
-        for name in work:
-            while (ratio := planner.next_point(table[name], ts)) is not None:
-                point(name, ratio, ts)
+        for name, ratio in round_points(planner, table, work, ts).items():
+            point(name, ratio, ts)
         previous = now
     return images
 

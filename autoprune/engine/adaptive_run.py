@@ -1,7 +1,8 @@
 """The rounds of an adaptive analysis (:mod:`autoprune.engine.adaptive` says what is measured and
 why): per round, the thresholds are estimated from the table, every group that still needs a
-point is resolved against them (groups shared out over torchrun ranks), and the ranks' points
-are merged; the file is written after every point, so a killed run resumes where it stopped."""
+point gets one, chosen as the round starts (groups shared out over torchrun ranks), and the
+ranks' points are merged; the file is written after every point, so a killed run resumes where
+it stopped."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -9,7 +10,7 @@ from typing import Any, Callable
 import torch.nn as nn
 
 from .adaptive import (LADDER, MAX_ROUNDS, Planner, PointMeter, Thresholds, known_points,
-                       next_round)
+                       next_round, round_points, undecided)
 from .distributed import gather, rank_and_world, shard
 from .points import PointRunner
 from .store import SensitivityRecord, merge_points
@@ -64,35 +65,41 @@ class AdaptiveRun:
         now = state.get("round") if state and not state.get("done") else None
         index = now["index"] if now else 0
         previous = now["previous"] if now else []
+        if now is not None and not isinstance(now.get("points"), dict):
+            now = None  # a round planned by an older release: planned again from the table
         for _ in range(MAX_ROUNDS):
             if now is None:
                 now = self._plan(index, previous)
                 if now is None:
                     break
                 self._save(now)
-            for name in shard(now["work"], self.rank, self.world):
-                self._resolve(name, now["thresholds"], now["coarse"])
+            for name in shard(list(now["points"]), self.rank, self.world):
+                ratio = float(now["points"][name])
+                known = self.known(name)
+                if ratio not in known or undecided(known[ratio], now["thresholds"]):
+                    self._measure(name, ratio, now["thresholds"])  # else measured before a kill
             self._share()
             index, previous, now = index + 1, now["now"], None
         self.rounds = index
         self._save(None)
 
     def _plan(self, index: int, previous: list[float]) -> dict[str, Any] | None:
-        """The next round: the thresholds to resolve and the groups that need a point; None
-        when none does."""
+        """The next round: the thresholds it measures against and each group's one point; None
+        when no group needs one."""
         if self.thresholds.target.kind != "loss" and index == 0 and \
                 any(not self.known(n) for n in self.names):  # one probe per group: a ladder
-            work = [n for n in self.names if not self.known(n)]
+            points = {n: self.planner.first() for n in self.names if not self.known(n)}
             return {"index": index, "coarse": True, "thresholds": list(LADDER),
-                    "now": [], "previous": [], "work": work}
-        now, work = next_round(self.thresholds, self.planner,
-                               {n: self.known(n) for n in self.names})
+                    "now": [], "previous": [], "points": points}
+        known = {n: self.known(n) for n in self.names}
+        now, work = next_round(self.thresholds, self.planner, known)
         self.final = now
-        if not work:
+        thresholds = sorted(set(now) | set(previous))  # widened while it moves
+        points = round_points(self.planner, known, work, thresholds)
+        if not points:
             return None
         return {"index": index, "coarse": False, "now": now, "previous": previous,
-                "thresholds": sorted(set(now) | set(previous)),  # widened while it moves
-                "work": work}
+                "thresholds": thresholds, "points": points}
 
     def _save(self, now: dict[str, Any] | None) -> None:
         """The round under way (None: finished) into the file's ``extra["adaptive"]``."""
@@ -103,17 +110,6 @@ class AdaptiveRun:
             **({"round": now} if now is not None else
                {"thresholds": [t for t in self.final if t == t]})}
         self.write()
-
-    def _resolve(self, name: str, thresholds: list[float], coarse: bool) -> None:
-        if coarse:
-            if not self.known(name):
-                self._measure(name, self.planner.first(), thresholds)
-            return
-        while True:
-            ratio = self.planner.next_point(self.known(name), thresholds)
-            if ratio is None:
-                return
-            self._measure(name, ratio, thresholds)
 
     def _measure(self, name: str, ratio: float, thresholds: list[float]) -> None:
         before = self.record.intervals.get(name, {}).get(ratio)
