@@ -356,7 +356,7 @@ def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
     to decide it, its flips at their expected rate: a point far over the tolerance stops within
     the first looks, one near it needs every image, and the prediction is what PointMeter really does
     on scores that flip at exactly that rate."""
-    from autoprune.engine.adaptive import PointMeter
+    from autoprune.engine.adaptive_meter import PointMeter
     from autoprune.engine.adaptive_eta import expected_images
 
     n = 2000
@@ -418,7 +418,8 @@ def _measured_on_curves(base, curves, goal, flops, grid, rounds=None):
     ``goal`` measures on per-image scores that follow ``curves`` (:class:`_CurveScores`), and
     the images each ended with (every image: ``len(base)``); ``rounds``, a list, gets each
     round's planned points and the points it measured."""
-    from autoprune.engine.adaptive import PointMeter, Thresholds
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_meter import PointMeter
     from autoprune.engine.adaptive_run import AdaptiveRun
     from autoprune.engine.store import SensitivityRecord
 

@@ -1,6 +1,6 @@
 """GPU paths, skipped without CUDA (CI has none; scripts/gpu/check.sh runs them on a lent GPU):
 the masked, batched analysis on CUDA against real pruning and against the CPU, AMP training and
-the report's GPU latency row, GPU latency timing. The rest of the suite also runs on the GPU
+the report's GPU latency row, GPU latency timing, evaluation batches kept on the device. The rest of the suite also runs on the GPU
 there: ``device="auto"`` picks CUDA."""
 import json
 
@@ -101,3 +101,27 @@ def test_flow_on_cuda_trains_with_amp_and_reports_gpu_latency(tmp_path):
     model = cls.load_model(r.pruned_path)
     assert next(model.parameters()).device.type == "cpu"
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_cached_evaluation_batches_are_kept_on_the_device_or_pinned(monkeypatch):
+    """The kept evaluation batches move to the GPU once (a masked analysis re-reads them for every
+    variant: no host copies then), or are pinned when over the device budget; the metric is the
+    one the loader's own batches give."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from autoprune.engine import data
+    from autoprune.flow.training.metrics import evaluate_topk
+
+    g = torch.Generator().manual_seed(0)
+    dataset = TensorDataset(torch.randn(64, 3, 32, 32, generator=g), torch.randint(0, 10, (64,)))
+    model, _ = _resnet("cuda")
+    plain = evaluate_topk(model, DataLoader(dataset, batch_size=16), device=torch.device("cuda"))
+    kept = data.CachedBatches(DataLoader(dataset, batch_size=16), device="cuda")
+    assert evaluate_topk(model, kept, device=torch.device("cuda")) == plain  # the first pass
+    assert all(t.is_cuda for batch in kept._cache for t in batch)
+    assert evaluate_topk(model, kept, device=torch.device("cuda")) == plain
+    monkeypatch.setattr(data, "DEVICE_BUDGET", 0)
+    pinned = data.CachedBatches(DataLoader(dataset, batch_size=16), device="cuda")
+    list(pinned)
+    assert all(t.is_pinned() and not t.is_cuda for batch in pinned._cache for t in batch)
+    assert evaluate_topk(model, pinned, device=torch.device("cuda")) == plain

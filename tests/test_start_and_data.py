@@ -412,3 +412,20 @@ def test_the_one_call_flow_on_coco_and_voc_copies_equals_the_yolo_run(scenes, tm
         assert runs[name].metrics == pytest.approx(runs["yolo"].metrics, abs=1e-9), name
         mine, theirs = runs[name].model.state_dict(), runs["yolo"].model.state_dict()
         assert all(torch.allclose(mine[k].float(), theirs[k].float(), atol=1e-5) for k in mine)
+
+
+def test_cached_batches_on_the_cpu_are_the_loaders_own_served_again():
+    """Evaluation batches decoded once: the second pass serves the first pass's tensors (no
+    copy on the CPU), nested structures kept (CUDA placement: tests/test_gpu.py)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from autoprune.engine.data import CachedBatches, mapped
+
+    loader = DataLoader(TensorDataset(torch.arange(12.0).reshape(6, 2), torch.arange(6)),
+                        batch_size=4)
+    batches = CachedBatches(loader, device="cpu")
+    first, second = list(batches), list(batches)
+    assert len(first) == 2 and all(a[0] is b[0] and a[1] is b[1] for a, b in zip(first, second))
+    nested = mapped({"x": [torch.ones(2), (torch.zeros(1), "name")]}, lambda t: t + 1)
+    assert nested["x"][0].tolist() == [2.0, 2.0] and nested["x"][1][0].tolist() == [1.0]
+    assert nested["x"][1][1] == "name" and isinstance(nested["x"][1], tuple)

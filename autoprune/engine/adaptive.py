@@ -39,15 +39,15 @@ analysis measures only the points that decide where its curve is read:
 The choice depends on the group's points and the thresholds only, so a resumed or
 torchrun-sharded analysis measures exactly what an uninterrupted one does.
 
-A point's images are evaluated until its loss interval (:mod:`autoprune.engine.bounds`) lies
-wholly below or above every threshold that matters, or every image is seen. Such a point is
-written with its interval, images used and bound (``intervals`` in the file); its entry in the
-table is the interval's *upper* end, so every allocation reads it conservatively (at least as
-harmful as it can be: a ratio interpolated across it comes out no larger than from the true
-value, and a point decided over a threshold stays over it). A later analysis with another
-target refines a point an interval no longer decides (continuing from the images already
-counted when the evaluation allows it). Every number is measured on the user's evaluation
-data; no proxy replaces a loss.
+A point's images are evaluated (:mod:`autoprune.engine.adaptive_meter`) until its loss interval
+(:mod:`autoprune.engine.bounds`) lies wholly below or above every threshold that matters, or every
+image is seen. Such a point is written with its interval, images used and bound (``intervals`` in
+the file); its entry in the table is the interval's *upper* end, so every allocation reads it
+conservatively (at least as harmful as it can be: a ratio interpolated across it comes out no
+larger than from the true value, and a point decided over a threshold stays over it). A later
+analysis with another target refines a point an interval no longer decides (continuing from the
+images already counted when the evaluation allows it). Every number is measured on the user's
+evaluation data; no proxy replaces a loss.
 """
 from __future__ import annotations
 
@@ -56,14 +56,9 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-import torch
-import torch.nn as nn
-
-from ..errors import ConfigError, MetricError
+from ..errors import ConfigError
 from .allocate import FlopsModel, ratio_for_loss, threshold_curve
-from .bounds import BOUNDS, PairedCounts, look_points, mean_interval
-from .incremental import close_steps, step_scores
-from .points import relative_loss
+from .bounds import BOUNDS
 from .store import SensitivityRecord, ratio_key
 
 TARGETS = {"loss": "eval_metric_loss", "flops": "pruned_flops", "latency": "pruned_latency"}
@@ -314,105 +309,3 @@ def extended(points: Mapping[float, float], top: float) -> dict[float, float]:
         if last < top:
             out[top] = out[last] * (top / last) ** 2
     return out
-
-
-# --- one point ------------------------------------------------------------------------------
-class PointMeter:
-    """Evaluates a point's images until its loss is decided against the thresholds.
-
-    ``eval_fn.incremental`` gives the steps; ``base``: the unpruned model's score of every
-    image (None for a bounded metric, whose steps carry sure ``low``/``high``)."""
-
-    def __init__(self, eval_fn: Any, base: torch.Tensor | None, total: int, baseline: float,
-                 higher_is_better: bool, *, bound: str, confidence: float, resumable: bool,
-                 random_order: bool):
-        self.eval_fn, self.base, self.total = eval_fn, base, total
-        self.baseline, self.higher_is_better = baseline, higher_is_better
-        self.resumable = resumable and base is not None
-        self.bound = bound if (random_order and base is not None) else "exact"
-        self.binary = base is not None and bool(((base == 0) | (base == 1)).all())
-        self.confidence = confidence
-        self.looks = look_points(total)
-        self.alpha = (1.0 - confidence) / (4 * max(1, len(self.looks)))
-
-    def loss_interval(self, low: float, high: float) -> Interval:
-        """The relative-loss interval of a metric known to lie in ``[low, high]``."""
-        a = relative_loss(self.baseline, low, self.higher_is_better)
-        b = relative_loss(self.baseline, high, self.higher_is_better)
-        return (min(a, b), max(a, b))
-
-    def measure(self, model: nn.Module, thresholds: list[float],
-                before: Mapping[str, Any] | None = None,
-                where: tuple[str, float] = ("?", 0.0)) -> dict[str, Any]:
-        """``{"loss"}`` for a point seen on every image, else its interval: ``{"low", "high",
-        "images", "of", "bound", ...}`` (see :mod:`autoprune.engine.store`)."""
-        if self.base is not None:
-            return self._mean(model, thresholds, before)
-        return self._bounded(model, thresholds)
-
-    def _mean(self, model: nn.Module, thresholds: list[float],
-              before: Mapping[str, Any] | None) -> dict[str, Any]:
-        counts = PairedCounts()
-        if before and self.resumable and isinstance(before.get("counts"), Mapping):
-            counts = PairedCounts.of(before["counts"])
-        binary = self.binary and bool(before.get("binary", True) if before else True)
-        looks = [n for n in self.looks if n > counts.seen]
-        interval: Interval = (-math.inf, math.inf)
-        steps = self.eval_fn.incremental(model, start=counts.seen)
-        try:
-            for step in steps:
-                scores = step_scores(step)
-                n = len(scores)
-                counts.add(scores, self.base[counts.seen:counts.seen + n])
-                binary = binary and bool(((scores == 0) | (scores == 1)).all())
-                if counts.seen >= self.total:
-                    break
-                if looks and counts.seen >= looks[0]:
-                    while looks and counts.seen >= looks[0]:
-                        looks.pop(0)
-                    low, high = mean_interval(counts, self.base, bound=self.bound,
-                                              alpha=self.alpha, binary=binary)
-                    interval = self.loss_interval(low, high)
-                    if not undecided(interval, thresholds):
-                        break
-        finally:
-            close_steps(steps)
-        if counts.seen >= self.total:
-            return {"loss": relative_loss(self.baseline, counts.score / self.total,
-                                          self.higher_is_better)}
-        if counts.seen < 1 or not math.isfinite(interval[0]):
-            raise MetricError(f"the incremental evaluation stopped after {counts.seen} of "
-                              f"{self.total} images: it must cover every image")
-        out = {"low": interval[0], "high": interval[1], "images": counts.seen,
-               "of": self.total, "bound": self.bound if binary else "exact",
-               "decided_for": list(thresholds), "counts": counts.to_json()}
-        if out["bound"] == "confidence":
-            out["confidence"] = self.confidence
-        if not binary:
-            out["binary"] = False
-        return out
-
-    def _bounded(self, model: nn.Module, thresholds: list[float]) -> dict[str, Any]:
-        seen, interval, value = 0, None, None
-        steps = self.eval_fn.incremental(model, start=0)
-        try:
-            for step in steps:
-                seen += int(step.images)
-                if step.low is None or step.high is None:
-                    raise MetricError("an incremental evaluation step holds neither scores nor "
-                                      "low/high bounds of the metric")
-                if seen >= self.total:
-                    value = step.value if step.value is not None else step.low
-                    break
-                interval = self.loss_interval(float(step.low), float(step.high))
-                if not undecided(interval, thresholds):
-                    break
-        finally:
-            close_steps(steps)
-        if value is not None:
-            return {"loss": relative_loss(self.baseline, float(value), self.higher_is_better)}
-        if interval is None:
-            raise MetricError(f"the incremental evaluation stopped after {seen} of {self.total} "
-                              f"images: it must cover every image")
-        return {"low": interval[0], "high": interval[1], "images": seen, "of": self.total,
-                "bound": "exact", "decided_for": list(thresholds)}

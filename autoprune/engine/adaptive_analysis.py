@@ -9,7 +9,8 @@ from typing import Any, Mapping
 import torch.nn as nn
 
 from ..errors import ConfigError
-from .adaptive import PointMeter, Target, Thresholds
+from .adaptive import Target, Thresholds
+from .adaptive_meter import PointMeter
 from .adaptive_eta import predicted_shares
 from .adaptive_run import AdaptiveRun
 from .allocate import FlopsModel

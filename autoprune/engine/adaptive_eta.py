@@ -25,8 +25,9 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 import torch.nn as nn
 
-from .adaptive import (LADDER, MAX_ROUNDS, Interval, Planner, PointMeter, Thresholds,
-                       next_round, round_points, undecided)
+from .adaptive import (LADDER, MAX_ROUNDS, Interval, Planner, Thresholds, next_round,
+                       round_points, undecided)
+from .adaptive_meter import PointMeter
 from .bounds import PairedCounts, mean_interval
 from .incremental import close_steps, step_scores
 

@@ -9,8 +9,9 @@ from typing import Any, Callable
 
 import torch.nn as nn
 
-from .adaptive import (LADDER, MAX_ROUNDS, Planner, PointMeter, Thresholds, known_points,
-                       next_round, round_points, undecided)
+from .adaptive import (LADDER, MAX_ROUNDS, Planner, Thresholds, known_points, next_round,
+                       round_points, undecided)
+from .adaptive_meter import PointMeter
 from .distributed import gather, rank_and_world, shard
 from .points import PointRunner
 from .store import SensitivityRecord, merge_points

@@ -111,16 +111,26 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers
                       drop_last=drop_last and len(dataset) > batch_size)
 
 
+DEVICE_BUDGET = 1024 ** 3  # cached evaluation batches kept on a GPU: at most this many bytes
+DEVICE_SHARE = 0.1  # ... and at most this share of its memory
+
+
 class CachedBatches:
     """Iterates a loader's batches, decoding and preprocessing them only once.
 
     The first pass keeps the batches in memory as long as they total at most ``max_bytes``
-    (default 2 GB); past that it falls back to iterating the loader each time.
+    (default 2 GB); past that it falls back to iterating the loader each time. With a CUDA
+    ``device`` (where the evaluation runs) the kept batches are moved there once they fit
+    :data:`DEVICE_BUDGET` and :data:`DEVICE_SHARE` of its memory, else pinned: every later
+    pass then copies nothing from pageable host memory (a masked analysis evaluates each
+    variant's batches again: those copies were a fifth of its GPU time on an H100).
     """
 
-    def __init__(self, loader: DataLoader, max_bytes: int = 2 * 1024 ** 3):
+    def __init__(self, loader: DataLoader, max_bytes: int = 2 * 1024 ** 3,
+                 device: torch.device | str | None = None):
         self.loader = loader
         self.max_bytes = max_bytes
+        self.device = torch.device(device) if device is not None else None
         self._cache: list[Any] | None = None
         self._too_big = False
 
@@ -144,7 +154,28 @@ class CachedBatches:
                     cache.append(batch)
             yield batch
         if not self._too_big:
-            self._cache = cache
+            self._cache = self._placed(cache, size)
+
+    def _placed(self, cache: list[Any], size: int) -> list[Any]:
+        """The kept batches on the CUDA device when they fit its budget, else pinned; on the CPU
+        as they are."""
+        if self.device is None or self.device.type != "cuda" or not torch.cuda.is_available():
+            return cache
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        if size <= min(DEVICE_BUDGET, DEVICE_SHARE * total):
+            return [mapped(batch, lambda t: t.to(self.device)) for batch in cache]
+        return [mapped(batch, torch.Tensor.pin_memory) for batch in cache]
+
+
+def mapped(batch: Any, fn: Any) -> Any:
+    """``batch`` with ``fn`` applied to every tensor in it (nested lists, tuples and dicts)."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(mapped(b, fn) for b in batch)
+    if isinstance(batch, dict):
+        return {k: mapped(v, fn) for k, v in batch.items()}
+    return batch
 
 
 def tensors_in(batch: Any) -> Iterator[torch.Tensor]:

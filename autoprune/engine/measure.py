@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 from torch_pruning.utils import op_counter
 
+from .data import mapped
 from .fast_copy import fast_copies_in
 
 
@@ -57,13 +58,7 @@ def _call(model: nn.Module, inputs: Any):
 
 def to_device(inputs: Any, device: Any) -> Any:
     """``inputs`` (a tensor, or a dict/list/tuple of them) moved to ``device``."""
-    if isinstance(inputs, torch.Tensor):
-        return inputs.to(device)
-    if isinstance(inputs, dict):
-        return {k: to_device(v, device) for k, v in inputs.items()}
-    if isinstance(inputs, (tuple, list)):
-        return type(inputs)(to_device(v, device) for v in inputs)
-    return inputs
+    return mapped(inputs, lambda t: t.to(device))
 
 
 def count_params(model: nn.Module) -> int:

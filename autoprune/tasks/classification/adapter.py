@@ -374,7 +374,7 @@ class ClassificationAdapter(SupervisedFit):
         if self._eval_batches is None:
             self._eval_batches = CachedBatches(make_loader(
                 self.eval_set, max(self.batch_size, 128), shuffle=False,
-                num_workers=self.num_workers))
+                num_workers=self.num_workers), device=self.device)
         k = min(5, self.num_classes or 5)
         return evaluate_topk(model, self._eval_batches, device=self.device,
                              topk=(1, k) if k > 1 else (1,))

@@ -38,7 +38,8 @@ class ShuffledTop1:
         if self._batches is None:
             shuffled = subset(self.adapter.eval_set, self.order.tolist())
             self._batches = CachedBatches(make_loader(
-                shuffled, BATCH, shuffle=False, num_workers=self.adapter.num_workers))
+                shuffled, BATCH, shuffle=False, num_workers=self.adapter.num_workers),
+                device=self.adapter.device)
         device = self.adapter.device
         model.to(device)
         for k, (inputs, targets) in enumerate(self._batches):

@@ -275,7 +275,8 @@ class SegmentationAdapter(SupervisedFit):
                               f"or '{SCENES}')")
         if self._eval_batches is None:
             self._eval_batches = CachedBatches(make_loader(
-                self.eval_set, self.batch_size, shuffle=False, num_workers=self.num_workers))
+                self.eval_set, self.batch_size, shuffle=False, num_workers=self.num_workers),
+                device=self.device)
         num_classes, keys = self.metric_classes(model)
         return evaluate_iou(model, self._eval_batches, device=self.device,
                             num_classes=num_classes, class_keys=keys,

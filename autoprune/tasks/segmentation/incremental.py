@@ -58,7 +58,8 @@ class BoundedMIoU:
         a = self.adapter
         if a._eval_batches is None:  # the batches adapter.evaluate decodes once
             a._eval_batches = CachedBatches(make_loader(a.eval_set, a.batch_size, shuffle=False,
-                                                        num_workers=a.num_workers))
+                                                        num_workers=a.num_workers),
+                                            device=a.device)
         return a._eval_batches
 
     def _count(self, masks: torch.Tensor) -> torch.Tensor:
