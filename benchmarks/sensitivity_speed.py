@@ -67,12 +67,14 @@ def paddleslim_style(model, example, loader, groups, ratios, criterion="l1_norm"
 
 
 def cached_analysis(model, example, eval_set, names, ratios, batch: int, device: str,
-                    mode: str = "masked") -> tuple[dict, float]:
-    """One analysis with ``evaluation=mode`` on batches decoded once: its table and seconds
+                    mode: str = "masked", on_device: bool = True) -> tuple[dict, float]:
+    """One analysis with ``evaluation=mode`` on batches decoded once (kept on a CUDA ``device``
+    as the task adapters keep them, or on the host: ``on_device=False``): its table and seconds
     (the decoding included)."""
     t0 = time.perf_counter()
-    cached = CachedBatches(DataLoader(eval_set, batch_size=batch, shuffle=False))
     dev = torch.device(device)
+    cached = CachedBatches(DataLoader(eval_set, batch_size=batch, shuffle=False),
+                           device=dev if on_device else None)
     eval_fn = lambda m: evaluate_topk(m, cached, device=dev, topk=(1,))["top1"]
     table = autoprune.sensitivity(model, example, eval_fn, groups=names, ratios=ratios,
                                   options={"evaluation": mode}, progress=False)
@@ -83,10 +85,15 @@ def cached_analysis(model, example, eval_set, names, ratios, batch: int, device:
 
 def profile_masked(model, example, eval_set, names, ratios, batches: list[int],
                    device: str) -> None:
-    """Why the masked analysis's time depends on its batch size: its time at each batch size
-    with cuDNN's autotuner off and on, then torch.profiler's top ops at the last size."""
+    """Why the masked analysis's time depends on its batch size: its time with the decoded
+    batches kept on the host (the first size), at each batch size with cuDNN's autotuner off and
+    on, then torch.profiler's top ops at the last size."""
     from torch.profiler import ProfilerActivity, profile
     cuda = device.startswith("cuda")
+    runs = [cached_analysis(model, example, eval_set, names, ratios, batches[0], device,
+                            on_device=False)[1] for _ in range(2)]
+    print(f"masked analysis, batches of {batches[0]} kept on the host (copied again for every "
+          f"variant): {runs[1]:.2f} s (first run {runs[0]:.2f} s)")
     for batch in batches:
         for bench in (False, True):
             torch.backends.cudnn.benchmark = bench

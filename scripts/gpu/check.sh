@@ -67,7 +67,9 @@ case "$1" in
     # 128, session 3): its time at 128 and 512 with cuDNN's autotuner off / on, then
     # torch.profiler's top ops (~2 min)
     # (2026-11-27, session 5: 85 s; at 512 cuDNN runs FFT convolutions, and 20 % of the GPU time
-    # is copying the cached batches from the CPU again: benchmarks/README.md "GPU")
+    # is copying the cached batches from the CPU again: benchmarks/README.md "GPU"; since session
+    # 58 the batches stay on the device, and the first line times them kept on the host: the two
+    # side by side)
     step 170 "where the masked analysis's time goes, batches of 128 and 512" \
       python3 benchmarks/sensitivity_speed.py --device cuda --tf32 off --profile 128,512
     ;;
