@@ -288,6 +288,23 @@ def test_a_resumed_adaptive_analysis_equals_an_uninterrupted_one(toy_task, tmp_p
     assert a.intervals == b.intervals and a.extra["adaptive"] == b.extra["adaptive"]
 
 
+def test_a_round_stored_by_an_older_release_is_planned_again(toy_task, tmp_path):
+    """A file whose unfinished round names whole groups to resolve (``work``, before rounds of
+    one planned point each) resumes by planning from its table: no error, the same table."""
+    model, x, y = toy_task
+    path = tmp_path / "s.json"
+    goal = {"flops": 0.5}
+    whole = _run(model, x, Top1(x, y), path, adaptive=True, target=goal)
+    data = json.loads(path.read_text())
+    state = data["extra"]["adaptive"]
+    state.update(done=False, round={"index": 1, "coarse": False, "now": state["thresholds"],
+                                    "previous": [], "thresholds": state["thresholds"],
+                                    "work": state["groups"]})
+    path.write_text(json.dumps(data))
+    assert _run(model, x, Top1(x, y), path, adaptive=True, target=goal) == whole
+    assert read_record(path).extra["adaptive"]["done"]
+
+
 def _worker(rank, world, init_file, path, state, goal):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world)
