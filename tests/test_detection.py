@@ -618,6 +618,30 @@ def test_the_folded_evaluation_lays_out_the_validators_fused_copy(trained, data_
     assert all(p.is_contiguous() for p in model.parameters())
 
 
+def test_a_small_val_set_is_decoded_once_and_kept_with_the_same_metric(trained, data_yaml,
+                                                                        monkeypatch):
+    """A val set that fits the budget is decoded once and kept in memory by Ultralytics'
+    validator (``cache="ram"``; never ``"disk"``, which writes beside the user's images): the
+    same metrics as read from the files on every pass, which a larger one still is."""
+    from autoprune.tasks.detection import evaluation
+
+    model = trained[0]
+
+    def metrics_and_cache():
+        adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, device="cpu",
+                                   eval_limit=16, progress=False)
+        metrics = adapter.evaluate(model)
+        assert adapter.evaluate(model) == metrics  # the second pass: from what the first kept
+        return metrics, adapter._loader.dataset.cache
+
+    kept, cache = metrics_and_cache()
+    assert cache == "ram"
+    monkeypatch.setattr(evaluation, "RAM_BYTES", 16 * 64 * 64 * 3 - 1)  # one byte short
+    assert metrics_and_cache() == (kept, None)
+    before = sorted(p.name for p in Path(data_yaml).parent.rglob("*"))
+    assert not [n for n in before if n.endswith(".npy")]
+
+
 def test_map_upper_bound_holds_for_every_completion_of_the_split():
     """tasks/detection/map_bound.py against Ultralytics' own ap_per_class: random splits (ties
     in confidence included), any detections on the unseen images that keep the matching one to
