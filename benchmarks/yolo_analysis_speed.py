@@ -1,10 +1,12 @@
-"""A YOLO analysis's speed (issue 41): one trained detector's full sensitivity analysis run three
+"""A YOLO analysis's speed (issue 41): one trained detector's full sensitivity analysis run four
 times on the same groups, ratios and val images: as before 2026-11-27 (prefix cache and folded
 evaluation both off: neither could engage on the fused copy Ultralytics' validator evaluates),
 with the prefix cache (which now follows that copy, ``engine/evaluated_copy.follow``: the stages
-before each group's first pruned layer replayed), and with the defaults (the cache, and the copy's
-convolutions channels-last where the folded evaluation's check passes). Printed: wall time of
-each analysis and of its points, the speed-ups, and the largest difference from the first table.
+before each group's first pruned layer replayed), with the cache and the copy's convolutions
+channels-last where the folded evaluation's check passes, these three reading the val images
+from their files on every pass, and with the defaults (all that, and the val images kept
+decoded in memory, ``tasks/detection/evaluation.decoded_in_ram``). Printed: wall time of each
+analysis and of its points, the speed-ups, and the largest difference from the first table.
 
     taskset -c 0 python benchmarks/yolo_analysis_speed.py --size 320 \\
         --weights runs/int8/.../fp32/baseline/best.pt --data runs/int8/.../data.yaml
@@ -15,6 +17,7 @@ The detector of benchmarks/README.md's figures is the FP32 base that ``benchmark
 from __future__ import annotations
 
 import tempfile
+import unittest.mock
 from pathlib import Path
 
 import torch
@@ -22,12 +25,14 @@ import torch
 import analysis_cost  # benchmarks/, beside this script
 import autoprune
 import map_bound
-from autoprune.tasks.detection import DetectionAdapter
+from autoprune.tasks.detection import DetectionAdapter, evaluation
 
 
 CONFIGS = {"before": {"prefix_cache": False, "fused_eval": False},
            "prefix cache": {"prefix_cache": True, "fused_eval": False},
-           "defaults": {"prefix_cache": True, "fused_eval": True}}
+           "cache + channels-last": {"prefix_cache": True, "fused_eval": True},
+           "defaults (+ val images kept decoded)": {"prefix_cache": True, "fused_eval": True}}
+KEPT = "defaults (+ val images kept decoded)"  # the others read the val images from their files
 
 
 def analyze(adapter: DetectionAdapter, model: torch.nn.Module, groups: list[str],
@@ -47,13 +52,18 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--ratios", default="0.3,0.6")
     p.add_argument("--images", type=int, default=0, help="the first N val images (0: all)")
     a = p.parse_args(argv)
-    model, adapter = map_bound.load_detector(a, a.images or None)
-    example, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
+    model, kept = map_bound.load_detector(a, a.images or None)
+    with unittest.mock.patch.object(evaluation, "RAM_BYTES", 0):
+        _, files = map_bound.load_detector(a, a.images or None)
+        files.evaluate(model)  # its loader built reading the images from their files
+    example, ignored = kept.example_inputs(model), kept.ignored_layers(model)
     groups = [g.name for g in autoprune.prunable_groups(model, example, ignored)][::a.every]
     ratios = tuple(float(r) for r in a.ratios.split(","))
-    adapter.evaluate(model)  # the label cache and the loader, outside the timings
-    runs = {name: analyze(adapter, model, groups, ratios, options)
+    kept.evaluate(model)  # the label cache and the loader, outside the timings
+    assert kept._loader.dataset.cache == "ram" and files._loader.dataset.cache is None
+    runs = {name: analyze(kept if name == KEPT else files, model, groups, ratios, options)
             for name, options in CONFIGS.items()}
+    adapter = kept
     first = runs["before"]
     for run in runs.values():
         run["apart"] = max(abs(run["table"][g][r] - first["table"][g][r])
