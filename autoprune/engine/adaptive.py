@@ -12,26 +12,26 @@ analysis measures only the points that decide where its curve is read:
   after a few dozen images. A point still undecided gets more images before the next one down.
 - ``{"flops": 0.5}``: :func:`~autoprune.engine.allocate.ratios_by_flops` bisects one threshold
   common to all groups and reads curves made non-decreasing (the first point over the threshold
-  ends a curve: pruning more never counts as less harmful). So the analysis finds the *bracket*
-  of that threshold on each group's ratio grid: the last point within it and the next grid
-  point, decided over it, measured (or every point up to the top ratio within it). It probes the
-  ratio where the curve is expected to cross (a chord through the points measured so far, from
-  the top of the grid: it only orders the work); a point whose interval still straddles the
-  threshold gets more images before any point below it is probed (probing first would walk a
-  flat, noise-level curve down to its first ratio, point by point). A coarse pass probes every
-  group once at its top ratio, decided against a ladder of thresholds (a group no ratio harms
-  needs no other point; a sensitive group's top is decided far over the ladder after a few
-  dozen images). Then, round after round, the common threshold is estimated from the table
-  with the allocator's own bisection (layer-wise MACs,
-  :class:`~autoprune.engine.allocate.FlopsModel`; a curve not yet measured to the grid's top
-  read as extended to it) and each group that needs a point at it gets *one* point, until no
-  group needs one (brackets kept at the last two estimates: the band widens when the threshold
-  moves). One point a round, not a whole bracket: the first estimates can be several times
-  off at a threshold of a few images' loss, and resolving each bracket at one of them walked
-  noise-level curves down to ratios the final threshold never reads. Each round first estimates from the table with a point
+  ends a curve: pruning more never counts as less harmful). So the analysis finds the *bracket* of
+  that threshold on each group's ratio grid: the last point within it and the next grid point,
+  decided over it, measured (or every point up to the top ratio within it). It probes the ratio
+  where the curve is expected to cross (from the top of the grid: the ratio squared down from a
+  first point over it, then a chord through the points measured so far; it only orders the work); a
+  point whose interval still straddles the threshold gets more images before any point below it is
+  probed (probing first would walk a flat, noise-level curve down to its first ratio, point by
+  point). A coarse pass probes every group once at its top ratio, decided against a ladder of
+  thresholds (a group no ratio harms needs no other point; a sensitive group's top is decided far
+  over the ladder after a few dozen images). Then, round after round, the common threshold is
+  estimated from the table with the allocator's own bisection (layer-wise MACs,
+  :class:`~autoprune.engine.allocate.FlopsModel`; a curve not yet measured to the grid's top read
+  as extended to it) and each group that needs a point at it gets *one* point, until no group needs
+  one (brackets kept at the last two estimates: the band widens when the threshold moves). One
+  point a round, not a whole bracket: the first estimates can be several times off at a threshold
+  of a few images' loss, and resolving each bracket at one of them walked noise-level curves down
+  to ratios the final threshold never reads. Each round first estimates from the table with a point
   decided early read at its interval's middle (upper ends, after a coarse pass, put the first
-  estimate several times too high and the rounds then walked flat curves down), and only when
-  that leaves no group needing a point from the upper ends, as the allocation reads them.
+  estimate several times too high and the rounds then walked flat curves down), and only when that
+  leaves no group needing a point from the upper ends, as the allocation reads them.
 - ``{"latency": 0.4}``: as FLOPs, over the band of FLOPs targets from the latency target to
   ``target / 0.7`` (latency lags FLOPs: measured CPU efficiency 0.68-0.76); the latency
   allocation then lands on the target by measurement as usual.
