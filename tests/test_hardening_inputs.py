@@ -120,6 +120,33 @@ def test_coco_file_name_outside_the_root_is_refused(sets, tmp_path, how):
 
 
 @needs_fmnist
+def test_arrays_named_like_the_images_are_warned_of_and_left_alone(sets, tmp_path):
+    """Ultralytics' loader reads ``<image>.npy`` instead of the image, and rewrites or deletes it:
+    reading a data.yaml warns (naming one) when such files lie beside its images, and says
+    nothing otherwise; reading it leaves them as they were."""
+    import warnings
+
+    import numpy as np
+
+    from autoprune.tasks.detection.data import read_data_yaml
+
+    yolo = _copy(sets, "yolo", tmp_path)
+    cfg = yaml.safe_load((yolo / "data.yaml").read_text())
+    (yolo / "data.yaml").write_text(yaml.safe_dump({**cfg, "path": str(yolo)}))  # the copy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_data_yaml(yolo / "data.yaml")  # no warning
+    image = sorted((yolo / "images" / "val").glob("*.png"))[0]
+    depth = image.with_suffix(".npy")
+    np.save(depth, np.zeros((4, 4), dtype=np.float32))  # someone's own array, not an image
+    before = depth.read_bytes()
+    with pytest.warns(UserWarning, match=r"1 val image\(s\) have a \.npy file .*"
+                      + image.stem + r"\.npy"):
+        read_data_yaml(yolo / "data.yaml")
+    assert depth.read_bytes() == before
+
+
+@needs_fmnist
 @pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
 def test_yolo_image_list_lines_outside_the_root_are_refused(sets, tmp_path, how):
     """A data.yaml whose val: is an image list (.txt): its lines are read relative to the list,

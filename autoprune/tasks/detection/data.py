@@ -3,8 +3,9 @@ front so that Ultralytics never meets a label it would misread or drop."""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import yaml
 
@@ -169,5 +170,35 @@ def read_data_yaml(path: str | os.PathLike, need_train: bool = True,
                               f"'class cx cy w h' line per object")
         for p in present[:LABELS_CHECKED]:
             check_labels(p, len(names))
+        warn_arrays_beside(images, split)
         out[split] = images
     return out
+
+
+def arrays_beside(images: Sequence[Path]) -> list[Path]:
+    """The ``<image>.npy`` files that lie beside ``images`` (each folder listed once)."""
+    listed: dict[Path, set[str]] = {}
+    found = []
+    for image in images:
+        folder = image.parent
+        if folder not in listed:
+            try:
+                listed[folder] = set(os.listdir(folder))
+            except OSError:
+                listed[folder] = set()
+        if image.with_suffix(".npy").name in listed[folder]:
+            found.append(image.with_suffix(".npy"))
+    return found
+
+
+def warn_arrays_beside(images: Sequence[Path], split: str) -> None:
+    """Warn when ``.npy`` files are named like the images: Ultralytics' loader reads such a file
+    *instead of* its image (its disk cache), rewrites it when its channels differ and deletes it
+    when it does not load, in any cache mode; someone's own arrays there (depth maps, features)
+    would be read as images and overwritten."""
+    found = arrays_beside(images)
+    if found:
+        warnings.warn(f"{len(found)} {split} image(s) have a .npy file of the same name beside them "
+                      f"(e.g. {found[0]}): Ultralytics reads it instead of the image and rewrites "
+                      f"or deletes it; keep only its own cache files (cache='disk') there",
+                      stacklevel=3)
