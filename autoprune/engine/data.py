@@ -112,7 +112,7 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, num_workers
 
 
 DEVICE_BUDGET = 1024 ** 3  # cached evaluation batches kept on a GPU: at most this many bytes
-DEVICE_SHARE = 0.1  # ... and at most this share of its memory
+DEVICE_SHARE = 0.05  # ... and at most this share of its memory (training shares it too)
 
 
 class CachedBatches:
