@@ -63,12 +63,11 @@ def main(argv: list[str] | None = None) -> dict:
     assert kept._loader.dataset.cache == "ram" and files._loader.dataset.cache is None
     runs = {name: analyze(kept if name == KEPT else files, model, groups, ratios, options)
             for name, options in CONFIGS.items()}
-    adapter = kept
     first = runs["before"]
     for run in runs.values():
         run["apart"] = max(abs(run["table"][g][r] - first["table"][g][r])
                            for g in groups for r in ratios)
-    print(f"\n{len(groups)} groups x {len(ratios)} ratios, {len(adapter.eval_set)} val images "
+    print(f"\n{len(groups)} groups x {len(ratios)} ratios, {len(kept.eval_set)} val images "
           f"at {a.size} px, one thread\n| analysis | wall (s) | its points (s) | points faster "
           f"| folded evaluation | largest difference |\n|---|---:|---:|---:|---|---:|")
     for name, run in runs.items():

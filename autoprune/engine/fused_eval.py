@@ -107,8 +107,7 @@ class FusedEval:
         self.model, self.fold = model, fold  # fold: False when the evaluation folds itself
         pairs = conv_bn_pairs(dg) if fold else []
         self.bn_of = {conv: bn for conv, bn in pairs}
-        self.convs = [m for m in model.modules()
-                      if type(m) is nn.Conv2d and m.weight is not None and m.weight.dim() == 4]
+        self.convs = _convs(model)
         self.enabled = bool(self.convs)
         self.checked = False
         self.channels_last = True
@@ -224,10 +223,14 @@ def follow(model: nn.Module, copy: nn.Module) -> None:
     if fused is None or not fused.channels_last or copy is model:
         return
     with torch.no_grad():
-        for module in copy.modules():
-            if type(module) is nn.Conv2d and module.weight is not None and module.weight.dim() == 4:
-                module.weight.data = module.weight.data.contiguous(
-                    memory_format=torch.channels_last)
+        for conv in _convs(copy):
+            conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last)
+
+
+def _convs(model: nn.Module) -> list[nn.Conv2d]:
+    """The plain 2-D convolutions of ``model`` with a weight (those the block lays out)."""
+    return [m for m in model.modules()
+            if type(m) is nn.Conv2d and m.weight is not None and m.weight.dim() == 4]
 
 
 def _after_folding(bn: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:

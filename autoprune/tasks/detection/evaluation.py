@@ -64,11 +64,11 @@ def validator_and_copy(adapter: Any, model: nn.Module) -> tuple[Any, nn.Module]:
             "batch": adapter.batch_size, "device": ultralytics_device(adapter.device),
             "plots": False, "verbose": False, "save_json": False,
             "workers": adapter.num_workers, "task": adapter.yolo_task, "split": "val",
-            "rect": True,  # as Ultralytics validates (YOLO.val, the trainer)
-            "cache": "ram" if decoded_in_ram(len(adapter.eval_set or ()), adapter.input_size)
-            else False,
-            "deterministic": False}  # read by nothing in validation but a warning that RAM
-    # caching may make *training* non-deterministic (and advice to cache to disk instead)
+            "rect": True}  # as Ultralytics validates (YOLO.val, the trainer)
+    if adapter._loader is None and decoded_in_ram(len(adapter.eval_set), adapter.input_size):
+        # (only the loader's first build reads it); deterministic: read by nothing in
+        # validation but a warning that RAM caching may make *training* non-deterministic
+        args.update(cache="ram", deterministic=False)
     with yolo.quiet(), yolo.one_process():
         validator = adapter.validator_class(dataloader=adapter._loader,
                                             save_dir=temp_folder(adapter), args=args)
