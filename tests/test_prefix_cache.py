@@ -91,14 +91,14 @@ def test_a_recording_over_its_budget_never_holds_more_than_the_budget():
 
 
 def test_the_budget_is_a_third_of_the_available_memory_at_least_one_gib(monkeypatch, tmp_path):
-    from autoprune.engine import prefix_cache
+    from autoprune.engine import memory, prefix_cache
 
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
 
     def meminfo(kib):
         path = tmp_path / f"meminfo{kib}"
         path.write_text(f"MemTotal: 99999999 kB\nMemAvailable: {kib} kB\n")
-        monkeypatch.setattr(prefix_cache, "open", lambda *a, **k: path.open(), raising=False)
+        monkeypatch.setattr(memory, "open", lambda *a, **k: path.open(), raising=False)
 
     meminfo(30 * 1024 ** 2)  # 30 GiB available
     assert prefix_cache.memory_budget() == 10 * 1024 ** 3

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from .in_force import helper_for, in_force
+from .memory import available_bytes
 
 
 def _stages(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
@@ -59,16 +60,14 @@ def memory_budget(device: torch.device | None = None) -> int:
     measured on an H100), and where the memory cannot be read."""
     if device is not None and device.type != "cpu":
         return MIN_BUDGET
+    available = available_bytes()
+    if available is None:
+        return MIN_BUDGET
     try:
         local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-                    return max(MIN_BUDGET, int(available * BUDGET_SHARE / local))
-    except (OSError, ValueError, IndexError):
-        pass
-    return MIN_BUDGET
+    except ValueError:
+        local = 1
+    return max(MIN_BUDGET, int(available * BUDGET_SHARE / local))
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
