@@ -163,7 +163,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         kind, value = target.split("=")
         table, rec, said = analyze(adapter, model, evaluate, groups,
                                    work / f"adaptive-{target}.json", adaptive=True,
-                                   target=target, bound=a.bound)
+                                   target=target, bound=a.bound,
+                                   **({"confidence": a.confidence} if a.confidence else {}))
         ours = allocation(kind, float(value), adapter, model, table)
         theirs = allocation(kind, float(value), adapter, model, full)
         ev = rec.extra["evaluation"]
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--base-epochs", type=int, default=3)
     p.add_argument("--groups", type=int, default=0, help="first N groups (0: all)")
     p.add_argument("--bound", default="confidence", choices=("confidence", "exact"))
+    p.add_argument("--confidence", type=float, default=0.0,
+                   help="the confidence bound's level (0: the analysis's default)")
     p.add_argument("--out", default="runs/replay")
     p.add_argument("--retrain", type=int, default=0, metavar="EPOCHS",
                    help="prune both allocations of each target and train them EPOCHS (0: no)")

@@ -146,6 +146,41 @@ def test_the_planner_finds_a_bracket_from_the_top():
     assert planner.next_point({0.1: (0.02, 0.1)}, [0.05]) == 0.1  # undecided: more images
 
 
+def test_a_flops_bracket_leaves_one_grid_point_between_its_ends_within_a_step():
+    """A FLOPs target's bracket is resolved with its ends two grid points apart (the point
+    between them, on a noise-level curve a whole evaluation, is interpolated across): on any
+    curve that does not fall, the allocation's ratio read from the points measured lies within
+    one grid step of the ratio read from the whole curve. A latency target keeps adjacent ends
+    (its greedy allocation reads measured points only); a loss target reads from the top."""
+    from autoprune.engine.adaptive import Target
+    from autoprune.engine.allocate import ratio_for_loss
+
+    grid = [round(0.1 * i, 2) for i in range(1, 10)]
+    flops = Planner.for_target(grid, Target("flops", 0.5))
+    assert flops.steps == 2 and not flops.top_down
+    assert Planner.for_target(grid, Target("latency", 0.4)).steps == 1
+    assert Planner.for_target(grid, Target("loss", 0.05)).top_down
+    within, over = (0.0, 0.001), (0.02, 0.03)
+    assert flops.next_point({0.3: within, 0.5: over, 0.9: over}, [0.01]) is None  # 0.4 left
+    assert flops.next_point({0.3: within, 0.6: over, 0.9: over}, [0.01]) in (0.4, 0.5)
+    assert Planner(grid).next_point({0.3: within, 0.5: over, 0.9: over}, [0.01]) == 0.4
+    gen = torch.Generator().manual_seed(0)
+    saved = 0
+    for _ in range(300):
+        steps = torch.rand(len(grid), generator=gen) ** 3 * 0.02
+        curve = dict(zip(grid, torch.cumsum(steps, 0).tolist()))  # non-decreasing
+        t = float(torch.rand(1, generator=gen)) * curve[0.9] * 1.2
+        known, adjacent = {}, {}
+        for planner, points in ((flops, known), (Planner(grid), adjacent)):
+            while (r := planner.next_point(points, [t])) is not None:
+                points[r] = (curve[r], curve[r])
+        read = ratio_for_loss(threshold_curve({r: v for r, (v, _) in known.items()}), t)
+        assert abs(read - ratio_for_loss(threshold_curve(curve), t)) <= 0.1 + 1e-9
+        assert len(known) <= len(adjacent)
+        saved += len(adjacent) - len(known)
+    assert saved > 30  # it does leave points out
+
+
 def test_an_undecided_point_gets_its_images_before_the_points_below_it():
     """A point whose interval straddles the threshold is refined first: were it probed below,
     each point under it, undecided too at a threshold of a few images' loss, would be measured
@@ -491,7 +526,7 @@ def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assum
 
     goal = check_target(target)
     meter, measured = _measured_on_curves(base, curves, goal, Flops, grid)
-    predicted = play_rounds(curves, Planner(grid, top_down=goal.kind == "loss"),
+    predicted = play_rounds(curves, Planner.for_target(grid, goal),
                             Thresholds(goal, lambda: Flops()),
                             lambda loss, ts: expected_measure(meter, loss, ts))
     assert set(predicted) == set(measured) and len(measured) < len(tops) * len(grid)

@@ -30,8 +30,7 @@ class AdaptiveRun:
         self.runner: PointRunner | None = None  # set before :meth:`run`
         self.meter: PointMeter | Any = None
         self.thresholds, self.record, self.own = thresholds, record, own
-        # a loss target is allocated by ratios_by_loss, which reads each curve from the top down
-        self.planner = Planner(grid, top_down=thresholds.target.kind == "loss")
+        self.planner = Planner.for_target(grid, thresholds.target)
         self.names, self.grid = names, self.planner.grid  # rounded as the record stores ratios
         self.rank, self.world = rank_and_world()
         self.write, self.tick = write, tick
