@@ -619,10 +619,11 @@ def test_the_folded_evaluation_lays_out_the_validators_fused_copy(trained, data_
 
 
 def test_a_small_val_set_is_decoded_once_and_kept_with_the_same_metric(trained, data_yaml,
-                                                                        monkeypatch):
+                                                                        monkeypatch, capfd):
     """A val set that fits the budget is decoded once and kept in memory by Ultralytics'
     validator (``cache="ram"``; never ``"disk"``, which writes beside the user's images): the
-    same metrics as read from the files on every pass, which a larger one still is."""
+    same metrics as read from the files on every pass, which a larger one still is. Quiet, its
+    caching bar is not drawn either."""
     from autoprune.tasks.detection import evaluation
 
     model = trained[0]
@@ -634,8 +635,10 @@ def test_a_small_val_set_is_decoded_once_and_kept_with_the_same_metric(trained, 
         assert adapter.evaluate(model) == metrics  # the second pass: from what the first kept
         return metrics, adapter._loader.dataset.cache
 
+    capfd.readouterr()
     kept, cache = metrics_and_cache()
     assert cache == "ram"
+    assert "Caching images" not in "".join(capfd.readouterr())
     monkeypatch.setattr(evaluation, "RAM_BYTES", 16 * 64 * 64 * 3 - 1)  # one byte short
     assert metrics_and_cache() == (kept, None)
     before = sorted(p.name for p in Path(data_yaml).parent.rglob("*"))

@@ -31,9 +31,32 @@ def _plain_progress() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _no_cache_bar() -> Iterator[None]:
+    """Without the bar Ultralytics' datasets draw while they decode images into memory
+    (``cache="ram"``): it is created with ``disable=False`` (``LOCAL_RANK > 0``), so a silenced
+    logger does not hide it as it does the validator's own bar."""
+    module = importlib.import_module("ultralytics.data.base")
+    original = getattr(module, "TQDM", None)
+    if original is None:
+        yield
+        return
+
+    def silent(*args, **kwargs):
+        kwargs["disable"] = True
+        return original(*args, **kwargs)
+
+    module.TQDM = silent
+    try:
+        yield
+    finally:
+        module.TQDM = original
+
+
+@contextlib.contextmanager
 def quiet(enabled: bool = True) -> Iterator[None]:
-    """Silence Ultralytics' logger (warnings stay) for the duration of the block; its progress
-    bars are drawn once when they end if stdout is not a terminal."""
+    """Silence Ultralytics' logger (warnings stay) and its image-caching bar for the duration
+    of the block; its progress bars are drawn once when they end if stdout is not a
+    terminal."""
     with _plain_progress():
         if not enabled:
             yield
@@ -41,7 +64,8 @@ def quiet(enabled: bool = True) -> Iterator[None]:
         level = LOGGER.level
         LOGGER.setLevel(logging.WARNING)
         try:
-            yield
+            with _no_cache_bar():
+                yield
         finally:
             LOGGER.setLevel(level)
 
