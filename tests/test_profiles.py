@@ -359,7 +359,8 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
     """The builder's plumbing on 8 scenes, 1 epoch: the mAP of such a model is 0, so the
     evaluation is replaced by a made-up non-zero score (the real one is tested in
     test_detection.py)."""
-    from autoprune.flow.sensitivities import check_sensitivities_file
+    from autoprune.engine.groups import PruningGraph, group_fingerprint
+    from autoprune.flow.sensitivities import adopt_profile, check_sensitivities_file, read_table
     from autoprune.profiles.build import build_profile
     from autoprune.tasks.detection import models as yolo
     from autoprune.tasks.detection import DetectionAdapter
@@ -393,10 +394,31 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
         coco = yolo.patch_model(yolo.DetectionModel("yolov8n.yaml", nc=80, verbose=False))
     assert adapter.arch_key(module) == adapter.arch_key(wrapper) == "yolov8n"
     assert check_sensitivities_file(adapter, module, "DEFAULT", "yolov8n") == path
-    # ... and is refused for 80 classes (Detect's class branch is wider: other groups)
+    # ... and for COCO's 80 classes, whose class branch (cv3) is 80 channels wide, not 64: the
+    # profile is adopted, its losses read ratio for ratio, the rest of the graph the same
+    coco_adapter = DetectionAdapter(nc=80, input_size=64)
+    assert check_sensitivities_file(coco_adapter, coco, "DEFAULT", "yolov8n") == path
+    adopted, _ = read_table(coco_adapter, coco, "DEFAULT", "yolov8n")
+    graph = PruningGraph(coco, coco_adapter.example_inputs(coco), coco_adapter.ignored_layers(coco))
+    assert adopted.model["fingerprint"] == graph.fingerprint != record.model["fingerprint"]
+    widened = adopted.extra["adopted"]["class_groups"]
+    assert widened and all(".cv3." in name and w == [64, 80] for name, w in widened.items())
+    assert adopted.sensitivities == record.sensitivities
+    coco_groups = {g.name: g.channels for g in graph.groups}
+    assert {n for n, c in coco_groups.items() if c != record.model["groups"][n]} == set(widened)
+    ratios = autoprune.ratios_by_loss(adopted.sensitivities, 0.05)  # a table the flow can read
+    assert set(ratios) <= set(coco_groups)
+    # anything else that differs is still refused: the class branch's width alone is excused
+    assert adopt_profile(autoprune.read_record(path), graph, set()) is None
+    other = autoprune.read_record(path)
+    first = next(iter(other.model["groups"]))
+    other.model["groups"][first] += 8  # a profile claiming another width of a backbone group
+    other.model["fingerprint"] = group_fingerprint(
+        graph.groups, {**{n: 64 for n in widened}, first: other.model["groups"][first]})
+    assert adopt_profile(other, graph, coco_adapter.class_width_groups(coco)) is None
     with pytest.raises(autoprune.SensitivityFileError, match="does not match this model's groups"):
-        check_sensitivities_file(DetectionAdapter(nc=80, input_size=64), coco, "DEFAULT",
-                                 adapter.arch_key(coco))
+        monkeypatch.setattr(DetectionAdapter, "class_width_groups", lambda self, m: set())
+        check_sensitivities_file(coco_adapter, coco, "DEFAULT", "yolov8n")
 
 
 def test_checkpoint_records_the_arch_only_when_the_key_rebuilds_the_model():

@@ -11,7 +11,7 @@ import hashlib
 import json
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -366,9 +366,13 @@ def _unmapped(node) -> bool:
     return getattr(node, "autoprune_unmapped", False)
 
 
-def group_fingerprint(groups: Sequence[PrunableGroup]) -> str:
-    """sha256 (16 hex digits) of the groups' names, members and channel counts."""
-    data = json.dumps([[g.name, g.channels, list(g.members)] for g in groups])
+def group_fingerprint(groups: Sequence[PrunableGroup],
+                      channels: Mapping[str, int] | None = None) -> str:
+    """sha256 (16 hex digits) of the groups' names, members and channel counts (``channels``:
+    counts to hash instead of some groups' own, by name)."""
+    channels = channels or {}
+    data = json.dumps([[g.name, int(channels.get(g.name, g.channels)), list(g.members)]
+                       for g in groups])
     return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 

@@ -20,7 +20,6 @@ from ..engine.memory import activation_bytes, available_bytes
 from ..engine.channels import check_criterion
 from ..engine.prune import prune
 from ..engine.outputs import same_file
-from ..engine.store import read_record
 from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
                       SensitivityFileError, UnreadableCheckpointError)
 from .contract import TaskAdapter
@@ -29,7 +28,7 @@ from .allocation import Targets, choose_ratios, table_for
 from .latency import check_unused_settings, default_round_to
 from .options import check_numbers, check_save_dir, sens_mode
 from .report import compare_sides, to_console, write_reports
-from .sensitivities import check_sensitivities_file
+from .sensitivities import read_table
 
 
 def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
@@ -148,8 +147,8 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
         raise SensitivityFileError(f"no sensitivity file at {sensitivities_file}: measure one "
                                    f"with `autoprune sensitivity` first, or pass DEFAULT")
     check_criterion(criterion)
-    path = check_sensitivities_file(adapter, model, sensitivities_file, meta.get("arch"), criterion)
-    table = table_for(adapter, model, read_record(path), path, targets=targets,
+    record, path = read_table(adapter, model, sensitivities_file, meta.get("arch"), criterion)
+    table = table_for(adapter, model, record, path, targets=targets,
                       default_profile=mode == "default", save_dir=Path(output).parent,
                       arch=meta.get("arch"), criterion=criterion)
     chosen = choose_ratios(adapter, model, table, targets, round_to=round_to,

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 import torch.nn as nn
 
 from ..engine.channels import criterion_name
-from ..engine.groups import PruningGraph
+from ..engine.groups import PruningGraph, group_fingerprint
 from ..engine.sensitivity import DEFAULT_RATIOS, sensitivity
 from ..engine.store import SensitivityRecord, check_fingerprint, read_record
 from ..errors import ConfigError, SensitivityFileError
@@ -22,6 +22,20 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
                              arch: str | None, criterion: str = "l1_norm") -> Path:
     """Resolve ``sensitivities_file`` ("DEFAULT" or a path) and refuse a file or profile made for
     another model or with another ``criterion``, before any time is spent training or measuring."""
+    return _checked(adapter, model, sensitivities_file, arch, criterion)[1]
+
+
+def read_table(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
+               arch: str | None, criterion: str = "l1_norm") -> tuple[SensitivityRecord, Path]:
+    """The record of an existing file or the DEFAULT profile, checked as
+    :func:`check_sensitivities_file` does, and its path; a DEFAULT profile measured with
+    another number of classes comes adopted (:func:`adopt_profile`)."""
+    record, path = _checked(adapter, model, sensitivities_file, arch, criterion)
+    return (record if record is not None else read_record(path)), path
+
+
+def _checked(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, arch: str | None,
+             criterion: str) -> tuple[SensitivityRecord | None, Path]:
     mode = sens_mode(sensitivities_file)
     if mode == "default":
         if arch is None:
@@ -30,21 +44,50 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
         path = find_profile(adapter.task, arch)
     else:
         path = Path(sensitivities_file)
-    if mode in ("default", "existing"):
-        record = read_record(path)
-        graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
-        fingerprint = record.model.get("fingerprint")
-        if mode == "default" and fingerprint != graph.fingerprint:
+    if mode not in ("default", "existing"):
+        return None, path
+    record = read_record(path)
+    graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
+    if mode == "default" and record.model.get("fingerprint") != graph.fingerprint:
+        record = adopt_profile(record, graph, adapter.class_width_groups(model))
+        if record is None:
             raise SensitivityFileError(
                 f"the DEFAULT profile for {arch} does not match this model's groups (another "
                 f"width, num_classes or a patched layer?): pass sensitivities_file=<new path>")
-        check_fingerprint(record, path, graph.fingerprint)
-        if record.criterion != criterion_name(criterion):
-            raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}, "
-                                       f"this run prunes by {criterion_name(criterion)!r}: pass "
-                                       f"criterion="
-                                       f"{record.criterion!r}, or measure a new file")
-    return path
+    check_fingerprint(record, path, graph.fingerprint)
+    if record.criterion != criterion_name(criterion):
+        raise SensitivityFileError(f"{path} was measured with criterion {record.criterion!r}, "
+                                   f"this run prunes by {criterion_name(criterion)!r}: pass "
+                                   f"criterion="
+                                   f"{record.criterion!r}, or measure a new file")
+    return record, path
+
+
+def adopt_profile(record: SensitivityRecord, graph: PruningGraph,
+                  class_groups: set[str]) -> SensitivityRecord | None:
+    """``record`` (a DEFAULT profile) for the model of ``graph`` when the two differ only in the
+    channel counts of ``class_groups`` (a YOLO head's class branch, as wide as the number of
+    classes up to 100): the same groups, members and every other count, checked by hashing the
+    model's groups with the profile's counts there. Its losses are read as they are, ratio for
+    ratio, and its model section becomes this model's (``extra.adopted`` says from what); None
+    when anything else differs."""
+    stored = record.model.get("groups")
+    if not class_groups or not isinstance(stored, Mapping):
+        return None
+    widths = {g.name: stored.get(g.name) for g in graph.groups if g.name in class_groups}
+    if not widths or any(isinstance(w, bool) or not isinstance(w, int)
+                         for w in widths.values()):
+        return None
+    if group_fingerprint(graph.groups, widths) != record.model.get("fingerprint"):
+        return None
+    record.extra["adopted"] = {
+        "fingerprint": record.model.get("fingerprint"),
+        "class_groups": {name: [w, graph.group(name).channels]
+                         for name, w in sorted(widths.items())}}
+    record.model = {**record.model, "fingerprint": graph.fingerprint,
+                    "groups": {g.name: g.channels for g in graph.groups}}
+    return record
+
 
 def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, *,
                       arch: str | None, criterion: str = "l1_norm",
@@ -57,9 +100,16 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
     ``target`` (``{"loss": 0.05}``, ``{"flops": 0.5}`` or ``{"latency": 0.4}``: the run's
     allocation target) tells an adaptive analysis (``options={"adaptive": True}``) where to
     measure, unless ``options`` names its own ``target``."""
-    path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     if sens_mode(sensitivities_file) == "default":
-        return read_record(path), path
+        record, path = read_table(adapter, model, sensitivities_file, arch, criterion)
+        adopted = record.extra.get("adopted")
+        if adopted and progress:
+            widths = sorted({tuple(w) for w in adopted["class_groups"].values()})
+            print(f"[autoprune] the DEFAULT profile for {arch} was measured with class branches "
+                  f"{', '.join(f'{a} channels wide (this model: {b})' for a, b in widths)}: "
+                  f"their losses are read ratio for ratio", flush=True)
+        return record, path
+    path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     options = check_sensitivity_options(options)
     subset = options.pop("eval_images", None)
     timing = {k: options.pop(k) for k in list(options) if k.startswith("latency")}

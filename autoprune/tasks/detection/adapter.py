@@ -26,6 +26,7 @@ from ...flow.options import check_numbers
 from ...flow.training import Distill, pick_device
 from . import deployed, evaluation, family, formats, models as yolo, naming, sources, training
 from .data import check_label_file
+from .head import class_branch_prefixes
 from .incremental import BoundedMAP, bounded_metric
 from .inputs import as_module, autoprune_meta, is_checkpoint_file, prepare
 from .names import FAMILIES, canonical_arch, resolve_arch
@@ -274,6 +275,13 @@ class DetectionAdapter(TaskAdapter):
     def ignored_layers(self, model: nn.Module) -> list[Any]:
         """The layers whose output channels stay (the task's ``ultralytics.ignored_layers``)."""
         return type(self).ultralytics.ignored_layers(model)
+
+    def class_width_groups(self, model: nn.Module) -> set[str]:
+        """The groups in the Detect head's class branches (``cv3``: ``max(64, min(nc, 100))``
+        channels in YOLOv8n, so a COCO model's are wider than a 10-class profile's)."""
+        prefixes = class_branch_prefixes(model)
+        return {name for name, _ in model.named_modules()
+                if any(name.startswith(p) for p in prefixes)}
 
     def arch_of(self, model: nn.Module) -> str | None:
         """The architecture key of a built model, from the YAML it was made from."""

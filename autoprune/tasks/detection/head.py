@@ -47,6 +47,16 @@ def ignored_layers(model: nn.Module, head: type[nn.Module] = Detect,
     return unique
 
 
+CLASS_BRANCHES = ("cv3", "one2one_cv3")  # Detect's class branches: max(c, min(nc, 100)) wide
+
+
+def class_branch_prefixes(model: nn.Module) -> list[str]:
+    """``"<head>.cv3."``... of every Detect head of ``model``: the module names under which
+    the channel counts follow the number of classes."""
+    return [f"{name}.{key}." for name, m in model.named_modules() if isinstance(m, Detect)
+            for key in CLASS_BRANCHES if isinstance(getattr(m, key, None), nn.ModuleList)]
+
+
 def _attribute(module: nn.Module, path: str) -> object:
     """``module.a.b`` of the dotted ``path`` ``"a.b"``; None where a step is missing."""
     for key in path.split("."):
