@@ -146,12 +146,14 @@ def test_the_planner_finds_a_bracket_from_the_top():
     assert planner.next_point({0.1: (0.02, 0.1)}, [0.05]) == 0.1  # undecided: more images
 
 
-def test_a_flops_bracket_leaves_one_grid_point_between_its_ends_within_a_step():
-    """A FLOPs target's bracket is resolved with its ends two grid points apart (the point
-    between them, on a noise-level curve a whole evaluation, is interpolated across): on any
-    curve that does not fall, the allocation's ratio read from the points measured lies within
-    one grid step of the ratio read from the whole curve. A latency target keeps adjacent ends
-    (its greedy allocation reads measured points only); a loss target reads from the top."""
+def test_a_flat_flops_bracket_leaves_one_grid_point_between_its_ends_within_a_step():
+    """A FLOPs target's bracket across a flat stretch of curve (rising by at most FLAT_RISE
+    thresholds) is resolved with its ends two grid points apart (the point between them, on a
+    noise-level curve a whole evaluation, is interpolated across): on any curve that does not
+    fall, the allocation's ratio read from the points measured lies within one grid step of
+    the ratio read from the whole curve. A steep bracket is measured to adjacent points, a
+    latency target's always (its greedy allocation reads measured points only); a loss target
+    reads from the top."""
     from autoprune.engine.adaptive import Target
     from autoprune.engine.allocate import ratio_for_loss
 
@@ -160,10 +162,11 @@ def test_a_flops_bracket_leaves_one_grid_point_between_its_ends_within_a_step():
     assert flops.steps == 2 and not flops.top_down
     assert Planner.for_target(grid, Target("latency", 0.4)).steps == 1
     assert Planner.for_target(grid, Target("loss", 0.05)).top_down
-    within, over = (0.0, 0.001), (0.02, 0.03)
-    assert flops.next_point({0.3: within, 0.5: over, 0.9: over}, [0.01]) is None  # 0.4 left
-    assert flops.next_point({0.3: within, 0.6: over, 0.9: over}, [0.01]) in (0.4, 0.5)
-    assert Planner(grid).next_point({0.3: within, 0.5: over, 0.9: over}, [0.01]) == 0.4
+    within, over, steep = (0.0, 0.001), (0.02, 0.025), (0.3, 0.35)
+    assert flops.next_point({0.3: within, 0.5: over, 0.9: steep}, [0.01]) is None  # 0.4 left
+    assert flops.next_point({0.3: within, 0.5: steep, 0.9: steep}, [0.01]) == 0.4  # steep
+    assert flops.next_point({0.3: within, 0.6: over, 0.9: steep}, [0.01]) in (0.4, 0.5)
+    assert Planner(grid).next_point({0.3: within, 0.5: over, 0.9: steep}, [0.01]) == 0.4
     gen = torch.Generator().manual_seed(0)
     saved = 0
     for _ in range(300):
@@ -178,7 +181,7 @@ def test_a_flops_bracket_leaves_one_grid_point_between_its_ends_within_a_step():
         assert abs(read - ratio_for_loss(threshold_curve(curve), t)) <= 0.1 + 1e-9
         assert len(known) <= len(adjacent)
         saved += len(adjacent) - len(known)
-    assert saved > 30  # it does leave points out
+    assert saved > 20  # it does leave points out
 
 
 def test_an_undecided_point_gets_its_images_before_the_points_below_it():

@@ -13,10 +13,10 @@ analysis measures only the points that decide where its curve is read:
 - ``{"flops": 0.5}``: :func:`~autoprune.engine.allocate.ratios_by_flops` bisects one threshold
   common to all groups and reads curves made non-decreasing (the first point over the threshold
   ends a curve: pruning more never counts as less harmful). So the analysis finds the *bracket* of
-  that threshold on each group's ratio grid: the last point within it and a point decided over it
-  at most two grid points above, measured (or every point up to the top ratio within it; the
-  grid point a bracket leaves between its ends is interpolated across, within a step of
-  measuring it, :meth:`Planner._need`). It probes the ratio
+  that threshold on each group's ratio grid: the last point within it and the next grid point,
+  decided over it, measured (or every point up to the top ratio within it; where the curve is
+  flat, a point over it two grid points above will do: the one between is interpolated across,
+  within a step of measuring it, :meth:`Planner._need`). It probes the ratio
   where the curve is expected to cross (from the top of the grid: the ratio squared down from a
   first point over it, then a chord through the points measured so far; it only orders the work); a
   point whose interval still straddles the threshold gets more images before any point below it is
@@ -69,8 +69,9 @@ LADDER = (0.02, 0.05, 0.1, 0.2, 0.5)  # the coarse pass decides a point between 
 LATENCY_EFFICIENCY = 0.7  # latency saved per FLOPs saved on CPUs (0.68-0.76 measured)
 MAX_ROUNDS = 40  # a round measures one point per group that needs one
 # how many grid steps apart a resolved bracket's ends may lie: a FLOPs allocation interpolates
-# the ratio across the one grid point left between them (see Planner._need)
+# the ratio across the one grid point left between them (see Planner._need) ...
 BRACKET_STEPS = {"flops": 2}
+FLAT_RISE = 3.0  # ... when the curve rises by at most this many thresholds across them
 
 
 @dataclass(frozen=True)
@@ -202,20 +203,33 @@ class Planner:
     def _need(self, known: Mapping[float, Interval], t: float) -> float | None:
         """The bracket of ``t`` as every allocation reads a curve (the first point over ``t``
         ends it: pruning more never counts as less harmful): resolved when the points up to
-        the last one within ``t`` and a point decided over ``t`` at most ``steps`` grid points
-        above it are measured. With ``steps`` 2 the one grid point between them is left
+        the last one within ``t`` and the next grid point, decided over ``t``, are measured;
+        with ``steps`` 2, a point decided over ``t`` two grid points above it does when the
+        curve is flat across them (:meth:`_flat`). The grid point between is then left
         unmeasured: the allocation interpolates its ratio across it, and for a curve that does
         not fall between the two that lands within one grid step of the ratio read with that
-        point measured (a FLOPs target's brackets sit at a few images' loss, where each point
-        needs every image, and a flat, noise-level curve was bisected down to adjacent points:
-        -7 % of the images over twelve replayed FLOPs rows, -23 % on mobilenetv3)."""
+        point measured. A FLOPs target's brackets sit at a few images' loss, where each point
+        needs every image, and flat, noise-level curves were bisected down to adjacent points
+        (replayed: -5.5 % of the images over fifteen FLOPs rows, allocations as close)."""
         grid, m = self.grid, len(self.grid)
         a, b = self._bracket(known, t)
         if b == m:
             return None if a == m - 1 else self._probe(known, t, a, b)
         if known[grid[b]][0] <= t:  # undecided: more images before any point below it
             return grid[b]
-        return self._probe(known, t, a, b) if b > a + self.steps else None
+        if b <= a + 1:
+            return None
+        if b <= a + self.steps and self._flat(known, t, a, b):
+            return None
+        return self._probe(known, t, a, b)
+
+    def _flat(self, known: Mapping[float, Interval], t: float, a: int, b: int) -> bool:
+        """True when the curve rises by at most :data:`FLAT_RISE` thresholds across the bracket
+        (from the lower end of ``a``'s interval, 0 at ratio 0, to the upper end of ``b``'s): a
+        reading interpolated across its middle then errs by at most that rise in loss, where a
+        steep bracket (a stem's 0.03 -> 0.37 around 0.03) would move the common threshold."""
+        low = 0.0 if a < 0 else known[self.grid[a]][0]
+        return known[self.grid[b]][1] - low <= t * FLAT_RISE
 
     def _probe(self, known: Mapping[float, Interval], t: float, a: int, b: int) -> float:
         """The unmeasured grid point between ``a`` and ``b`` nearest the expected crossing."""
