@@ -30,26 +30,26 @@ def _plain_progress() -> Iterator[None]:
         module.is_noninteractive_console = original
 
 
-@contextlib.contextmanager
-def _no_cache_bar() -> Iterator[None]:
-    """Without the bar Ultralytics' datasets draw while they decode images into memory
-    (``cache="ram"``): it is created with ``disable=False`` (``LOCAL_RANK > 0``), so a silenced
-    logger does not hide it as it does the validator's own bar."""
+def _cache_bar_follows_logger() -> None:
+    """Ultralytics' datasets draw a bar while they decode images into memory (``cache="ram"``),
+    created with ``disable=False`` (``LOCAL_RANK > 0``), so a silenced logger did not hide it
+    as it hides the validator's own bar: from here on it is drawn only while the logger speaks
+    (installed once, not swapped per block: validations run in worker threads too)."""
     module = importlib.import_module("ultralytics.data.base")
     original = getattr(module, "TQDM", None)
-    if original is None:
-        yield
+    if original is None or getattr(original, "follows_logger", False):
         return
 
-    def silent(*args, **kwargs):
-        kwargs["disable"] = True
+    def bar(*args, **kwargs):
+        if LOGGER.getEffectiveLevel() > logging.INFO:
+            kwargs["disable"] = True
         return original(*args, **kwargs)
 
-    module.TQDM = silent
-    try:
-        yield
-    finally:
-        module.TQDM = original
+    bar.follows_logger = True
+    module.TQDM = bar
+
+
+_cache_bar_follows_logger()
 
 
 @contextlib.contextmanager
@@ -64,8 +64,7 @@ def quiet(enabled: bool = True) -> Iterator[None]:
         level = LOGGER.level
         LOGGER.setLevel(logging.WARNING)
         try:
-            with _no_cache_bar():
-                yield
+            yield
         finally:
             LOGGER.setLevel(level)
 
