@@ -421,6 +421,27 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
         check_sensitivities_file(coco_adapter, coco, "DEFAULT", "yolov8n")
 
 
+def test_a_coco_class_yolo_checkpoint_prunes_with_the_bundled_default(tmp_path, capsys):
+    """The README's `det.train("yolov8n.pt", "coco/", sensitivities_file="DEFAULT", ...)`: an
+    80-class YOLOv8n (its class branch 80 channels wide, the bundled profile's 64) is pruned
+    from the bundled DEFAULT profile, class branch included, to the FLOPs asked for."""
+    from autoprune.flow.checkpoints import prune_checkpoint
+    from autoprune.tasks.detection import DetectionAdapter
+
+    adapter = DetectionAdapter(nc=80, input_size=64)
+    model = adapter.build("yolov8n", num_classes=80)
+    ckpt = autoprune.save_pruned(model, tmp_path / "coco.pt", task="detection", arch="yolov8n",
+                                 build=adapter.build_kwargs(model), input_size=64)
+    out = tmp_path / "pruned.pt"
+    result = prune_checkpoint(ckpt, "DEFAULT", out, pruned_flops=0.3)
+    assert "class branches 64 channels wide (this model: 80)" in capsys.readouterr().out
+    assert abs(1 - result.flops_after / result.flops_before - 0.3) < 0.03
+    assert out.stat().st_size < 0.8 * ckpt.stat().st_size
+    widened = [name for name in result.plan if ".cv3." in name]
+    assert widened and all(result.plan[n]["channels"] == 80 for n in widened)
+    assert any(result.plan[n]["kept"] < 80 for n in widened)
+
+
 def test_checkpoint_records_the_arch_only_when_the_key_rebuilds_the_model():
     import timm
     import torch.nn as nn

@@ -26,12 +26,21 @@ def check_sensitivities_file(adapter: TaskAdapter, model: nn.Module, sensitiviti
 
 
 def read_table(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
-               arch: str | None, criterion: str = "l1_norm") -> tuple[SensitivityRecord, Path]:
+               arch: str | None, criterion: str = "l1_norm", *, say: bool = True
+               ) -> tuple[SensitivityRecord, Path]:
     """The record of an existing file or the DEFAULT profile, checked as
     :func:`check_sensitivities_file` does, and its path; a DEFAULT profile measured with
-    another number of classes comes adopted (:func:`adopt_profile`)."""
+    another number of classes comes adopted (:func:`adopt_profile`; ``say``: in one line)."""
     record, path = _checked(adapter, model, sensitivities_file, arch, criterion)
-    return (record if record is not None else read_record(path)), path
+    if record is None:
+        return read_record(path), path
+    adopted = record.extra.get("adopted")
+    if adopted and say:
+        widths = sorted({tuple(w) for w in adopted["class_groups"].values()})
+        print(f"[autoprune] the DEFAULT profile for {arch} was measured with class branches "
+              f"{', '.join(f'{a} channels wide (this model: {b})' for a, b in widths)}: "
+              f"their losses are read ratio for ratio", flush=True)
+    return record, path
 
 
 def _checked(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, arch: str | None,
@@ -101,14 +110,7 @@ def get_sensitivities(adapter: TaskAdapter, model: nn.Module, sensitivities_file
     allocation target) tells an adaptive analysis (``options={"adaptive": True}``) where to
     measure, unless ``options`` names its own ``target``."""
     if sens_mode(sensitivities_file) == "default":
-        record, path = read_table(adapter, model, sensitivities_file, arch, criterion)
-        adopted = record.extra.get("adopted")
-        if adopted and progress:
-            widths = sorted({tuple(w) for w in adopted["class_groups"].values()})
-            print(f"[autoprune] the DEFAULT profile for {arch} was measured with class branches "
-                  f"{', '.join(f'{a} channels wide (this model: {b})' for a, b in widths)}: "
-                  f"their losses are read ratio for ratio", flush=True)
-        return record, path
+        return read_table(adapter, model, sensitivities_file, arch, criterion, say=progress)
     path = check_sensitivities_file(adapter, model, sensitivities_file, arch, criterion)
     options = check_sensitivity_options(options)
     subset = options.pop("eval_images", None)
