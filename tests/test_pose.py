@@ -296,8 +296,8 @@ def test_build_profile_and_default_resolves(tmp_path, monkeypatch):
     """``autoprune profiles build`` for a YOLO pose model on 8 keypoint scenes, 1 epoch: the
     keypoint mAP of such a model is 0, so the evaluation is replaced by a made-up non-zero score
     (the real one runs in the flow above); DEFAULT then resolves for the model and a YOLO
-    object."""
-    from autoprune.flow.sensitivities import check_sensitivities_file
+    object, and a COCO-pose model of 17 keypoints adopts it."""
+    from autoprune.flow.sensitivities import check_sensitivities_file, read_table
     from autoprune.profiles.build import build_profile
 
     def fake_evaluate(self, model):
@@ -323,6 +323,14 @@ def test_build_profile_and_default_resolves(tmp_path, monkeypatch):
     assert adapter.arch_key(wrapper) == "yolov8n-pose"
     module = adapter.build("yolov8n-pose")
     assert check_sensitivities_file(adapter, module, "DEFAULT", "yolov8n-pose") == path
+    # a COCO-pose model (1 class, 17 x 3 keypoints: its keypoint branch 51 channels wide, the
+    # profile's 16) adopts it, the keypoint branch read ratio for ratio
+    coco = PoseAdapter(num_classes=1, kpt_shape=[17, 3], input_size=64)
+    person = coco.build("yolov8n-pose")
+    adopted, _ = read_table(coco, person, "DEFAULT", "yolov8n-pose", say=False)
+    widened = adopted.extra["adopted"]["groups"]
+    assert widened and all(".cv4." in n and w == [16, 51] for n, w in widened.items())
+    assert adopted.sensitivities == record.sensitivities
 
 
 def test_bundled_default_profile_prunes_the_trained_model(flow, data_yaml, tmp_path):

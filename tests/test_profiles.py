@@ -401,7 +401,7 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
     adopted, _ = read_table(coco_adapter, coco, "DEFAULT", "yolov8n")
     graph = PruningGraph(coco, coco_adapter.example_inputs(coco), coco_adapter.ignored_layers(coco))
     assert adopted.model["fingerprint"] == graph.fingerprint != record.model["fingerprint"]
-    widened = adopted.extra["adopted"]["class_groups"]
+    widened = adopted.extra["adopted"]["groups"]
     assert widened and all(".cv3." in name and w == [64, 80] for name, w in widened.items())
     assert adopted.sensitivities == record.sensitivities
     coco_groups = {g.name: g.channels for g in graph.groups}
@@ -415,9 +415,9 @@ def test_build_detection_profile_and_default_resolves(tmp_path, monkeypatch):
     other.model["groups"][first] += 8  # a profile claiming another width of a backbone group
     other.model["fingerprint"] = group_fingerprint(
         graph.groups, {**{n: 64 for n in widened}, first: other.model["groups"][first]})
-    assert adopt_profile(other, graph, coco_adapter.class_width_groups(coco)) is None
+    assert adopt_profile(other, graph, coco_adapter.label_width_groups(coco)) is None
     with pytest.raises(autoprune.SensitivityFileError, match="does not match this model's groups"):
-        monkeypatch.setattr(DetectionAdapter, "class_width_groups", lambda self, m: set())
+        monkeypatch.setattr(DetectionAdapter, "label_width_groups", lambda self, m: set())
         check_sensitivities_file(coco_adapter, coco, "DEFAULT", "yolov8n")
 
 
@@ -434,7 +434,7 @@ def test_a_coco_class_yolo_checkpoint_prunes_with_the_bundled_default(tmp_path, 
                                  build=adapter.build_kwargs(model), input_size=64)
     out = tmp_path / "pruned.pt"
     result = prune_checkpoint(ckpt, "DEFAULT", out, pruned_flops=0.3)
-    assert "class branches 64 channels wide (this model: 80)" in capsys.readouterr().out
+    assert "label branches 64 channels wide (this model: 80)" in capsys.readouterr().out
     assert abs(1 - result.flops_after / result.flops_before - 0.3) < 0.03
     assert out.stat().st_size < 0.8 * ckpt.stat().st_size
     widened = [name for name in result.plan if ".cv3." in name]

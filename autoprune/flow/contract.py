@@ -137,10 +137,11 @@ class TaskAdapter(ABC):
         (None when its architecture cannot be told). The key picks the DEFAULT profile; the
         profile's group fingerprint then refuses a model of another width or patched layers."""
 
-    def class_width_groups(self, model: nn.Module) -> set[str]:
-        """Names of ``model``'s groups whose channel count follows its number of classes (a
-        YOLO head's class branch: ``max(64, min(nc, 100))`` wide): a DEFAULT profile measured
-        with another class count applies to them as ratios (none here)."""
+    def label_width_groups(self, model: nn.Module) -> set[str]:
+        """Names of ``model``'s groups whose channel count follows the data's labels (a YOLO
+        head's class branch, ``max(64, min(nc, 100))`` wide in the nano models; a pose head's
+        keypoint branch): a DEFAULT profile measured on other labels applies to them as
+        ratios (none here)."""
         return set()
 
     @abstractmethod

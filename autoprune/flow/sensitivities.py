@@ -36,8 +36,9 @@ def read_table(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
         return read_record(path), path
     adopted = record.extra.get("adopted")
     if adopted and say:
-        widths = sorted({tuple(w) for w in adopted["class_groups"].values()})
-        print(f"[autoprune] the DEFAULT profile for {arch} was measured with class branches "
+        widths = sorted({tuple(w) for w in adopted["groups"].values()})
+        print(f"[autoprune] the DEFAULT profile for {arch} was measured on other labels, its "
+              f"head's label branches "
               f"{', '.join(f'{a} channels wide (this model: {b})' for a, b in widths)}: "
               f"their losses are read ratio for ratio", flush=True)
     return record, path
@@ -58,7 +59,7 @@ def _checked(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, ar
     record = read_record(path)
     graph = PruningGraph(model, adapter.example_inputs(model), adapter.ignored_layers(model))
     if mode == "default" and record.model.get("fingerprint") != graph.fingerprint:
-        record = adopt_profile(record, graph, adapter.class_width_groups(model))
+        record = adopt_profile(record, graph, adapter.label_width_groups(model))
         if record is None:
             raise SensitivityFileError(
                 f"the DEFAULT profile for {arch} does not match this model's groups (another "
@@ -73,17 +74,17 @@ def _checked(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any, ar
 
 
 def adopt_profile(record: SensitivityRecord, graph: PruningGraph,
-                  class_groups: set[str]) -> SensitivityRecord | None:
+                  label_groups: set[str]) -> SensitivityRecord | None:
     """``record`` (a DEFAULT profile) for the model of ``graph`` when the two differ only in the
-    channel counts of ``class_groups`` (a YOLO head's class branch, as wide as the number of
-    classes up to 100): the same groups, members and every other count, checked by hashing the
+    channel counts of ``label_groups`` (a YOLO head's class branch, as wide as the number of
+    classes up to 100; a pose head's keypoint branch): the same groups, members and every other count, checked by hashing the
     model's groups with the profile's counts there. Its losses are read as they are, ratio for
     ratio, and its model section becomes this model's (``extra.adopted`` says from what); None
     when anything else differs."""
     stored = record.model.get("groups")
-    if not class_groups or not isinstance(stored, Mapping):
+    if not label_groups or not isinstance(stored, Mapping):
         return None
-    widths = {g.name: stored.get(g.name) for g in graph.groups if g.name in class_groups}
+    widths = {g.name: stored.get(g.name) for g in graph.groups if g.name in label_groups}
     if not widths or any(isinstance(w, bool) or not isinstance(w, int)
                          for w in widths.values()):
         return None
@@ -91,8 +92,8 @@ def adopt_profile(record: SensitivityRecord, graph: PruningGraph,
         return None
     record.extra["adopted"] = {
         "fingerprint": record.model.get("fingerprint"),
-        "class_groups": {name: [w, graph.group(name).channels]
-                         for name, w in sorted(widths.items())}}
+        "groups": {name: [w, graph.group(name).channels] for name, w in sorted(widths.items())
+                   if w != graph.group(name).channels}}
     record.model = {**record.model, "fingerprint": graph.fingerprint,
                     "groups": {g.name: g.channels for g in graph.groups}}
     return record

@@ -26,7 +26,7 @@ from ...flow.options import check_numbers
 from ...flow.training import Distill, pick_device
 from . import deployed, evaluation, family, formats, models as yolo, naming, sources, training
 from .data import check_label_file
-from .head import class_branch_prefixes
+from .head import CLASS_BRANCHES, branch_groups
 from .incremental import BoundedMAP, bounded_metric
 from .inputs import as_module, autoprune_meta, is_checkpoint_file, prepare
 from .names import FAMILIES, canonical_arch, resolve_arch
@@ -66,6 +66,8 @@ class DetectionAdapter(TaskAdapter):
     check_labels = staticmethod(check_label_file)
     train_arg_numbers: frozenset[str] = frozenset()
     labels: formats.LabelKind | None = formats.BOXES
+    # the head's branches as wide as the labels say (a DEFAULT profile adopts another width)
+    label_branches: tuple[str, ...] = CLASS_BRANCHES
     # distill=True: Ultralytics' own feature distillation (its DistillationModel), when it has it
     distills = yolo.DistillationModel is not None
     no_distill_reason = (f"the installed Ultralytics {yolo.ultralytics.__version__} has no "
@@ -276,12 +278,10 @@ class DetectionAdapter(TaskAdapter):
         """The layers whose output channels stay (the task's ``ultralytics.ignored_layers``)."""
         return type(self).ultralytics.ignored_layers(model)
 
-    def class_width_groups(self, model: nn.Module) -> set[str]:
-        """The groups in the Detect head's class branches (``cv3``: ``max(64, min(nc, 100))``
-        channels in YOLOv8n, so a COCO model's are wider than a 10-class profile's)."""
-        prefixes = class_branch_prefixes(model)
-        return {name for name, _ in model.named_modules()
-                if any(name.startswith(p) for p in prefixes)}
+    def label_width_groups(self, model: nn.Module) -> set[str]:
+        """The groups in the Detect head's :attr:`label_branches` (``cv3``: ``max(64, min(nc,
+        100))`` channels in YOLOv8n, so a COCO model's are wider than a 10-class profile's)."""
+        return branch_groups(model, type(self).label_branches)
 
     def arch_of(self, model: nn.Module) -> str | None:
         """The architecture key of a built model, from the YAML it was made from."""

@@ -50,11 +50,14 @@ def ignored_layers(model: nn.Module, head: type[nn.Module] = Detect,
 CLASS_BRANCHES = ("cv3", "one2one_cv3")  # Detect's class branches: max(c, min(nc, 100)) wide
 
 
-def class_branch_prefixes(model: nn.Module) -> list[str]:
-    """``"<head>.cv3."``... of every Detect head of ``model``: the module names under which
-    the channel counts follow the number of classes."""
-    return [f"{name}.{key}." for name, m in model.named_modules() if isinstance(m, Detect)
-            for key in CLASS_BRANCHES if isinstance(getattr(m, key, None), nn.ModuleList)]
+def branch_groups(model: nn.Module, branches: Sequence[str]) -> set[str]:
+    """Names of the modules under ``<head>.<branch>.`` for every Detect head of ``model`` and
+    each of ``branches`` it has (``cv3``: the class branch, whose channel counts follow the
+    number of classes)."""
+    prefixes = [f"{name}.{key}." for name, m in model.named_modules() if isinstance(m, Detect)
+                for key in branches if isinstance(getattr(m, key, None), nn.ModuleList)]
+    return {name for name, _ in model.named_modules()
+            if any(name.startswith(p) for p in prefixes)}
 
 
 def _attribute(module: nn.Module, path: str) -> object:

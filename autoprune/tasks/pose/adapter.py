@@ -42,6 +42,9 @@ class PoseAdapter(DetectionAdapter):
     train_arg_numbers = frozenset({"pose", "kobj", "rle"})  # its loss weights in train_args
     labels = None  # reads YOLO data only
     build_keys = ("num_classes", "nc", "kpt_shape")
+    # the keypoint branch is max(c // 4, keypoint values) wide: 16 in a 5-keypoint profile's
+    # YOLOv8n-pose, 51 in a COCO-pose model's
+    label_branches = DetectionAdapter.label_branches + ("cv4", "one2one_cv4")
 
     def __init__(self, data: str | os.PathLike | None = None,
                  eval_data: str | os.PathLike | None = None, *,
