@@ -29,8 +29,8 @@ def read_table(adapter: TaskAdapter, model: nn.Module, sensitivities_file: Any,
                arch: str | None, criterion: str = "l1_norm", *, say: bool = True
                ) -> tuple[SensitivityRecord, Path]:
     """The record of an existing file or the DEFAULT profile, checked as
-    :func:`check_sensitivities_file` does, and its path; a DEFAULT profile measured with
-    another number of classes comes adopted (:func:`adopt_profile`; ``say``: in one line)."""
+    :func:`check_sensitivities_file` does, and its path; a DEFAULT profile measured on other
+    labels (classes, keypoints) comes adopted (:func:`adopt_profile`; ``say``: in one line)."""
     record, path = _checked(adapter, model, sensitivities_file, arch, criterion)
     if record is None:
         return read_record(path), path
@@ -77,10 +77,11 @@ def adopt_profile(record: SensitivityRecord, graph: PruningGraph,
                   label_groups: set[str]) -> SensitivityRecord | None:
     """``record`` (a DEFAULT profile) for the model of ``graph`` when the two differ only in the
     channel counts of ``label_groups`` (a YOLO head's class branch, as wide as the number of
-    classes up to 100; a pose head's keypoint branch): the same groups, members and every other count, checked by hashing the
-    model's groups with the profile's counts there. Its losses are read as they are, ratio for
-    ratio, and its model section becomes this model's (``extra.adopted`` says from what); None
-    when anything else differs."""
+    classes up to 100; a pose head's keypoint branch): the same groups, members and every other
+    count, checked by hashing the model's groups with the profile's counts there. Its losses
+    are read as they are, ratio for ratio, and its model section becomes this model's
+    (``extra.adopted``: the profile's fingerprint and each widened group's widths, profile's
+    and model's); None when anything else differs."""
     stored = record.model.get("groups")
     if not label_groups or not isinstance(stored, Mapping):
         return None
