@@ -91,12 +91,12 @@ def adopt_profile(record: SensitivityRecord, graph: PruningGraph,
         return None
     if group_fingerprint(graph.groups, widths) != record.model.get("fingerprint"):
         return None
+    channels = {g.name: g.channels for g in graph.groups}
     record.extra["adopted"] = {
         "fingerprint": record.model.get("fingerprint"),
-        "groups": {name: [w, graph.group(name).channels] for name, w in sorted(widths.items())
-                   if w != graph.group(name).channels}}
-    record.model = {**record.model, "fingerprint": graph.fingerprint,
-                    "groups": {g.name: g.channels for g in graph.groups}}
+        "groups": {name: [w, channels[name]] for name, w in sorted(widths.items())
+                   if w != channels[name]}}
+    record.model = {**record.model, "fingerprint": graph.fingerprint, "groups": channels}
     return record
 
 
