@@ -83,6 +83,8 @@ class ReplayEval:
                      for s in self.inner.incremental(model, start=0)]
             self.scores[key] = torch.cat(parts)
             self.computed += 1
+            if self.computed % 12 == 0:  # kept as they come: a run stopped early keeps most
+                self.save()
         return self.scores[key]
 
     def save(self) -> None:
@@ -155,6 +157,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     evaluate = ReplayEval(TaskEval(adapter), work / "scores.pt")
     full, record, _ = analyze(adapter, model, evaluate, groups, work / "full.json")
     evaluate.save()
+    if a.measure_only:  # the scores kept (e.g. measured on a GPU), replayed elsewhere
+        return []
     full_images = record.extra["evaluation"]["images_evaluated"]
     halves = [analyze(adapter, model, HalfEval(TaskEval(adapter), work / "scores.pt", k), groups,
                       work / f"full-half{k}.json")[0] for k in (0, 1)]
@@ -213,13 +217,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--retrain", type=int, default=0, metavar="EPOCHS",
                    help="prune both allocations of each target and train them EPOCHS (0: no)")
     p.add_argument("--quick", action="store_true", help="tiny settings (what the test runs)")
+    p.add_argument("--device", default="cpu", help="where the base model trains and the full "
+                   "table's scores are measured (cpu, cuda); the replays read them anywhere")
+    p.add_argument("--measure-only", action="store_true",
+                   help="stop once the full table's scores are kept (scores.pt)")
     a = p.parse_args(argv)
+    cost.DEVICE = a.device
     cost.REUSE = True  # a retrained allocation's metric.json is read back, not trained again
     if a.quick:
         a.models, a.size, a.val_images, a.train_images = "resnet18", 32, 128, 128
         a.base_epochs, a.groups, a.targets = 1, 2, "loss=0.05,flops=0.3"
-    torch.set_num_threads(1)
+    if a.device == "cpu":
+        torch.set_num_threads(1)
     rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
+    if not rows:
+        return rows
     print("| model (groups, val images) | target | images full | images adaptive | fewer | "
           "points | decided early | allocation: largest difference (ratio steps) | "
           "full analysis on each half of the images: its allocations apart (steps) | "

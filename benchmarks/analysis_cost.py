@@ -50,6 +50,7 @@ TASK_OF = {**{m: "classification" for m in CLASSIFIERS}, "yolov8s": "detection",
 TARGETS = {"loss": 0.05, "flops": 0.5, "latency": 0.4}  # --flops changes the FLOPs target
 RATIOS = tuple(round(0.1 * k, 1) for k in range(1, 10))
 STEP = 0.1
+DEVICE = "cpu"  # where the classifiers' base models train and their points are evaluated
 
 
 # --- base models and their adapters ---------------------------------------------------------
@@ -63,7 +64,7 @@ def base_model(name: str, a: argparse.Namespace, out: Path) -> tuple[Path, Any]:
             autoprune.classification.train(
                 name, data, epochs=a.base_epochs, train_limit=a.train_images,
                 eval_limit=a.val_images, input_size=a.size, batch_size=64, save_dir=save,
-                warmup_epochs=0, device="cpu", progress=False)
+                warmup_epochs=0, device=DEVICE, progress=False)
         return save / "baseline" / "best.pt", data
     if task == "segmentation":
         data = "fashion-scenes"
@@ -96,8 +97,9 @@ def adapter_for(name: str, checkpoint: Path, data: Any, a: argparse.Namespace) -
     inputs = {"train_data": data, "eval_data": data,
               "train_limit": a.seg_train if TASK_OF[name] == "segmentation" else a.train_images} \
         if TASK_OF[name] != "detection" else {"data": data}
+    device = DEVICE if TASK_OF[name] == "classification" else "cpu"
     adapter = task.adapter_class().for_checkpoint(checkpoint_meta(checkpoint), eval_limit=limit,
-                                                  device="cpu", progress=False, **inputs)
+                                                  device=device, progress=False, **inputs)
     model = adapter.analysis_model(load_model(checkpoint, adapter)).eval()
     return adapter, model
 

@@ -587,6 +587,33 @@ def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_poin
     assert curve(0.6, 0.9, 0.5, 0.1)(0.45) > 0.5  # nearly flat
 
 
+def test_the_pilot_reads_its_loss_over_the_images_it_evaluated():
+    """The pilot evaluates whole steps (64 images here, for a first look of 32): its loss, the
+    images its unpruned model gets right (what half a flip is added against) and the images the
+    ETA charges for it are all of those 64. One flip among 64 right images is 1.5 / 65 = 2.3 %
+    smoothed, under a 2.5 % tolerance (the top ratio is within: one point); read against the
+    first 32 images' right ones, as before, it was 3 % and the plan walked down the ratios."""
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_eta import PILOT_IMAGES, pilot_loss, predicted_shares, smoothed
+    from autoprune.engine.adaptive_meter import PointMeter
+
+    n, grid = 2000, [0.1 * k for k in range(1, 10)]
+    base = (torch.arange(n) % 5 != 4).double()
+    base[:64] = 1.0
+    scores = _CurveScores(base, {"g": lambda r: 1.5 / float(base.sum())})  # one flip: image 0
+    meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
+                       resumable=True, random_order=True)
+    with scores.pruned("g", 0.9):
+        loss, right, seen = pilot_loss(meter, None)
+    assert seen == 64 > PILOT_IMAGES and right == 64.0
+    assert loss == pytest.approx(1 / 64) and smoothed(loss, right) == pytest.approx(1.5 / 65)
+    shares = predicted_shares(meter, scores, None, ["g"], Planner(grid, top_down=True),
+                              Thresholds(check_target("loss=0.025"), lambda: None), len(grid))
+    plan = shares["predicted"]
+    assert list(plan) == [("g", 0.9)]
+    assert shares["image_share"] * n == pytest.approx(plan[("g", 0.9)] + 64)  # + the pilot's
+
+
 def test_the_eta_costs_each_predicted_point_at_its_own_share_of_the_model():
     """A loss target measures the top ratios, which compute less than the unpruned model: the
     ETA charges the predicted points their own MACs share, not the grid's average."""

@@ -1,6 +1,6 @@
 """What an adaptive analysis will evaluate, predicted before its points: a pilot (each group's top
-ratio evaluated on the first look's images, 32), a curve through it, and the analysis's own
-planner and bound run against that curve.
+ratio evaluated on the first look's images, 32, in whole evaluation steps: 64 or 128 with those
+batches), a curve through it, and the analysis's own planner and bound run against that curve.
 
 An adaptive analysis's cost depends on how sensitive the groups are: a loss target measures each
 group from the top ratio down until a point is decided within the tolerance (a group that loses
@@ -68,9 +68,11 @@ def expected_images(meter: PointMeter, loss: float, thresholds: float | Iterable
     return expected_measure(meter, loss, thresholds)[0]
 
 
-def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) -> float:
-    """The relative loss of ``model`` (a point, pruned) on its first ``images`` images against the
-    unpruned model's scores of the same images."""
+def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES
+               ) -> tuple[float, float, int]:
+    """``(loss, right, seen)``: the relative loss of ``model`` (a point, pruned) on its first
+    ``images`` images or more (whole evaluation steps: ``seen``) against the unpruned model's
+    scores of the same images, ``right`` of which the unpruned model gets right."""
     counts = PairedCounts()
     steps = meter.eval_fn.incremental(model, start=0)
     try:
@@ -82,7 +84,7 @@ def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) 
     finally:
         close_steps(steps)
     base = float(meter.base[:counts.seen].sum())
-    return 1.0 - counts.score / base if base > 0 else 0.0
+    return (1.0 - counts.score / base if base > 0 else 0.0), base, counts.seen
 
 
 def smoothed(loss: float, right: float) -> float:
@@ -161,11 +163,15 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
     if not predictable(meter) or not names:
         return None
     low, top = planner.grid[0], planner.grid[-1]
-    right = float(meter.base[:PILOT_IMAGES].sum())
+    piloted: list[int] = []  # the images each pilot evaluated (whole evaluation steps)
 
     def pilot(name: str, ratio: float) -> float:
         with runner.pruned(name, ratio) as pruned:
-            return smoothed(pilot_loss(meter, model), right) if pruned else 0.0
+            if not pruned:
+                return 0.0
+            loss, right, seen = pilot_loss(meter, model)
+            piloted.append(seen)
+            return smoothed(loss, right)
 
     with torch.no_grad():
         losses = {name: pilot(name, top) for name in names}
@@ -174,7 +180,8 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
     curves = {n: curve(losses[n], top, lows.get(n), low) for n in names}
     plan = play_rounds(curves, planner, thresholds,
                        lambda loss, ts: expected_measure(meter, loss, ts), known)
-    images = sum(plan.values()) + PILOT_IMAGES * (len(names) + len(lows))
+    images = sum(plan.values()) + sum(piloted)
     return {"points_share": min(1.0, len(plan) / max(1, points)),
             "image_share": min(1.0, images / max(1, len(plan) * meter.total)),
-            "pilot": f"each group's top ratio on {PILOT_IMAGES} images", "predicted": plan}
+            "pilot": f"each group's top ratio on {max(piloted, default=PILOT_IMAGES)} images",
+            "predicted": plan}

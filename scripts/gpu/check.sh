@@ -19,7 +19,7 @@
 # lands in $OUT (at most 8 files come back: gpu.txt, bench.log, task_flows.json,
 # demo_report.json, tests.log, junit.xml, failures.log: each failure as it happens).
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: check.sh bench|masked|tests|profiles <arch> (a step by name: no default)"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: check.sh bench|masked|tests|replay <model>|profiles <arch> (a step by name: no default)"; exit 2; }
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False HF_HUB_OFFLINE=1 CI=true \
@@ -96,5 +96,19 @@ case "$1" in
       python3 -m autoprune profiles build --arch "$arch" --task "$task" --out "$OUT/profiles" \
       --device cuda
     ;;
-  *) echo "usage: check.sh bench|masked|tests|profiles <arch>"; exit 2 ;;
+  replay)
+    # the full sensitivity table of one classifier at the issue's size (224 px, 2,000 val images,
+    # its first 12 groups x 9 ratios), every point's per-image scores kept; the adaptive analysis
+    # is then replayed against them on the CPU machine (benchmarks/adaptive_replay.py, issue 41):
+    # scores.pt, full.json and the base checkpoint (in 15 MB parts: cat best.pt.part-* > best.pt)
+    # come back
+    model=${2:-mobilenetv3_large_100}
+    step "${LIMIT:-280}" "full table of $model at 224 px on the GPU, scores kept" \
+      python3 benchmarks/adaptive_replay.py --models "$model" --size 224 --val-images 2000 \
+      --train-images 2000 --base-epochs 2 --groups 12 --device cuda --measure-only \
+      --out /tmp/replay224
+    cp /tmp/replay224/"$model"/scores.pt /tmp/replay224/"$model"/full.json "$OUT"/
+    split -b 15m /tmp/replay224/"$model"/base_"$model"/baseline/best.pt "$OUT/best.pt.part-"
+    ;;
+  *) echo "usage: check.sh bench|masked|tests|replay <model>|profiles <arch>"; exit 2 ;;
 esac
