@@ -11,6 +11,9 @@
 #                    68 min on one AVX-512 core)
 #                    (issue 42; one call of up to ~9.5 min each, not measured on a GPU yet)
 #   check.sh masked  where the masked analysis's time goes at evaluation batches of 128 / 512
+#   check.sh replay mobilenetv3_large_100|resnet50|resnet18   a full sensitivity table at 224 px
+#                    (2,000 images, 12 groups x 9 ratios) with every per-image score kept, for
+#                    benchmarks/adaptive_replay.py on the CPU machine (~70 s; session 6)
 #   check.sh tests   the test suite on the GPU (~4 min, 14 workers; the whole suite ran in 221 s
 #                    on an H100 machine): device="auto" picks CUDA
 #                    (AMP training, the masked batched analysis, GPU latency rows), plus
