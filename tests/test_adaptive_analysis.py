@@ -395,7 +395,8 @@ def test_the_cost_is_said_before_and_a_plan_measures_nothing(toy_task, tmp_path,
     out = capsys.readouterr().out
     assert "analysis cost: 25 points x 512 images" in out and "ETA" in out
     assert "adaptive (eval_metric_loss 0.05, bound confidence)" in out
-    assert "predicted from a pilot: each group's top ratio on 32 images" in out
+    # the pilot's first look is 32 images, evaluated in whole steps (Top1's: 64): it says 64
+    assert "predicted from a pilot: each group's top ratio on 64 images" in out
     assert not path.exists()  # nothing written
     _run(model, x, ev, path, adaptive=True, plan=True, target="flops=0.5")
     out = capsys.readouterr().out

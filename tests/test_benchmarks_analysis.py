@@ -32,6 +32,12 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         capsys.readouterr()
         retrained = bench.main(["--quick", "--out", str(tmp_path), "--retrain", "1"])
         printed = capsys.readouterr().out
+        # --measure-only (what scripts/gpu/check.sh replay runs on a GPU): the full table and its
+        # kept scores, no replay
+        (tmp_path / "resnet18" / "full.json").unlink()
+        measured = bench.main(["--quick", "--out", str(tmp_path), "--measure-only"])
+        assert measured == [] and "min_fewer=" not in capsys.readouterr().out
+        assert (tmp_path / "resnet18" / "full.json").is_file()
     finally:
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
@@ -42,7 +48,7 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert 0 < r["adaptive_images"] <= r["full_images"] and 0 < r["points"] <= 18
         assert r["loss_full"] >= 0 and r["steps_apart"] >= 0 and r["halves_apart"] >= 0
         assert r["said_images"] > 0  # the estimate said before the points, in images
-    assert computed == [0, 0]  # the second and third runs served every point from the kept scores
+    assert computed == [0, 0, 0]  # the second, third and fourth runs served every point from the kept scores
     assert [{k: v for k, v in r.items()} for r in again] == rows
     for half in (0, 1):  # the full analysis on each half: 64 images a point, from the kept scores
         record = autoprune.read_record(tmp_path / "resnet18" / f"full-half{half}.json")
