@@ -103,15 +103,19 @@ case "$1" in
     # the full sensitivity table of one classifier at the issue's size (224 px, 2,000 val images,
     # its first 12 groups x 9 ratios), every point's per-image scores kept; the adaptive analysis
     # is then replayed against them on the CPU machine (benchmarks/adaptive_replay.py, issue 41):
-    # scores.pt, full.json and the base checkpoint (in 15 MB parts: cat best.pt.part-* > best.pt)
-    # come back
+    # scores.pt, full.json and the base checkpoint come back, the checkpoint's weights in FP16
+    # (they load into the FP32 model as they are; a replay reads only the layers' widths) and in
+    # 15 MB parts: cat best.pt.part-* > <out>/<model>/base_<model>/baseline/best.pt
     model=${2:-mobilenetv3_large_100}
     step "${LIMIT:-280}" "full table of $model at 224 px on the GPU, scores kept" \
       python3 benchmarks/adaptive_replay.py --models "$model" --size 224 --val-images 2000 \
       --train-images 2000 --base-epochs 2 --groups 12 --device cuda --measure-only \
       --out /tmp/replay224
     cp /tmp/replay224/"$model"/scores.pt /tmp/replay224/"$model"/full.json "$OUT"/
-    split -b 15m /tmp/replay224/"$model"/base_"$model"/baseline/best.pt "$OUT/best.pt.part-"
+    python3 -c "import sys, torch; c = torch.load(sys.argv[1], weights_only=True)
+c['state_dict'] = {k: v.half() if v.is_floating_point() else v for k, v in c['state_dict'].items()}
+torch.save(c, '/tmp/replay224/best-fp16.pt')" /tmp/replay224/"$model"/base_"$model"/baseline/best.pt &&
+      split -b 15m /tmp/replay224/best-fp16.pt "$OUT/best.pt.part-"
     ;;
   *) echo "usage: check.sh bench|masked|tests|replay <model>|profiles <arch>"; exit 2 ;;
 esac
