@@ -171,8 +171,6 @@ def time_steps(steps: Iterable[Any], min_seconds: float = 0.5, max_steps: int = 
     return (time.perf_counter() - start) / images if images else None
 
 
-
-
 def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: PruningGraph,
              runner: PointRunner, points: list[tuple[str, float]], images: int, *,
              timed: float | None = None, replayed: float | None = None,

@@ -17,8 +17,6 @@ def _timing_field(default: Any, help: str, kind: str) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, "kind": kind})
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class Timing:
     """Where and how latency is timed: on ``device`` ("cpu", "cuda", "cuda:1") with ``threads``

@@ -24,7 +24,6 @@ from .contract import TaskAdapter
 from .layout import RATIOS_FILE
 
 
-
 @dataclass(frozen=True)
 class LatencyTarget:
     """``pruned_latency`` and where it is measured (the run's one :class:`Timing`)."""

@@ -349,7 +349,6 @@ def start_weights(adapter: TaskAdapter, pretrain_weights: Any) -> dict[str, Any]
     return None
 
 
-
 def step_epochs(epochs: int, steps: int, k: int) -> int:
     """Retraining epochs after step ``k`` of ``steps``: ``epochs // steps``, the last step the
     remainder."""

@@ -89,7 +89,6 @@ def native_block(block: SplitCv1) -> nn.Module | None:
     return native.to(dtype)
 
 
-
 def to_native(model: nn.Module) -> list[str]:
     """Replace each split-free block of ``model`` by the native Ultralytics block that gives the
     same outputs (in place); returns the names of the blocks that could not be (left as they

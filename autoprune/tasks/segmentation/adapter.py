@@ -48,7 +48,6 @@ from .models import (STRIDE, TIMM_LOADING, arch_of_model, build_segmenter, head_
                      output_classes, resolve_arch, skip_unused_modules)
 
 
-
 class DiceCELoss(nn.Module):
     """Cross-entropy + ``dice_weight`` x soft Dice (mean over the classes present in the batch);
     ``ignore_index`` pixels count in neither."""
