@@ -69,7 +69,7 @@ class ReplayEval:
         self.inner, self.path, self.images = inner, path, inner.images
         self.random_order, self.resumable = inner.random_order, inner.resumable
         self.scores = torch.load(path, weights_only=True) if path.is_file() else {}
-        self.computed = 0
+        self.computed = self.saved = 0  # points computed here; how many of them are in the file
 
     @staticmethod
     def key(model: torch.nn.Module) -> str:
@@ -92,6 +92,7 @@ class ReplayEval:
         tmp = self.path.with_suffix(".tmp")
         torch.save(self.scores, tmp)
         tmp.replace(self.path)
+        self.saved = self.computed
 
     def __call__(self, model: torch.nn.Module) -> float:
         return float(self._scores(model).mean())
@@ -188,7 +189,7 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                 which: cost.retrain(adapter, model, ratios, a.retrain,
                                     work / f"retrain-{target}-{which}")
                 for which, ratios in (("full", theirs), ("adaptive", ours))}
-    if evaluate.computed:  # points the full pass did not leave (none, normally)
+    if evaluate.computed > evaluate.saved:  # points the full pass did not leave (none, normally)
         evaluate.save()
     return rows
 
