@@ -119,6 +119,59 @@ def test_the_exact_bound_holds_whatever_the_unseen_images_score():
     assert look_points(1000)[:3] == [32, 48, 72] and look_points(1000)[-1] < 1000
 
 
+def _brute_net_high(d, n1, total1, u, n0, total0, alpha):
+    """The largest D - U whose probability of a statistic at most the one seen is above
+    ``alpha``: every (D, U) and every sample enumerated."""
+    def pmf(k, total, succ, draws):
+        return math.comb(succ, k) * math.comb(total - succ, draws - k) / math.comb(total, draws)
+    seen = d * total1 * n0 - u * total0 * n1
+    best = None
+    for big_d in range(total1 + 1):
+        for big_u in range(total0 + 1):
+            p = sum(pmf(x, total1, big_d, n1) * pmf(y, total0, big_u, n0)
+                    for x in range(n1 + 1) for y in range(n0 + 1)
+                    if x * total1 * n0 - y * total0 * n1 <= seen)
+            if p > alpha:
+                best = big_d - big_u if best is None else max(best, big_d - big_u)
+    return best
+
+
+def test_the_joint_bound_on_net_flips_is_the_exact_test_and_holds():
+    from autoprune.engine.bounds import _net_high, net_interval
+    rng = torch.Generator().manual_seed(3)
+    for _ in range(12):  # the banded, vectorised search finds what enumeration finds
+        total1, total0 = (int(v) for v in torch.randint(4, 11, (2,), generator=rng))
+        n1 = int(torch.randint(1, total1 + 1, (1,), generator=rng))
+        n0 = int(torch.randint(1, total0 + 1, (1,), generator=rng))
+        d = int(torch.randint(0, n1 + 1, (1,), generator=rng))
+        u = int(torch.randint(0, n0 + 1, (1,), generator=rng))
+        alpha = (0.02, 0.1, 0.3)[int(torch.randint(0, 3, (1,), generator=rng))]
+        assert _net_high(d, n1, total1, (0, total1), u, n0, total0, (0, total0), alpha) == \
+            _brute_net_high(d, n1, total1, u, n0, total0, alpha)
+    # coverage, exactly: over every sample of a population, the interval misses D - U with
+    # probability at most 2.04 alpha
+    alpha, total1, total0, n1, n0 = 0.05, 30, 20, 12, 8
+    for big_d, big_u in ((0, 0), (4, 9), (17, 3), (30, 20)):
+        miss = 0.0
+        for x in range(n1 + 1):
+            for y in range(n0 + 1):
+                p = (math.comb(big_d, x) * math.comb(total1 - big_d, n1 - x)
+                     * math.comb(big_u, y) * math.comb(total0 - big_u, n0 - y)
+                     / math.comb(total1, n1) / math.comb(total0, n0))
+                if p > 0:
+                    low, high = net_interval(x, n1, total1, y, n0, total0, alpha)
+                    miss += p * (not low <= big_d - big_u <= high)
+        assert miss <= 2.04 * alpha
+    # an uncertain model flips many images both ways: bounded together, narrower than the two
+    # bounds subtracted at the same total confidence
+    low, high = net_interval(128, 543, 1293, 50, 289, 707, 1e-5)
+    d_lo, d_hi = successes_interval(128, 543, 1293, 2.04e-5 / 4)
+    u_lo, u_hi = successes_interval(50, 289, 707, 2.04e-5 / 4)
+    assert d_lo - u_hi < low < high < d_hi - u_lo
+    assert high - low < 0.75 * ((d_hi - u_lo) - (d_lo - u_hi))
+    assert net_interval(3, 10, 20, 0, 0, 5, 0.01) is None  # no baseline-wrong image seen
+
+
 def test_the_planner_finds_a_bracket_from_the_top():
     """A bracket target probes a group's top ratio first: a group no ratio harms costs that one
     point, a steep one the top (decided far over after a few images) and a jump down the
