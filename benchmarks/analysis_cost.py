@@ -186,17 +186,20 @@ def steps_apart(a: dict[str, float], b: dict[str, float]) -> float:
 def retrain(adapter: Any, model: torch.nn.Module, ratios: dict[str, float], epochs: int,
             out: Path) -> float:
     """``model`` pruned to ``ratios``, retrained ``epochs`` (seed 0): its metric (kept in
-    ``out/metric.json``, which ``--reuse`` reads)."""
+    ``out/metric.json``, which ``--reuse`` reads back when it was trained from the same
+    ratios and epochs)."""
     done = out / "metric.json"
     if REUSE and done.is_file():
-        return json.loads(done.read_text())["metric"]
+        kept = json.loads(done.read_text())
+        if kept.get("ratios") == ratios and kept.get("epochs", epochs) == epochs:
+            return kept["metric"]
     torch.manual_seed(0)
     pruned = copy.deepcopy(model)
     autoprune.prune(pruned, adapter.example_inputs(pruned), ratios,
                     ignored_layers=adapter.ignored_layers(pruned))
     trained = adapter.fit(pruned, epochs, out)
     metric = adapter.evaluate(trained)[adapter.metric]
-    done.write_text(json.dumps({"metric": metric, "ratios": ratios}))
+    done.write_text(json.dumps({"metric": metric, "ratios": ratios, "epochs": epochs}))
     return metric
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 import autoprune
@@ -64,3 +65,32 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert 0 <= full <= 1 and 0 <= ours <= 1
         assert (tmp_path / "resnet18" / f"retrain-{r['target']}-adaptive" / "metric.json").is_file()
         assert f"| {full:.4f} / {ours:.4f} ({100 * (ours - full):+.2f}) |" in printed
+
+
+def test_a_kept_retrained_metric_is_read_back_only_for_the_same_allocation(tmp_path):
+    """``--reuse`` reads a retrained metric back only when it was trained from the same ratios
+    and epochs: a planner that changes an allocation gets that allocation retrained, not the
+    old one's metric reported under it."""
+    cost = load_benchmark("analysis_cost")
+    cost.REUSE = True
+
+    class Trained(Exception):
+        pass
+
+    class Adapter:
+        def example_inputs(self, model):
+            return torch.zeros(1, 3, 8, 8)
+
+        def ignored_layers(self, model):
+            return []
+
+        def fit(self, model, epochs, out):
+            raise Trained
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 3))
+    (tmp_path / "metric.json").write_text('{"metric": 0.5, "ratios": {"0": 0.5}, "epochs": 2}')
+    assert cost.retrain(Adapter(), model, {"0": 0.5}, 2, tmp_path) == 0.5
+    for ratios, epochs in (({"0": 0.25}, 2), ({"0": 0.5}, 3)):
+        with pytest.raises(Trained):
+            cost.retrain(Adapter(), model, ratios, epochs, tmp_path)
