@@ -179,7 +179,9 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                      "fewer": full_images / max(1, ev["images_evaluated"]),
                      "points": sum(map(len, table.values())),
                      "of": len(groups) * len(RATIOS),
-                     "decided_early": ev.get("decided_early", 0),
+                     # points the table holds as intervals (the file's counter also counts
+                     # a point decided early, then refined, each time)
+                     "decided_early": sum(map(len, rec.intervals.values())),
                      "steps_apart": cost.steps_apart(theirs, ours),
                      "halves_apart": cost.steps_apart(*(allocation(kind, float(value), adapter,
                                                                    model, t) for t in halves)),

@@ -47,6 +47,7 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert r["groups"] == 2 and r["images"] == 128
         assert 18 * 128 <= r["full_images"] <= 18 * 128 + 3 * 128
         assert 0 < r["adaptive_images"] <= r["full_images"] and 0 < r["points"] <= 18
+        assert 0 <= r["decided_early"] <= r["points"]  # points left as intervals
         assert r["loss_full"] >= 0 and r["steps_apart"] >= 0 and r["halves_apart"] >= 0
         assert r["said_images"] > 0  # the estimate said before the points, in images
     assert computed == [0, 0, 0]  # the second, third and fourth runs served every point from the kept scores
