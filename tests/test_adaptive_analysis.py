@@ -148,6 +148,17 @@ def test_the_joint_bound_on_net_flips_is_the_exact_test_and_holds():
         alpha = (0.02, 0.1, 0.3)[int(torch.randint(0, 3, (1,), generator=rng))]
         assert _net_high(d, n1, total1, (0, total1), u, n0, total0, (0, total0), alpha) == \
             _brute_net_high(d, n1, total1, u, n0, total0, alpha)
+    for _ in range(60):  # the strides skipped between solved rows change nothing
+        total1, total0 = (int(v) for v in torch.randint(50, 3000, (2,), generator=rng))
+        n1 = int(torch.randint(1, total1 + 1, (1,), generator=rng))
+        n0 = int(torch.randint(1, total0 + 1, (1,), generator=rng))
+        d = int(torch.randint(0, n1 + 1, (1,), generator=rng))
+        u = int(torch.randint(0, n0 + 1, (1,), generator=rng))
+        box1 = successes_interval(d, n1, total1, 1e-6)
+        box0 = successes_interval(u, n0, total0, 1e-6)
+        every_row = _net_high(d, n1, total1, box1, u, n0, total0, box0, 1e-4, coarse=10 ** 9)
+        assert _net_high(d, n1, total1, box1, u, n0, total0, box0, 1e-4) == every_row
+        assert _net_high(d, n1, total1, box1, u, n0, total0, box0, 1e-4, coarse=4) == every_row
     # coverage, exactly: over every sample of a population, the interval misses D - U with
     # probability at most 2.04 alpha
     alpha, total1, total0, n1, n0 = 0.05, 30, 20, 12, 8

@@ -124,7 +124,7 @@ def _band(draws: int, total: int, low: int, high: int) -> torch.Tensor:
 
 
 def _net_high(d: int, n1: int, total1: int, box1: tuple[int, int], u: int, n0: int, total0: int,
-              box0: tuple[int, int], alpha: float) -> int | None:
+              box0: tuple[int, int], alpha: float, coarse: int = 32) -> int | None:
     """The largest ``D - U`` that a one-sided test at level ``alpha`` does not reject, over
     ``D`` in ``box1`` and ``U`` in ``box0`` (see :func:`net_interval`); None if it rejects all.
 
@@ -132,36 +132,60 @@ def _net_high(d: int, n1: int, total1: int, box1: tuple[int, int], u: int, n0: i
     (``total0``, ``n0``, ``u``), the two draws independent. The statistic ``T = d total1 / n1 -
     u total0 / n0`` estimates ``D - U``; ``(D, U)`` is rejected when ``P(T <= T_seen) <= alpha``
     under it. Probabilities are computed on bands of the sample counts with the mass left out
-    added, so each is an upper estimate and nothing that the exact test keeps is rejected."""
-    rows = torch.arange(box1[0], box1[1] + 1)
+    added, so each is an upper estimate and nothing that the exact test keeps is rejected.
+
+    For each ``D`` the test keeps every ``U`` from a fewest one up (the probability grows with
+    ``U``), and that fewest ``U`` never falls as ``D`` grows (the probability falls with ``D``),
+    so between two ``D`` a stride apart ``D - U`` is at most the later ``D`` less the earlier
+    one's fewest ``U``: the search solves ``coarse`` rows, then only the strides that bound
+    could still beat."""
     band1 = _band(n1, total1, box1[0], box1[1])
     band0 = _band(n0, total0, box0[0], box0[1])
-    pmf1 = _pmf_rows(total1, rows, n1, band1)
-    lost1 = (1.0 - pmf1.sum(1)).clamp(min=0.0)
     # T <= T_seen  <=>  u >= u + ceil((d' - d) total1 n0 / (total0 n1)), integers throughout
     need = u - torch.div(-(band1 - d) * total1 * n0, total0 * n1, rounding_mode="floor")
-    index = (need - int(band0[0])).clamp(0, len(band0))[None, :].expand(len(rows), -1)
+    index = (need - int(band0[0])).clamp(0, len(band0))[None, :]
+    none = box0[1] + 1
 
-    def p_upper(us: torch.Tensor) -> torch.Tensor:
-        pmf0 = _pmf_rows(total0, us, n0, band0)
-        lost0 = (1.0 - pmf0.sum(1)).clamp(min=0.0)[:, None]
-        tail = pmf0.flip(1).cumsum(1).flip(1) + lost0  # P(u' >= band0[i]), an upper estimate
-        tail = torch.cat([tail, lost0], 1)
-        return ((pmf1 * tail.gather(1, index)).sum(1) + lost1).clamp(max=1.0)
+    def fewest_kept(rows: torch.Tensor) -> torch.Tensor:
+        """Per ``D`` in ``rows``: the fewest ``U`` in the box the test keeps (``none``)."""
+        pmf1 = _pmf_rows(total1, rows, n1, band1)
+        lost1 = (1.0 - pmf1.sum(1)).clamp(min=0.0)
+        at = index.expand(len(rows), -1)
 
-    keep = p_upper(torch.full_like(rows, box0[1])) > alpha
-    if not bool(keep.any()):
+        def kept(us: torch.Tensor) -> torch.Tensor:
+            pmf0 = _pmf_rows(total0, us, n0, band0)
+            lost0 = (1.0 - pmf0.sum(1)).clamp(min=0.0)[:, None]
+            tail = pmf0.flip(1).cumsum(1).flip(1) + lost0  # P(u' >= band0[i]), an upper estimate
+            tail = torch.cat([tail, lost0], 1)
+            return ((pmf1 * tail.gather(1, at)).sum(1) + lost1).clamp(max=1.0) > alpha
+
+        low = torch.full_like(rows, box0[0] - 1)  # not kept here (or below the box)
+        high = torch.full_like(rows, box0[1])  # kept here
+        some = kept(high)
+        low = torch.where(some, low, high)  # a row the test keeps no U of is done
+        while bool((active := high - low > 1).any()):
+            mid = torch.where(active, torch.div(low + high, 2, rounding_mode="floor"), high)
+            hit = kept(mid)
+            high = torch.where(active & hit, mid, high)
+            low = torch.where(active & ~hit, mid, low)
+        return torch.where(some, high, torch.full_like(high, none))
+
+    rows = torch.arange(box1[0], box1[1] + 1)
+    stride = max(1, -(-len(rows) // coarse))
+    solved = torch.unique(torch.cat([rows[::stride], rows[-1:]]))
+    fewest = fewest_kept(solved)
+    if int(fewest[0]) == none:  # the box's fewest D is rejected for every U: so is every D
         return None
-    rows = rows[keep]
-    pmf1, lost1, index = pmf1[keep], lost1[keep], index[keep]
-    low = torch.full_like(rows, box0[0] - 1)  # p <= alpha here (or below the box)
-    high = torch.full_like(rows, box0[1])  # p > alpha here
-    while bool((active := high - low > 1).any()):  # per row: the fewest U the test keeps
-        mid = torch.where(active, torch.div(low + high, 2, rounding_mode="floor"), high)
-        kept = p_upper(mid) > alpha
-        high = torch.where(active & kept, mid, high)
-        low = torch.where(active & ~kept, mid, low)
-    return int((rows - high).max())
+    best = int((solved - fewest)[fewest != none].max())
+    between = [torch.arange(a + 1, b) for a, b, f in
+               zip(solved.tolist(), solved[1:].tolist(), fewest.tolist())
+               if f != none and b - 1 - f > best and b - a > 1]
+    if between:
+        more = torch.cat(between)
+        fewer = fewest_kept(more)
+        if bool((fewer != none).any()):
+            best = max(best, int((more - fewer)[fewer != none].max()))
+    return best
 
 
 def net_interval(down: int, seen1: int, right: int, up: int, seen0: int, wrong: int,
