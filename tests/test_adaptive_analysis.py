@@ -669,14 +669,53 @@ def test_the_pilot_reads_its_loss_over_the_images_it_evaluated():
     meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
                        resumable=True, random_order=True)
     with scores.pruned("g", 0.9):
-        loss, right, seen = pilot_loss(meter, None)
-    assert seen == 64 > PILOT_IMAGES and right == 64.0
-    assert loss == pytest.approx(1 / 64) and smoothed(loss, right) == pytest.approx(1.5 / 65)
+        pilot = pilot_loss(meter, None)
+    assert pilot.seen == 64 > PILOT_IMAGES and pilot.right == 64.0 and pilot.binary
+    assert pilot.loss == pytest.approx(1 / 64)
+    assert smoothed(pilot.loss, pilot.right) == pytest.approx(1.5 / 65)
     shares = predicted_shares(meter, scores, None, ["g"], Planner(grid, top_down=True),
                               Thresholds(check_target("loss=0.025"), lambda: None), len(grid))
     plan = shares["predicted"]
     assert list(plan) == [("g", 0.9)]
-    assert shares["image_share"] * n == pytest.approx(plan[("g", 0.9)] + 64)  # + the pilot's
+    # the pilot's 64 images are handed on to the analysis's measurement of the same point
+    assert shares["image_share"] * n == pytest.approx(max(plan[("g", 0.9)], 64))
+    assert shares["pilots"][("g", 0.9)].before()["counts"]["seen"] == 64
+
+
+def test_a_pilot_s_images_are_handed_on_to_the_analysis_not_evaluated_again(toy_task, tmp_path,
+                                                                           monkeypatch):
+    """The estimate's pilot evaluates each group's top ratio on its first step (64 images);
+    the analysis, which measures that point too, continues from the pilot's counts (looking at
+    them first, as it would have after that step): the same table and intervals, 64 images a
+    group fewer."""
+    from autoprune.engine import adaptive_analysis
+    model, x, y = toy_task
+    real, pilots = adaptive_analysis.predicted_shares, []
+
+    def shares(*args, handed=True, **kwargs):
+        out = real(*args, **kwargs)
+        pilots.append(dict(out["pilots"]))  # the run pops them as it hands them on
+        return out if handed else {**out, "pilots": {}}
+
+    records = {}
+    for handed in (True, False):
+        monkeypatch.setattr(adaptive_analysis, "predicted_shares",
+                            lambda *a, handed=handed, **k: shares(*a, handed=handed, **k))
+        path = tmp_path / f"handed-{handed}.json"
+        table = autoprune.sensitivity(model, x[:1], Top1(x, y), ratios=RATIOS,
+                                      sensitivities_file=path, progress=True,
+                                      options={"adaptive": True, "target": {"loss": 0.05}})
+        records[handed] = (table, read_record(path))
+    (table, handed), (again, alone) = records[True], records[False]
+    assert table == again and handed.intervals == alone.intervals
+    assert handed.extra["evaluation"]["decided_early"] == \
+        alone.extra["evaluation"]["decided_early"]
+    saved = alone.extra["evaluation"]["images_evaluated"] - \
+        handed.extra["evaluation"]["images_evaluated"]
+    # every group's top ratio, and the lowest of those that lose much there, all measured
+    assert pilots[0].keys() == pilots[1].keys() and len(pilots[0]) > len(table)
+    assert all(p.seen == 64 for p in pilots[0].values())
+    assert saved == 64 * len(pilots[0])
 
 
 def test_the_eta_costs_each_predicted_point_at_its_own_share_of_the_model():

@@ -89,6 +89,7 @@ def _run_adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval,
         shares = predicted_shares(run.meter, run.runner, model, groups, run.planner,
                                   run.thresholds, len(todo), {n: run.known(n) for n in groups})
         shares = shares or adaptive_shares(goal.kind, run.meter.bound, len(ratios), total)
+        run.pilots = shares.pop("pilots", {})  # their images are handed on, not evaluated again
         cost = announce(model, example_inputs, eval_fn, graph, run.runner, todo, None,
                          adaptive={"target": goal.describe(), "bound": run.meter.bound,
                                    **shares}, images=total, replayed=replayed)

@@ -20,6 +20,7 @@ also weighs each point's own cost (a top ratio computes less than the unpruned m
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -68,23 +69,43 @@ def expected_images(meter: PointMeter, loss: float, thresholds: float | Iterable
     return expected_measure(meter, loss, thresholds)[0]
 
 
-def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES
-               ) -> tuple[float, float, int]:
-    """``(loss, right, seen)``: the relative loss of ``model`` (a point, pruned) on its first
-    ``images`` images or more (whole evaluation steps: ``seen``) against the unpruned model's
-    scores of the same images, ``right`` of which the unpruned model gets right."""
-    counts = PairedCounts()
+@dataclass
+class Pilot:
+    """A point evaluated on its first images (whole evaluation steps) before the analysis:
+    its relative ``loss`` there, the images of those the unpruned model gets ``right``, and
+    ``counts`` / ``binary`` (every score 0 or 1), which the analysis continues from when it
+    measures the same point (:meth:`before`), so those images are not evaluated twice."""
+
+    loss: float
+    right: float
+    counts: PairedCounts
+    binary: bool
+
+    @property
+    def seen(self) -> int:
+        return self.counts.seen
+
+    def before(self) -> dict[str, Any]:
+        """The point as :meth:`PointMeter.measure` continues it."""
+        return {"counts": self.counts.to_json(), "binary": self.binary}
+
+
+def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) -> Pilot:
+    """``model`` (a point, pruned) evaluated on its first ``images`` images or more (whole
+    evaluation steps), against the unpruned model's scores of the same images."""
+    counts, binary = PairedCounts(), True
     steps = meter.eval_fn.incremental(model, start=0)
     try:
         for step in steps:
             scores = step_scores(step)
             counts.add(scores, meter.base[counts.seen:counts.seen + len(scores)])
+            binary = binary and bool(((scores == 0) | (scores == 1)).all())
             if counts.seen >= images:
                 break
     finally:
         close_steps(steps)
     base = float(meter.base[:counts.seen].sum())
-    return (1.0 - counts.score / base if base > 0 else 0.0), base, counts.seen
+    return Pilot(1.0 - counts.score / base if base > 0 else 0.0, base, counts, binary)
 
 
 def smoothed(loss: float, right: float) -> float:
@@ -163,15 +184,14 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
     if not predictable(meter) or not names:
         return None
     low, top = planner.grid[0], planner.grid[-1]
-    piloted: list[int] = []  # the images each pilot evaluated (whole evaluation steps)
+    pilots: dict[tuple[str, float], Pilot] = {}
 
     def pilot(name: str, ratio: float) -> float:
         with runner.pruned(name, ratio) as pruned:
             if not pruned:
                 return 0.0
-            loss, right, seen = pilot_loss(meter, model)
-            piloted.append(seen)
-            return smoothed(loss, right)
+            done = pilots[(name, ratio)] = pilot_loss(meter, model)
+            return smoothed(done.loss, done.right)
 
     with torch.no_grad():
         losses = {name: pilot(name, top) for name in names}
@@ -180,8 +200,11 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
     curves = {n: curve(losses[n], top, lows.get(n), low) for n in names}
     plan = play_rounds(curves, planner, thresholds,
                        lambda loss, ts: expected_measure(meter, loss, ts), known)
-    images = sum(plan.values()) + sum(piloted)
+    # a pilot's images are handed on to the analysis's measurement of the same point
+    images = sum(max(n, pilots[key].seen if key in pilots else 0) for key, n in plan.items()) \
+        + sum(p.seen for key, p in pilots.items() if key not in plan)
+    seen = max((p.seen for p in pilots.values()), default=PILOT_IMAGES)
     return {"points_share": min(1.0, len(plan) / max(1, points)),
             "image_share": min(1.0, images / max(1, len(plan) * meter.total)),
-            "pilot": f"each group's top ratio on {max(piloted, default=PILOT_IMAGES)} images",
-            "predicted": plan}
+            "pilot": f"each group's top ratio on {seen} images", "predicted": plan,
+            "pilots": pilots}

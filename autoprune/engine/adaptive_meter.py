@@ -59,6 +59,10 @@ class PointMeter:
         binary = self.binary and bool(before.get("binary", True) if before else True)
         looks = [n for n in self.looks if n > counts.seen]
         interval: Interval = (-math.inf, math.inf)
+        if looks != self.looks and counts.seen < self.total:  # continued past a look: look now
+            interval = self._interval(counts, binary)
+            if not undecided(interval, thresholds):
+                return self._stopped(counts, interval, thresholds, binary)
         steps = self.eval_fn.incremental(model, start=counts.seen)
         try:
             for step in steps:
@@ -71,9 +75,7 @@ class PointMeter:
                 if looks and counts.seen >= looks[0]:
                     while looks and counts.seen >= looks[0]:
                         looks.pop(0)
-                    low, high = mean_interval(counts, self.base, bound=self.bound,
-                                              alpha=self.alpha, binary=binary)
-                    interval = self.loss_interval(low, high)
+                    interval = self._interval(counts, binary)
                     if not undecided(interval, thresholds):
                         break
         finally:
@@ -84,6 +86,17 @@ class PointMeter:
         if counts.seen < 1 or not math.isfinite(interval[0]):
             raise MetricError(f"the incremental evaluation stopped after {counts.seen} of "
                               f"{self.total} images: it must cover every image")
+        return self._stopped(counts, interval, thresholds, binary)
+
+    def _interval(self, counts: PairedCounts, binary: bool) -> Interval:
+        """The loss interval the images counted so far give (:func:`mean_interval`)."""
+        low, high = mean_interval(counts, self.base, bound=self.bound, alpha=self.alpha,
+                                  binary=binary)
+        return self.loss_interval(low, high)
+
+    def _stopped(self, counts: PairedCounts, interval: Interval, thresholds: list[float],
+                 binary: bool) -> dict[str, Any]:
+        """A point decided early: its interval, images used and bound."""
         out = {"low": interval[0], "high": interval[1], "images": counts.seen,
                "of": self.total, "bound": self.bound if binary else "exact",
                "decided_for": list(thresholds), "counts": counts.to_json()}

@@ -36,6 +36,7 @@ class AdaptiveRun:
         self.write, self.tick = write, tick
         self.rounds, self.final = 0, []  # rounds that measured something; the last thresholds
         self.decided_early = 0
+        self.pilots: dict[tuple[str, float], Any] = {}  # points the estimate evaluated (Pilot)
 
     def known(self, name: str):
         return known_points(self.record, name, self.grid)
@@ -113,6 +114,9 @@ class AdaptiveRun:
 
     def _measure(self, name: str, ratio: float, thresholds: list[float]) -> None:
         before = self.record.intervals.get(name, {}).get(ratio)
+        pilot = self.pilots.pop((name, ratio), None)
+        if before is None and pilot is not None:
+            before = pilot.before()  # its first images, evaluated by the estimate's pilot
         with self.runner.pruned(name, ratio) as pruned:
             result = self.meter.measure(self.model, thresholds, before, (name, ratio)) \
                 if pruned else {"loss": 0.0}
