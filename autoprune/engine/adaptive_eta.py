@@ -15,7 +15,8 @@ against those curves with the real :class:`~autoprune.engine.adaptive.Planner` a
 :class:`~autoprune.engine.adaptive.Thresholds`, each point charged the images the bound needs to
 decide a point of its loss against the round's thresholds, its flips arriving at their expected
 rate (:func:`expected_images`). It returns which points and how many images each, so the ETA
-also weighs each point's own cost (a top ratio computes less than the unpruned model).
+also weighs each point's own cost (a top ratio computes less than the unpruned model), and the
+pilots themselves (:class:`Pilot`), which the analysis continues when it measures those points.
 """
 from __future__ import annotations
 

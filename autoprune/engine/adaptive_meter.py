@@ -2,7 +2,8 @@
 its images evaluated until its loss interval (:mod:`autoprune.engine.bounds`) lies wholly below
 or above every threshold that matters, or every image is seen; a point stopped early is
 returned with its interval, images used and bound, and continued from its counts when a later
-analysis needs it refined."""
+analysis needs it refined (or from the estimate's pilot of the same point: the counts are looked
+at first, as they would have been after the step that ended there)."""
 from __future__ import annotations
 
 import math
