@@ -39,6 +39,7 @@ import torch  # noqa: E402
 
 import autoprune  # noqa: E402
 from autoprune.engine.allocate import summed_loss  # noqa: E402
+from autoprune.engine.files import write_text_atomic  # noqa: E402
 from autoprune.engine.timing import Timing  # noqa: E402
 from autoprune.flow.checkpoints import checkpoint_meta, load_model  # noqa: E402
 from autoprune.flow.registry import get_task  # noqa: E402
@@ -199,7 +200,7 @@ def retrain(adapter: Any, model: torch.nn.Module, ratios: dict[str, float], epoc
                     ignored_layers=adapter.ignored_layers(pruned))
     trained = adapter.fit(pruned, epochs, out)
     metric = adapter.evaluate(trained)[adapter.metric]
-    done.write_text(json.dumps({"metric": metric, "ratios": ratios, "epochs": epochs}))
+    write_text_atomic(done, json.dumps({"metric": metric, "ratios": ratios, "epochs": epochs}))
     return metric
 
 
@@ -437,7 +438,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         summary = print_tables(rows, side, growth)
         results = {"settings": {k: v for k, v in vars(a).items()}, "models": rows,
                    "paddleslim": side, "growth": growth, **summary}
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        write_text_atomic(out / "results.json", json.dumps(results, indent=1, default=str))
     print(f"min_saving={summary['min_saving']:.2f} max_step_diff={summary['max_step_diff']:.2f} "
           f"eta_error={summary['eta_error']:.2f}")
     return results
