@@ -72,19 +72,27 @@ def expected_images(meter: PointMeter, loss: float, thresholds: float | Iterable
 
 @dataclass
 class Pilot:
-    """A point evaluated on its first images (whole evaluation steps) before the analysis:
-    its relative ``loss`` there, the images of those the unpruned model gets ``right``, and
-    ``counts`` / ``binary`` (every score 0 or 1), which the analysis continues from when it
-    measures the same point (:meth:`before`), so those images are not evaluated twice."""
+    """A point evaluated on its first images (whole evaluation steps) before the analysis, its
+    flips against the unpruned model's per-image top-1 (``counts``; ``binary``: every score 0 or
+    1), which the analysis continues from when it measures the same point (:meth:`before`), so
+    those images are not evaluated twice."""
 
-    loss: float
-    right: float
     counts: PairedCounts
     binary: bool
 
     @property
     def seen(self) -> int:
         return self.counts.seen
+
+    @property
+    def right(self) -> int:
+        """The images seen that the unpruned model gets right."""
+        return self.counts.seen1
+
+    @property
+    def loss(self) -> float:
+        """The relative loss over the images seen."""
+        return 1.0 - self.counts.score / self.right if self.right else 0.0
 
     def before(self) -> dict[str, Any]:
         """The point as :meth:`PointMeter.measure` continues it."""
@@ -93,7 +101,7 @@ class Pilot:
 
 def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) -> Pilot:
     """``model`` (a point, pruned) evaluated on its first ``images`` images or more (whole
-    evaluation steps), against the unpruned model's scores of the same images."""
+    evaluation steps), against the unpruned model's 0 / 1 scores of the same images."""
     counts, binary = PairedCounts(), True
     steps = meter.eval_fn.incremental(model, start=0)
     try:
@@ -105,8 +113,7 @@ def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) 
                 break
     finally:
         close_steps(steps)
-    base = float(meter.base[:counts.seen].sum())
-    return Pilot(1.0 - counts.score / base if base > 0 else 0.0, base, counts, binary)
+    return Pilot(counts, binary)
 
 
 def smoothed(loss: float, right: float) -> float:

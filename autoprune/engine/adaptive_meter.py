@@ -60,7 +60,8 @@ class PointMeter:
         binary = self.binary and bool(before.get("binary", True) if before else True)
         looks = [n for n in self.looks if n > counts.seen]
         interval: Interval = (-math.inf, math.inf)
-        if looks != self.looks and counts.seen < self.total:  # continued past a look: look now
+        if self.looks and self.looks[0] <= counts.seen < self.total:  # continued past a look
+            # (a pilot's or an earlier session's counts): look at them before evaluating more
             interval = self._interval(counts, binary)
             if not undecided(interval, thresholds):
                 return self._stopped(counts, interval, thresholds, binary)
