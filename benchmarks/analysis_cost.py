@@ -131,7 +131,7 @@ def analyze(adapter: Any, model: torch.nn.Module, groups: list[str], path: Path,
             return {"table": table, "record": record, "wall": ev["seconds"],
                     "images": ev["images_evaluated"], "eta": ev.get("eta_s"),
                     "points_wall": ev["seconds"], "points": sum(map(len, table.values())),
-                    "decided_early": ev.get("decided_early", 0)}
+                    "decided_early": _as_intervals(record, groups, ratios)}
     path.unlink(missing_ok=True)
     start = time.perf_counter()
     table = autoprune.sensitivity(model, adapter.example_inputs(model),
@@ -148,7 +148,12 @@ def analyze(adapter: Any, model: torch.nn.Module, groups: list[str], path: Path,
     return {"table": table, "record": record, "wall": wall, "images": ev["images_evaluated"],
             "eta": ev.get("eta_s"), "points_wall": ev.get("seconds"),
             "points": sum(map(len, table.values())),
-            "decided_early": ev.get("decided_early", 0)}
+            "decided_early": _as_intervals(record, groups, ratios)}
+
+
+def _as_intervals(record: Any, groups: list[str], ratios: Any) -> int:
+    """The points of ``groups`` x ``ratios`` that ``record`` holds as intervals (decided early)."""
+    return sum(record.is_interval(g, r) for g in groups for r in ratios)
 
 
 # --- allocations ------------------------------------------------------------------------------

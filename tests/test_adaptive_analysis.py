@@ -330,6 +330,8 @@ def test_a_loss_target_gives_the_full_allocation_from_far_fewer_images(toy_task,
     record = read_record(path)
     evaluation = record.extra["evaluation"]
     assert evaluation["mode"] == "adaptive" and evaluation["decided_early"] >= 1
+    # the points the table holds as intervals, counted from the table itself
+    assert evaluation["points_as_intervals"] == sum(map(len, record.intervals.values())) >= 1
     assert evaluation["images_evaluated"] * 2 <= full_images  # 5 ratios, 512 images here
     assert record.extra["adaptive"]["done"] and record.extra["adaptive"]["target"] == {"loss": 0.05}
     assert sum(map(len, adaptive.values())) < sum(map(len, full.values()))

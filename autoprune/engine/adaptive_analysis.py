@@ -100,8 +100,12 @@ def _run_adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval,
     start = time.perf_counter()
     run.run()
     bar.close()
+    # decided_early counts measurements stopped early (summed over sessions: a point stopped,
+    # then refined for another threshold, counts twice); points_as_intervals is the table's
+    intervals = sum(len(points) for name, points in record.intervals.items() if name in names)
     summary = {**run.runner.summary(), "mode": "adaptive", **eval_fn.counts(),
-               "decided_early": run.decided_early, **wall(cost, start)}
+               "decided_early": run.decided_early, "points_as_intervals": intervals,
+               **wall(cost, start)}
     return summary, own
 
 
