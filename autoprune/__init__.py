@@ -4,10 +4,10 @@ The core works on any ``nn.Module`` plus an evaluation function (PaddleSlim-styl
 
     groups = autoprune.prunable_groups(model, example)
     sens = autoprune.sensitivity(model, example, eval_fn, sensitivities_file="sens.json")
-    ratios = autoprune.ratios_by_loss(sens, 0.05)        # or ratios_by_flops(model, example, sens, 0.4)
+    ratios = autoprune.ratios_by_loss(sens, 0.05)  # or ratios_by_flops(model, example, sens, 0.4)
     # or, with sensitivity(..., latency=True): ratios_by_latency(model, example, sens, 0.4)
     # (timed elsewhere: latency=Timing(threads=1, runtime="onnxruntime"), timing= the same)
-    result = autoprune.prune(model, example, ratios)     # in place; result.flops_reduction
+    result = autoprune.prune(model, example, ratios)  # in place; result.flops_reduction
     autoprune.save_pruned(result.model, "pruned.pt")
 
 Each registered task is reached as ``autoprune.<task>`` (``from autoprune import classification as
@@ -26,7 +26,8 @@ from typing import Any
 from ._version import __version__
 from .errors import (AutopruneError, CheckpointError, ConfigError, MetricError,
                      NoPrunableGroupsError, NotAutopruneCheckpointError, ResumeMismatchError,
-                     SensitivityFileError, TrainingDivergedError, UnreadableCheckpointError, WriteError)
+                     SensitivityFileError, TrainingDivergedError, UnreadableCheckpointError,
+                     WriteError)
 from .tasks import TASKS
 
 
@@ -52,11 +53,11 @@ __all__ = [
     "AutopruneError", "CheckpointError", "ConfigError", "DEFAULT_RATIOS", "FlopsRatios",
     "LatencyRatios", "MetricError", "NoPrunableGroupsError", "NotAutopruneCheckpointError",
     "PrunableGroup", "PruneResult", "ResumeMismatchError", "SensitivityFileError", "Timing",
-    "TrainingDivergedError", "UnreadableCheckpointError", "WriteError", "count_flops", "count_params", "export_onnx",
-    "import_paddleslim", "latency_ms", "load_pruned", "load_sensitivities", "measure",
-    "measure_latencies", "merge_sensitivities", "prunable_groups", "prune", "ratios_by_flops",
-    "ratios_by_latency", "ratios_by_loss", "read_pruned_metadata", "read_record", "save_pruned",
-    "save_sensitivities", "sensitivity", "size_mb",
+    "TrainingDivergedError", "UnreadableCheckpointError", "WriteError", "count_flops",
+    "count_params", "export_onnx", "import_paddleslim", "latency_ms", "load_pruned",
+    "load_sensitivities", "measure", "measure_latencies", "merge_sensitivities", "prunable_groups",
+    "prune", "ratios_by_flops", "ratios_by_latency", "ratios_by_loss", "read_pruned_metadata",
+    "read_record", "save_pruned", "save_sensitivities", "sensitivity", "size_mb",
 ]
 
 

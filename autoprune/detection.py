@@ -1,7 +1,8 @@
-"""``autoprune.detection``: the detection task's public API, defined in :mod:`autoprune.tasks.detection`
-(``api.py``, typed in ``api.pyi``). This module *is* that package once imported, so
-``import autoprune.detection``, ``from autoprune import detection`` and ``autoprune.detection`` are one object;
-the names below are for readers, editors and type checkers."""
+"""``autoprune.detection``: the detection task's public API, defined in
+:mod:`autoprune.tasks.detection` (``api.py``, typed in ``api.pyi``). This module *is* that package
+once imported, so ``import autoprune.detection``, ``from autoprune import detection`` and
+``autoprune.detection`` are one object; the names below are for readers, editors and
+type checkers."""
 import sys
 
 from .tasks import detection as _task

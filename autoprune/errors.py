@@ -1,4 +1,5 @@
-"""Errors autoprune raises for bad input: each carries one line that names the problem and the fix."""
+"""Errors autoprune raises for bad input: each carries one line that names the problem
+and the fix."""
 from __future__ import annotations
 
 
@@ -22,7 +23,8 @@ class ResumeMismatchError(ConfigError):
 
 
 class MetricError(AutopruneError, ValueError):
-    """The evaluation function returned something unusable (NaN, inf, not a number, zero baseline)."""
+    """The evaluation function returned something unusable (NaN, inf, not a
+    number, zero baseline)."""
 
 
 class NoPrunableGroupsError(AutopruneError, ValueError):

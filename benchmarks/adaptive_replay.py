@@ -185,7 +185,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                      "steps_apart": cost.steps_apart(theirs, ours),
                      "halves_apart": cost.steps_apart(*(allocation(kind, float(value), adapter,
                                                                    model, t) for t in halves)),
-                     "loss_full": summed_loss(full, theirs), "loss_adaptive": summed_loss(full, ours)})
+                     "loss_full": summed_loss(full, theirs),
+                     "loss_adaptive": summed_loss(full, ours)})
         if a.retrain:
             rows[-1]["retrained"] = {
                 which: cost.retrain(adapter, model, ratios, a.retrain,
@@ -251,7 +252,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print(f"min_fewer={min(r['fewer'] for r in rows):.2f} "
           f"max_steps={max(r['steps_apart'] for r in rows):.2f} "
           f"max_halves_apart={max(r['halves_apart'] for r in rows):.2f} "
-          f"max_said_error={max(abs(r['said_images'] / r['adaptive_images'] - 1) for r in rows):.2f}")
+          f"max_said_error="
+          f"{max(abs(r['said_images'] / r['adaptive_images'] - 1) for r in rows):.2f}")
     return rows
 
 

@@ -364,7 +364,8 @@ def print_tables(rows: list[dict[str, Any]], side: dict[str, Any] | None,
         print(f"\nPaddleSlim's algorithm vs autoprune, {side['model']}, {side['groups']} groups "
               f"x {len(RATIOS)} ratios x {side['images']} images, one thread: PaddleSlim "
               f"{side['paddleslim_s']:.0f} s, full {side['full_s']:.0f} s "
-              f"({side['paddleslim_s'] / side['full_s']:.2f}x), adaptive {side['adaptive_s']:.0f} s "
+              f"({side['paddleslim_s'] / side['full_s']:.2f}x), "
+              f"adaptive {side['adaptive_s']:.0f} s "
               f"({side['paddleslim_s'] / side['adaptive_s']:.2f}x); max |diff| full vs "
               f"PaddleSlim {side['max_abs_diff']:.1e}; loss allocation within "
               f"{side['same_allocation']:.2f} steps")

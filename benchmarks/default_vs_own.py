@@ -62,8 +62,8 @@ def _detection(s: dict[str, Any], out: Path, sens: Any, base: Path | None) -> An
     if not data.is_file():
         write_yolo_dataset(data.parent, train=s["train"], val=s["val"], size=s["size"],
                            seed=s["seed"])
-    common = dict(epochs=s["epochs"], input_size=s["size"], batch_size=s["batch"], device=s["device"],
-                  seed=s["seed"], progress=s["progress"],
+    common = dict(epochs=s["epochs"], input_size=s["size"], batch_size=s["batch"],
+                  device=s["device"], seed=s["seed"], progress=s["progress"],
                   train_args=dict(optimizer="AdamW", lr0=0.003, warmup_epochs=1, nbs=s["batch"]))
     if base is None:
         return det.train("yolov8n.yaml", data, save_dir=out, **common)

@@ -142,14 +142,16 @@ def flops_rows(name: str, size: int, targets: list[float], threads: list[int],
                 rows.append(row)
         exports = sum(tm.exports for tm in timers.values())
         print(f"  {name} @{size}px -{target:.0%} FLOPs: ratio {ratio:.3f}, "
-              f"{flops_x:.2f}x fewer FLOPs (round_to {round_to}), timed in {time.perf_counter() - start:.0f} s "
+              f"{flops_x:.2f}x fewer FLOPs (round_to {round_to}), "
+              f"timed in {time.perf_counter() - start:.0f} s "
               f"({exports} ONNX exports so far)", flush=True)
     return rows
 
 
 def print_flops_table(rows: list[dict]) -> None:
     head = ["model", "px", "threads", "batch", "round_to", "FLOPs", "ratio", "FLOPs x",
-            "eager ms", "eager x", "eager eff", "ORT ms", "ORT x", "ORT eff", "ORT / eager (unpruned)"]
+            "eager ms", "eager x", "eager eff", "ORT ms", "ORT x", "ORT eff",
+            "ORT / eager (unpruned)"]
     print()
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|")
@@ -335,8 +337,8 @@ def _main_landing(args, names: list[str], size_of) -> list[dict]:
             r = landing(name, size_of(name), args.target, ratios, args.tolerance, work,
                         args.fresh_runs, rounds, round_to)
             rows.append(r)
-            print(f"{name:22s} {r['size']:4d} {str(round_to or '-'):>4s} {r['target']:6.3f} {r['table_saving']:9.3f} "
-                  f"{r['achieved']:8.3f} {r['fresh']:9.3f} "
+            print(f"{name:22s} {r['size']:4d} {str(round_to or '-'):>4s} {r['target']:6.3f} "
+                  f"{r['table_saving']:9.3f} {r['achieved']:8.3f} {r['fresh']:9.3f} "
                   f"{r['baseline_ms']:9.2f} -> {r['pruned_ms']:8.2f} {r['eager']:6.3f} "
                   f"{-r['flops_removed']:+7.1%}  {'yes' if r['within'] else 'NO'} "
                   f"({r['method']}; {r['points']} points timed in {r['timing_s']:.0f} s, "

@@ -81,9 +81,10 @@ YOLO_ARGS = dict(optimizer="AdamW", lr0=0.003, warmup_epochs=1, nbs=16)
 # The full settings. Classification: "pretrained" on 6,000 images of classes 0-4 at 224 px (3
 # epochs, lr 0.05), then 1,000 training / 500 test images of classes 5-9, 3 base + 3 retraining
 # epochs, sensitivities at 0.2..0.8 on 250 images. (Weights pretrained at 64 px and fine-tuned at
-# 224 px on 300 images stayed near chance for 2 epochs: the scale the features saw matters.) YOLOv8n: pretrained on 320 scenes of garments 0-4 at 128 px (30 epochs), then 160 / 64
-# scenes of garments 5-9 at 320 px, 10 + 10 epochs. Unet-resnet18: 1,000 / 100 fashion-scenes
-# at 256 px, 6 + 4 epochs. Calibration: 128 (classification) / 64 train images.
+# 224 px on 300 images stayed near chance for 2 epochs: the scale the features saw matters.)
+# YOLOv8n: pretrained on 320 scenes of garments 0-4 at 128 px (30 epochs), then 160 / 64 scenes of
+# garments 5-9 at 320 px, 10 + 10 epochs. Unet-resnet18: 1,000 / 100 fashion-scenes at 256 px, 6 + 4
+# epochs. Calibration: 128 (classification) / 64 train images.
 FULL: dict[str, dict[str, Any]] = {
     "classification": dict(pretrain_size=224, pretrain_images=6000, pretrain_val=500,
                            pretrain_epochs=3, pretrain_lr=0.05, batch=32, train=1000, val=500,
@@ -211,7 +212,8 @@ class Classification(Journey):
     def prepare(self) -> dict[str, Any]:
         s = dict(self.s, size=self.s["pretrain_size"])  # pretrained weights are size-free
         pre = transfer.Classification(self.name, s, self.work, self.seed)
-        folder = self.work / self.name / f"pretrain-{transfer.key_of(s, transfer.PRETRAIN_KEYS, self.seed)}"
+        folder = (self.work / self.name
+                  / f"pretrain-{transfer.key_of(s, transfer.PRETRAIN_KEYS, self.seed)}")
         done = stage(folder, pre.pretrain)
         with self.environment():
             published = pre.publish(done)
@@ -265,7 +267,8 @@ class Detection(Journey):
     def prepare(self) -> dict[str, Any]:
         s = dict(self.s, size=self.s["pretrain_size"])
         pre = transfer.Detection(self.name, s, self.work, self.seed)
-        folder = self.work / self.name / f"pretrain-{transfer.key_of(s, transfer.PRETRAIN_KEYS, self.seed)}"
+        folder = (self.work / self.name
+                  / f"pretrain-{transfer.key_of(s, transfer.PRETRAIN_KEYS, self.seed)}")
         with self.environment():
             done = stage(folder, pre.pretrain)
             published = pre.publish(done)
@@ -309,7 +312,7 @@ JOURNEYS = {"classification": Classification, "detection": Detection,
             "segmentation": Segmentation}
 
 
-# -- the runs ---------------------------------------------------------------------------------------
+# -- the runs --------------------------------------------------------------------------------------
 def flow_figures(r: Any, metric: str) -> dict[str, Any]:
     """What the tables need from a pruning run's TrainResult."""
     rep = r.report

@@ -19,8 +19,8 @@ target three pruned copies then remove the same share of *measured* latency:
 Each of the three is evaluated, retrained the same way (``--retrain-epochs``, same seed, data and
 schedule) and evaluated again. The column "summed table loss" is the sum over groups of the
 table's loss at each method's ratios (``autoprune.engine.allocate.summed_loss``): the objective
-the latency-aware allocation minimises, so a reader sees whether it wins on it even where the real metric, whose
-losses do not add up over groups, disagrees.
+the latency-aware allocation minimises, so a reader sees whether it wins on it even where the real
+metric, whose losses do not add up over groups, disagrees.
 
 Every latency is timed against the unpruned model in alternating rounds
 (:class:`autoprune.engine.latency.PairedTimer`), so load on a shared machine cancels out.
@@ -31,10 +31,11 @@ Every latency is timed against the unpruned model in alternating rounds
 
 ``--work-dir`` keeps each model's base model and timed table in a folder named by the model and
 the settings the base model depends on (``resnet18-64px-4000img-2ep-seed0``): a rerun with the
-same settings reuses them, and measures only missing points. Prints a markdown table per model and target, a summary table, and, last,
-for the first model at the first target: ``target=<t> achieved=<a> aware_metric=<x>
-flops_metric=<y> uniform_metric=<z>`` (the metric before retraining) followed by
-``aware_retrained=<x> flops_retrained=<y> uniform_retrained=<z>`` (after it).
+same settings reuses them, and measures only missing points. Prints a markdown table per model and
+target, a summary table, and, last, for the first model at the first target:
+``target=<t> achieved=<a> aware_metric=<x> flops_metric=<y> uniform_metric=<z>`` (the metric before
+retraining) followed by ``aware_retrained=<x> flops_retrained=<y> uniform_retrained=<z>``
+(after it).
 """
 from __future__ import annotations
 

@@ -119,7 +119,8 @@ def check(name: str, target: float, ratios: list[float] | None, tolerance: float
     start = time.time()
     timing = _timing(device, batch)
     record = measure_latencies(model, example, losses, timing=timing, ignored_layers=ignored,
-                               arch=key, path=work / f"{name}-{device}-b{batch}-{size}px-latency.json",
+                               arch=key,
+                               path=work / f"{name}-{device}-b{batch}-{size}px-latency.json",
                                progress=False)
     timed = time.time() - start
     chosen = ratios_by_latency(model, example, record, target, timing=timing,

@@ -6,8 +6,9 @@ of the FLOPs: a synthetic sensitivity table, the same for every group (loss = ra
 finds the ratio that hits the target (with the adapter's ignored layers left alone). The pruned
 copy is then timed right after the unpruned model (paired, so that load on a shared machine
 drifts less between the two): batch 1 (and 8), median of ``--runs`` forward passes after warm-up,
-one CPU thread by default (``--threads``) and, when CUDA is available, GPU. Weights are untrained (latency does not
-depend on them; denormals are flushed by ``autoprune.measure.latency_ms``); nothing is downloaded.
+one CPU thread by default (``--threads``) and, when CUDA is available, GPU. Weights are untrained
+(latency does not depend on them; denormals are flushed by ``autoprune.measure.latency_ms``);
+nothing is downloaded.
 
     python benchmarks/latency_vs_flops.py --quick    # small inputs, a few minutes on 2 CPU cores
     python benchmarks/latency_vs_flops.py            # 224 / 320 / 256 px, batch 1 and 8
@@ -49,7 +50,8 @@ def make_adapter(task: str, size: int):
 
 
 def uniform_table(names) -> dict[str, dict[float, float]]:
-    """Every group the same curve (loss = ratio): ratios_by_flops then gives every group one ratio."""
+    """Every group the same curve (loss = ratio): ratios_by_flops then gives every group
+    one ratio."""
     return {n: {r: r for r in (0.1, 0.3, 0.5, 0.7, 0.9)} for n in names}
 
 

@@ -36,7 +36,8 @@ from autoprune.engine import probe  # noqa: E402
 from autoprune.engine.fast_copy import fast_deepcopy  # noqa: E402
 
 
-def paired(old: Callable[[], object], new: Callable[[], object], rounds: int) -> tuple[float, float]:
+def paired(old: Callable[[], object], new: Callable[[], object], rounds: int
+           ) -> tuple[float, float]:
     """Median seconds of ``old()`` and ``new()``, timed in alternating rounds."""
     a, b = [], []
     for _ in range(rounds):

@@ -42,7 +42,8 @@ def main() -> None:
             got = nms.non_max_suppression(pred.clone(), **args)
             grouped = time.perf_counter() - start
         print(f"{px} px, {anchors} anchors x {nc} classes: Ultralytics {full:.2f} s, class by "
-              f"class {grouped:.3f} s ({full / grouped:.0f}x), equal={torch.equal(got[0], want[0])}",
+              f"class {grouped:.3f} s ({full / grouped:.0f}x), "
+              f"equal={torch.equal(got[0], want[0])}",
               flush=True)
 
 

@@ -39,7 +39,8 @@ from autoprune.flow.training import evaluate_topk
 
 
 def write_image_folder(root: Path, count: int) -> Path:
-    """Fashion-MNIST test images as PNG files in class folders (what a user's val set looks like)."""
+    """Fashion-MNIST test images as PNG files in class folders (what a user's val set
+    looks like)."""
     base = find_root()
     images, labels = _load(base, _FILES["test"][0]), _load(base, _FILES["test"][1])
     for i in range(count):
@@ -140,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        base = cls.train(args.model, "fashion-mnist", epochs=1, train_limit=args.train_images, eval_limit=200,
-                         input_size=args.size, batch_size=64, save_dir=tmp / "base",
+        base = cls.train(args.model, "fashion-mnist", epochs=1, train_limit=args.train_images,
+                         eval_limit=200, input_size=args.size, batch_size=64, save_dir=tmp / "base",
                          progress=False)
         model = cls.load_model(base.baseline_path)
         val_dir = write_image_folder(tmp / "val", args.val_images)
@@ -194,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
                         for g, (a, b) in differ.items()))
         diff = lambda a: max(abs(ref[n][r] - a[n][r]) for n in names for r in ratios)
         print(f"autoprune masked + batched variants: {times['masked']:.1f} s "
-              f"(speedup {t_ref / times['masked']:.2f}, max_abs_diff {diff(results['masked']):.2e})")
+              f"(speedup {t_ref / times['masked']:.2f}, "
+              f"max_abs_diff {diff(results['masked']):.2e})")
         print(f"autoprune default:    {times['auto']:.1f} s")
         print(f"speedup={t_ref / times['auto']:.2f} max_abs_diff={diff(results['auto']):.2e}")
 

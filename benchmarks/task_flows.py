@@ -71,7 +71,8 @@ def _detection(s: dict[str, Any], out: Path, base: Path | None, prune: bool,
 
             cfg = yaml.safe_load(data.read_text())
             data.write_text(yaml.safe_dump({**cfg, "val": cfg["train"]}, sort_keys=False))
-    common = dict(input_size=s["size"], batch_size=s["batch"], device=s["device"], progress=s["progress"],
+    common = dict(input_size=s["size"], batch_size=s["batch"], device=s["device"],
+                  progress=s["progress"],
                   train_args={"optimizer": "AdamW", "lr0": 0.003, "warmup_epochs": 1,
                               "nbs": s["batch"], **s.get("train_args", {})})
     if base is None:
@@ -114,7 +115,8 @@ def flow(task: str, s: dict[str, Any], out: Path) -> dict[str, Any]:
     before, after = pruned.report["baseline"], pruned.report["pruned"]
     return {"task": task, "metric": metric, "target": s["target"],
             "settings": {k: v for k, v in s.items() if k != "progress"},
-            "flops": [before["flops"], after["flops"]], "params": [before["params"], after["params"]],
+            "flops": [before["flops"], after["flops"]],
+            "params": [before["params"], after["params"]],
             "latency_cpu_ms": [before["latency_cpu_ms"], after["latency_cpu_ms"]],
             "latency_gpu_ms": [before.get("latency_gpu_ms"), after.get("latency_gpu_ms")],
             "wall_s": wall,

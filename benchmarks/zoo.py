@@ -1,11 +1,12 @@
 """Sweep the model zoos autoprune builds: timm (the smallest member of every family), torchvision
 classifiers, segmentation-models-pytorch architectures x the four documented encoders, and the
 Ultralytics zoo (the smallest scale of each YOLO detection family, plus yolov9c / yolov9e, the
-P2 / P6 heads, a P6 segmentation head, RT-DETR and the YOLO classification models). Each model untrained, 0.3 removed from every prunable
-group, forward, save_pruned / load_model round trip with identical outputs. One model per
-child process (forked from a server that imported the libraries once) with a time limit; prints a line per model (name, input size, status, groups, FLOPs
-removed, seconds), a markdown table of the results by source (timm split into convolutional
-families and those with token-mixing layers: :func:`timm_kind`) and a last line
+P2 / P6 heads, a P6 segmentation head, RT-DETR and the YOLO classification models). Each model
+untrained, 0.3 removed from every prunable group, forward, save_pruned / load_model round trip with
+identical outputs. One model per child process (forked from a server that imported the libraries
+once) with a time limit; prints a line per model (name, input size, status, groups, FLOPs removed,
+seconds), a markdown table of the results by source (timm split into convolutional families and
+those with token-mixing layers: :func:`timm_kind`) and a last line
 ``ok=<n> refused=<r> failed=<f> total=<t>``.
 
     python benchmarks/zoo.py --quick                          # 8 models, four sources (~25 s)

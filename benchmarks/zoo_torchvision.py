@@ -1,6 +1,6 @@
-"""Sweep the torchvision classification zoo: each model untrained (10 classes), 0.3 removed from every
-prunable group, forward, save_pruned / load_model round trip with identical outputs. One model per
-subprocess with a time limit; prints a line per model and a last line
+"""Sweep the torchvision classification zoo: each model untrained (10 classes), 0.3 removed from
+every prunable group, forward, save_pruned / load_model round trip with identical outputs. One model
+per subprocess with a time limit; prints a line per model and a last line
 ``ok=<n> refused=<r> failed=<f> total=<t>``.
 
     python benchmarks/zoo_torchvision.py                      # the whole zoo (about 9 min, 2 cores)
@@ -102,7 +102,8 @@ def main() -> None:
         counts[res["status"]] += 1
         detail = (f"{res['groups']} groups, FLOPs -{100 * res['flops_red']:.0f} %"
                   if res["status"] == "ok" else res.get("error", ""))
-        print(f"{name:24s} {size:4d} px  {res['status']:8s} {detail}  ({res['wall']} s)", flush=True)
+        print(f"{name:24s} {size:4d} px  {res['status']:8s} {detail}  ({res['wall']} s)",
+              flush=True)
         if out:
             out.write(json.dumps(res) + "\n")
             out.flush()

@@ -476,8 +476,8 @@ def test_the_cost_is_said_before_and_a_plan_measures_nothing(toy_task, tmp_path,
 def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
     """The loss target's ETA charges each predicted point the images the confidence bound needs
     to decide it, its flips at their expected rate: a point far over the tolerance stops within
-    the first looks, one near it needs every image, and the prediction is what PointMeter really does
-    on scores that flip at exactly that rate."""
+    the first looks, one near it needs every image, and the prediction is what PointMeter really
+    does on scores that flip at exactly that rate."""
     from autoprune.engine.adaptive_meter import PointMeter
     from autoprune.engine.adaptive_eta import expected_images
 

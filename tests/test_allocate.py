@@ -63,7 +63,8 @@ def test_ratios_by_loss_bad_threshold(bad):
     assert_one_line(info)
 
 
-@pytest.mark.parametrize("table", [{}, {"g": {1.5: 0.1}}, {"g": {0.0: 0.1}}, {"g": {0.2: math.nan}}])
+@pytest.mark.parametrize("table", [{}, {"g": {1.5: 0.1}}, {"g": {0.0: 0.1}},
+                                   {"g": {0.2: math.nan}}])
 def test_ratios_by_loss_bad_table(table):
     with pytest.raises(ap.ConfigError) as info:
         ap.ratios_by_loss(table, 0.1)
@@ -217,7 +218,8 @@ def test_ratios_by_flops_counts_the_unpruned_flops_once(x1, monkeypatch):
     real_count, real_prune = prune_module.count_flops, allocate.prune
     monkeypatch.setattr(prune_module, "count_flops",
                         lambda m, x, **kw: counted.append(1) or real_count(m, x, **kw))
-    monkeypatch.setattr(allocate, "prune", lambda *a, **kw: prunes.append(1) or real_prune(*a, **kw))
+    monkeypatch.setattr(allocate, "prune",
+                        lambda *a, **kw: prunes.append(1) or real_prune(*a, **kw))
     result = ap.ratios_by_flops(model, x1, sens, 0.4)
     assert prunes and len(counted) == len(prunes)  # the pruned copies only
     _check_achieved(model, x1, result, 0.4)

@@ -121,7 +121,8 @@ def _bad_train_state(tmp_path):
 def _default_for_another_model(tmp_path):
     """The bundled resnet18 profile, as if its groups were measured on another variant."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("autoprune.flow.sensitivities.find_profile", lambda task, arch: _sens_file(tmp_path))
+        mp.setattr("autoprune.flow.sensitivities.find_profile",
+                   lambda task, arch: _sens_file(tmp_path))
         _cls(tmp_path, sensitivities_file="DEFAULT")
 
 
@@ -365,7 +366,8 @@ def test_a_label_out_of_range_is_caught_before_the_loss():
     (None, "no config file at"),
     ("model: [resnet18\n", "is not valid YAML"),
     ("- a list\n", "must hold a mapping of settings"),
-    ("task: classification\nmodel: resnet18\ntrain_data: x\nlearning_rate: 0.1\n", "unknown setting(s) learning_rate"),
+    ("task: classification\nmodel: resnet18\ntrain_data: x\nlearning_rate: 0.1\n",
+     "unknown setting(s) learning_rate"),
     ("task: classification\ntrain_data: x\n", "lacks 'model:'"),
     ("task: detection\nmodel: yolov8n.yaml\n", "lacks 'data:' (e.g. model: yolov8n.yaml, data:"),
     ("task: ocr\nmodel: x\n", "unknown task 'ocr'"),

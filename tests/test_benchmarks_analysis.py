@@ -50,7 +50,8 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert 0 <= r["decided_early"] <= r["points"]  # points left as intervals
         assert r["loss_full"] >= 0 and r["steps_apart"] >= 0 and r["halves_apart"] >= 0
         assert r["said_images"] > 0  # the estimate said before the points, in images
-    assert computed == [0, 0, 0]  # the second, third and fourth runs served every point from the kept scores
+    # the second, third and fourth runs served every point from the kept scores
+    assert computed == [0, 0, 0]
     assert [{k: v for k, v in r.items()} for r in again] == rows
     for half in (0, 1):  # the full analysis on each half: 64 images a point, from the kept scores
         record = autoprune.read_record(tmp_path / "resnet18" / f"full-half{half}.json")

@@ -16,7 +16,8 @@ pytestmark = needs_fmnist
 
 
 def test_task_flows_quick(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("task_flows", ROOT / "benchmarks" / "task_flows.py")
+    spec = importlib.util.spec_from_file_location("task_flows",
+                                                  ROOT / "benchmarks" / "task_flows.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     tasks = ["segmentation"]

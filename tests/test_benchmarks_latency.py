@@ -107,7 +107,8 @@ def test_latency_aware_benchmark_detection_tiny(capsys, monkeypatch, tmp_path):
     _check_rows(out, rows[0], "map50_95")
     assert "pruned_latency=0.6 is not reachable with this table" in rows[1]["why"]
     assert re.search(r"^\| yolov8n \| 64 \| -60% \| unreachable \|", out, re.M), out
-    assert (tmp_path / "yolov8n-64px-24img-12ep-seed0" / "retrain" / "0.2" / "uniform" / "best.pt").is_file()
+    assert (tmp_path / "yolov8n-64px-24img-12ep-seed0" / "retrain" / "0.2" / "uniform"
+            / "best.pt").is_file()
     assert out.rstrip().splitlines()[-2].startswith("target=0.2 achieved=0.")
 
 

@@ -165,7 +165,8 @@ def test_the_fork_server_imports_only_what_the_sweeps_sources_need():
     zoo = _zoo()
     only_torchvision = zoo.preload({"torchvision"})
     assert only_torchvision[:3] == ["torch", "autoprune", "onnxruntime"]
-    assert "torchvision" in only_torchvision and "autoprune.tasks.classification" in only_torchvision
+    assert "torchvision" in only_torchvision \
+        and "autoprune.tasks.classification" in only_torchvision
     assert not {"timm", "segmentation_models_pytorch", "autoprune.tasks.detection"} & \
         set(only_torchvision)
     every = zoo.preload({"timm", "torchvision", "smp", "yolo"})

@@ -238,7 +238,8 @@ def test_export_onnx(tmp_path):
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto)
     (inp,) = proto.graph.input
-    assert [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim] == ["batch", 3, 32, 32]
+    assert [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim] == \
+        ["batch", 3, 32, 32]
     (out,) = proto.graph.output
     assert [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim] == ["batch", 10]
     # the exported weights have the pruned shapes

@@ -1,5 +1,6 @@
 """Classification journey: one-call flow, the three sensitivities_file modes, the three-step flow,
-the CLI, reloading in a fresh process, and bad inputs. Tiny settings: 32 px, a few hundred images."""
+the CLI, reloading in a fresh process, and bad inputs. Tiny settings: 32 px, a few
+hundred images."""
 import hashlib
 import json
 import os
@@ -85,8 +86,10 @@ def test_one_call_flow_new_file(tmp_path):
                           "latency_gpu_ms"}
         assert set(m["metrics"]) == {"top1", "top5"}
     assert rep["pruned"]["flops"] < rep["baseline"]["flops"]
-    assert rep["flops_reduction"] == pytest.approx(1 - rep["pruned"]["flops"] / rep["baseline"]["flops"], abs=1e-6)
-    for name in ("report.md", "report.csv", "sensitivity.png", "baseline/best.pt", "pruned/best.pt"):
+    assert rep["flops_reduction"] == pytest.approx(
+        1 - rep["pruned"]["flops"] / rep["baseline"]["flops"], abs=1e-6)
+    for name in ("report.md", "report.csv", "sensitivity.png", "baseline/best.pt",
+                 "pruned/best.pt"):
         assert (tmp_path / "run" / name).is_file(), name
     sens = autoprune.load_sensitivities(sens_file)
     assert all(set(p) == set(RATIOS) for p in sens.values()) and len(sens) == 12
@@ -143,8 +146,9 @@ def test_default_profile_missing_lists_available(tmp_path):
 
 @needs_fmnist
 def test_bundled_default_profile_prunes_resnet18(base_ckpt, tmp_path):
-    r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", pretrain_weights=base_ckpt,
-                  sensitivities_file="DEFAULT", eval_metric_loss=0.05, **SMALL)
+    r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run",
+                  pretrain_weights=base_ckpt, sensitivities_file="DEFAULT",
+                  eval_metric_loss=0.05, **SMALL)
     assert r.sensitivities_path.name == "classification-timm-resnet18.json"
     assert r.report["flops_reduction"] > 0.3
 
@@ -207,8 +211,9 @@ def test_cli_train_prune_report(base_ckpt, tmp_path, capsys):
     assert told[0] == f"[autoprune] outputs of this run (save_dir {tmp_path / 't'}):"
     assert told[1].split() == ["pruned", "model", str(tmp_path / "t" / "pruned" / "best.pt")]
     assert told[2].split() == ["base", "model", str(base_ckpt)]
-    cfg.write_text(yaml.safe_dump({"task": "classification", "model": "resnet18", "train_data": "fashion-mnist",
-                                   "epochs": 1, "learning_rate": 0.1}))
+    cfg.write_text(yaml.safe_dump({"task": "classification", "model": "resnet18",
+                                   "train_data": "fashion-mnist", "epochs": 1,
+                                   "learning_rate": 0.1}))
     assert main(["train", str(cfg)]) == 2
     assert "unknown setting(s) learning_rate" in capsys.readouterr().err
 
@@ -243,9 +248,9 @@ def test_eval_images_subsets_only_the_analysis(base_ckpt, tmp_path):
     """sensitivity_options={"eval_images": 20}: the analysis runs on 20 images (2 per class), the
     report on the 60 of eval_limit; a file measured on 20 images is not finished on 30."""
     sens = tmp_path / "s.json"
-    r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run", pretrain_weights=base_ckpt,
-                  sensitivities_file=sens, ratios=(0.5,), eval_metric_loss=0.5,
-                  sensitivity_options={"eval_images": 20}, **SMALL)
+    r = cls.train("resnet18", "fashion-mnist", save_dir=tmp_path / "run",
+                  pretrain_weights=base_ckpt, sensitivities_file=sens, ratios=(0.5,),
+                  eval_metric_loss=0.5, sensitivity_options={"eval_images": 20}, **SMALL)
     record = autoprune.read_record(sens)
     assert record.extra["eval_images"] == 20
     subset = cls.ClassificationAdapter(None, "fashion-mnist", input_size=32, eval_limit=60,

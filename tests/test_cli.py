@@ -27,7 +27,8 @@ def test_show_prints_table(sens_file, capsys):
 
 def test_merge_later_wins(sens_file, tmp_path, capsys):
     other = tmp_path / "b.json"
-    autoprune.save_sensitivities({"conv1": {0.5: 0.3}, "fc1": {0.2: 0.05}}, other, fingerprint="abc")
+    autoprune.save_sensitivities({"conv1": {0.5: 0.3}, "fc1": {0.2: 0.05}}, other,
+                                 fingerprint="abc")
     out = tmp_path / "merged.json"
     assert main(["merge", str(sens_file), str(other), "-o", str(out)]) == 0
     assert autoprune.load_sensitivities(out) == {"conv1": {0.1: 0.01, 0.5: 0.3}, "fc1": {0.2: 0.05}}
@@ -102,8 +103,10 @@ def test_demo_runs_the_main_job_and_a_rerun_continues_without_training(tmp_path,
     sens_before = autoprune.load_sensitivities(demo / "sensitivities.json")
     assert main(args) == 0
     again = capsys.readouterr().out
-    assert "epoch 1/1  loss" not in again and again.count("already finished its 1 epochs") == 2, again
-    assert "FLOPs" in again and autoprune.load_sensitivities(demo / "sensitivities.json") == sens_before
+    assert "epoch 1/1  loss" not in again \
+        and again.count("already finished its 1 epochs") == 2, again
+    assert "FLOPs" in again \
+        and autoprune.load_sensitivities(demo / "sensitivities.json") == sens_before
 
 
 def test_demo_into_a_save_dir_of_other_settings_says_to_pick_another(tmp_path, monkeypatch,

@@ -48,11 +48,15 @@ def test_train_help_lists_each_task_keys_and_an_example(capsys):
 
 
 # (command, old spelling, new spelling, value): the old spellings still parse, hidden from --help
-RENAMED = [("demo", "--size", "--input-size", "48"), ("demo", "--train-images", "--train-limit", "64"),
+RENAMED = [("demo", "--size", "--input-size", "48"),
+           ("demo", "--train-images", "--train-limit", "64"),
            ("demo", "--val-images", "--eval-limit", "32"),
-           ("sensitivity", "--limit", "--eval-limit", "40"), ("report", "--limit", "--eval-limit", "8"),
-           ("export", "--size", "--input-size", "96"), ("export", "--opset", "--opset-version", "13"),
-           ("profiles", "--size", "--input-size", "64"), ("profiles", "--batch", "--batch-size", "8")]
+           ("sensitivity", "--limit", "--eval-limit", "40"),
+           ("report", "--limit", "--eval-limit", "8"),
+           ("export", "--size", "--input-size", "96"),
+           ("export", "--opset", "--opset-version", "13"),
+           ("profiles", "--size", "--input-size", "64"),
+           ("profiles", "--batch", "--batch-size", "8")]
 POSITIONALS = {"sensitivity": ["ckpt.pt", "data", "sens.json"], "report": ["a.pt", "b.pt", "data"],
                "export": ["a.pt", "a.onnx"], "profiles": ["build"], "demo": []}
 
@@ -106,7 +110,8 @@ def _api_names(command: str) -> set[str]:
 
     from autoprune.flow.precision import Int8Settings
 
-    by_name = {"sensitivity": options.sensitivity_option_names(), "prune": checkpoints.LATENCY_NAMES,
+    by_name = {"sensitivity": options.sensitivity_option_names(),
+               "prune": checkpoints.LATENCY_NAMES,
                "profiles": build.SETTINGS,
                "report": [f.name for f in fields(Int8Settings)]}  # compare_checkpoints(int8=)
     return names | set(by_name.get(command, ()))

@@ -82,7 +82,8 @@ def test_every_split_free_kind_is_written_back_natively(arch):
     assert yolo.to_native(native) == []
     assert not any(isinstance(m, yolo.SPLIT_FREE) for m in native.modules())
     kinds = {type(m).__name__ for m in native.modules()}
-    assert {"yolov10n": {"PSA", "C2fCIB", "C2f"}, "yolov9t": {"RepNCSPELAN4", "ELAN1"}}[arch] <= kinds
+    assert {"yolov10n": {"PSA", "C2fCIB", "C2f"},
+            "yolov9t": {"RepNCSPELAN4", "ELAN1"}}[arch] <= kinds
     x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         want, got = model(x), native.eval()(x)
@@ -155,7 +156,8 @@ def test_pruned_yolo_loads_in_ultralytics_without_autoprune(tmp_path):
         assert modules[arch] == ["torch", "ultralytics"]
         got, want = torch.load(path + ".out", weights_only=True), expected[arch]
         assert (got - want).abs().max() <= 1e-5 * max(1.0, want.abs().max()), arch
-        boxes, want_boxes = torch.load(path + ".boxes", weights_only=True), expected[arch + ".boxes"]
+        boxes, want_boxes = (torch.load(path + ".boxes", weights_only=True),
+                             expected[arch + ".boxes"])
         assert boxes.shape == want_boxes.shape and len(boxes) > 0, arch
         assert torch.allclose(boxes, want_boxes, rtol=1e-3, atol=1e-3), arch
 

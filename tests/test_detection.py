@@ -186,7 +186,8 @@ def test_model_object_trains_and_records_its_architecture(data_yaml, tmp_path):
         module = yolo.DetectionModel("yolo11n.yaml", nc=10, verbose=False)
     r = det.train(module, data_yaml, epochs=1, save_dir=tmp_path, **SMALL)
     meta = autoprune.read_pruned_metadata(r.baseline_path)
-    assert meta["arch"] == "yolo11n" and meta["build"] == {"num_classes": 10} and meta["pruned"] is False
+    assert meta["arch"] == "yolo11n" and meta["build"] == {"num_classes": 10} \
+        and meta["pruned"] is False
     assert state_shapes(det.load_model(r.baseline_path)) == state_shapes(r.model)
     assert 0.0 <= r.metrics["map50_95"] <= 1.0
 
@@ -211,7 +212,8 @@ def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yam
     assert state_shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
     from ultralytics import YOLO
     ul_best = tmp_path / "run" / "ultralytics" / "weights" / "best.pt"
-    assert state_shapes(yolo.load_ultralytics(ul_best)) == shapes  # written back natively, read exactly
+    # written back natively, read exactly
+    assert state_shapes(yolo.load_ultralytics(ul_best)) == shapes
     with yolo.quiet():
         wrapper = YOLO(str(ul_best))
         metrics = wrapper.val(data=str(data_yaml), imgsz=64, batch=8, plots=False, verbose=False)

@@ -69,7 +69,8 @@ def test_leftover_shards_are_absorbed(tmp_path):
     autoprune.sensitivity(model, x, eval_fn, groups=GROUPS[:1], ratios=(0.3,),
                           sensitivities_file=path, progress=False)
     # a rank killed mid-run left its points in a shard file
-    done = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS[1:2], ratios=(0.3,), progress=False)
+    done = autoprune.sensitivity(model, x, eval_fn, groups=GROUPS[1:2], ratios=(0.3,),
+                                 progress=False)
     record = autoprune.read_record(path)
     shard = SensitivityRecord(model=record.model, metric=record.metric)
     shard.set_point(GROUPS[1], 0.3, done[GROUPS[1]][0.3])
@@ -244,7 +245,8 @@ def test_sync_batchnorm_swap_trains_the_original_modules_and_puts_them_back():
     original_bn = swapped[1]
     restore = use_sync_batchnorm(swapped)
     assert isinstance(swapped[1], torch.nn.SyncBatchNorm)  # forward works untrained/unsynced on CPU
-    fit(swapped, make_loader(_tiny_data(), 16, shuffle=True, seed=3), cfg, device=torch.device("cpu"))
+    fit(swapped, make_loader(_tiny_data(), 16, shuffle=True, seed=3), cfg,
+        device=torch.device("cpu"))
     restore()
     fit(plain, make_loader(_tiny_data(), 16, shuffle=True, seed=3), cfg, device=torch.device("cpu"))
     assert swapped[1] is original_bn and type(swapped[1]) is torch.nn.BatchNorm2d
@@ -278,7 +280,8 @@ def test_a_group_started_by_autoprune_is_destroyed_before_interpreter_shutdown(t
     script.write_text(
         "import atexit, os, torch, torch.distributed as dist\n"
         "from autoprune.engine.distributed import init_from_env, all_reduce_sum\n"
-        "say = lambda text: os.write(1, (text + '\\n').encode())  # one write a line: two ranks share stdout\n"
+        "say = lambda text: os.write(1, (text + '\\n').encode())"
+        "  # one write a line: two ranks share stdout\n"
         "atexit.register(lambda: say(f'group alive at exit: {dist.is_initialized()}'))\n"
         "assert init_from_env('cpu')\n"  # gloo, also where there is a GPU
         "total = all_reduce_sum(1.0)\n"

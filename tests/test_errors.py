@@ -47,7 +47,8 @@ def test_usable_metrics(value, toy, x):
     assert sens == {"fuse.0": {0.5: 0.0}}
 
 
-@pytest.mark.parametrize("value", ["bad", None])  # NaN at a point: the worst loss (test_sensitivity)
+# NaN at a point: the worst loss (test_sensitivity)
+@pytest.mark.parametrize("value", ["bad", None])
 def test_unusable_metric_at_a_point_restores_the_model(value, toy, x, tmp_path):
     calls = []
 

@@ -1,6 +1,7 @@
 """engine.fast_copy.fast_deepcopy: what copy.deepcopy gives (independent tensors, shared modules and
 tied weights kept shared, a bound forward bound to the copy, other attributes deep-copied), so the
-evaluation's fusing, the timer's candidates and Ultralytics' checkpoints never touch the original."""
+evaluation's fusing, the timer's candidates and Ultralytics' checkpoints never
+touch the original."""
 import copy
 
 import pytest

@@ -1,7 +1,7 @@
 """GPU paths, skipped without CUDA (CI has none; scripts/gpu/check.sh runs them on a lent GPU):
 the masked, batched analysis on CUDA against real pruning and against the CPU, AMP training and
-the report's GPU latency row, GPU latency timing, evaluation batches kept on the device. The rest of the suite also runs on the GPU
-there: ``device="auto"`` picks CUDA."""
+the report's GPU latency row, GPU latency timing, evaluation batches kept on the device. The rest of
+the suite also runs on the GPU there: ``device="auto"`` picks CUDA."""
 import json
 
 import pytest

@@ -51,7 +51,8 @@ def test_a_timing_records_its_setting_and_the_former_latency_keywords_warn(tmp_p
 
 
 @pytest.mark.parametrize("value, message", [
-    ({"thread": 1}, "unknown latency setting 'thread': use device, threads, batch, runtime or precision"),
+    ({"thread": 1},
+     "unknown latency setting 'thread': use device, threads, batch, runtime or precision"),
     ("cpu", "latency='cpu' is not a timing setting: pass True, autoprune.Timing"),
     (Timing(batch=0), "latency_batch=0 must be a positive whole number"),
 ])

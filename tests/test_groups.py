@@ -117,7 +117,8 @@ def test_ignored_layers_by_name_and_by_module():
     full = [g.name for g in ap.prunable_groups(model, x)]
     by_name = [g.name for g in ap.prunable_groups(model, x, ignored_layers=["layer1.0.conv1"])]
     assert by_name == [n for n in full if n != "layer1.0.conv1"]
-    by_module = [g.name for g in ap.prunable_groups(model, x, ignored_layers=[model.layer2[0].conv1])]
+    by_module = [g.name for g in ap.prunable_groups(model, x,
+                                                    ignored_layers=[model.layer2[0].conv1])]
     assert by_module == [n for n in full if n != "layer2.0.conv1"]
     # ignoring any one member of a coupled group removes the whole group
     coupled = [g.name for g in ap.prunable_groups(model, x,
@@ -149,16 +150,17 @@ def test_prune_never_changes_output_shape():
 
 
 @pytest.mark.parametrize("name,ignored", [
-    ("resnet18", "conv1"),            # a member of the residual stem group
-    ("resnet18", "layer1.0.conv2"),   # consumes layer1.0.conv1's outputs, itself in a residual group
-    ("toy", "fuse.0"),                # reads the concat of both branches
+    ("resnet18", "conv1"),           # a member of the residual stem group
+    ("resnet18", "layer1.0.conv2"),  # consumes layer1.0.conv1's outputs, itself in a residual group
+    ("toy", "fuse.0"),               # reads the concat of both branches
 ])
 def test_ignoring_a_coupled_layer_keeps_the_other_groups_intact(name, ignored):
     model = make_model(name)
     x = make_input()
     full = ap.prunable_groups(model, x)
     groups = ap.prunable_groups(model, x, ignored_layers=[ignored])
-    # exactly the groups that would cut the ignored layer's outputs disappear; the rest are unchanged
+    # exactly the groups that would cut the ignored layer's outputs disappear;
+    # the rest are unchanged
     assert [(g.name, g.members) for g in groups] == \
         [(g.name, g.members) for g in full if ignored not in g.members]
     modules = dict(model.named_modules())
@@ -209,8 +211,8 @@ class _ConcatGroupNormNet(nn.Module):
 
 
 def test_groups_a_groupnorm_sees_only_part_of_are_left_whole_with_a_warning():
-    with pytest.warns(UserWarning, match=r"2 channel group\(s\) of _ConcatGroupNormNet reach a grouped "
-                                         r"conv or GroupNorm .* left whole: a, b"):
+    with pytest.warns(UserWarning, match=r"2 channel group\(s\) of _ConcatGroupNormNet reach a "
+                                         r"grouped conv or GroupNorm .* left whole: a, b"):
         graph = PruningGraph(_ConcatGroupNormNet().eval(), torch.randn(1, 3, 8, 8))
     assert [g.name for g in graph.groups] == ["mix"]
 
@@ -367,7 +369,8 @@ def test_a_later_graph_of_the_same_model_skips_the_failed_walks(monkeypatch):
     monkeypatch.setattr(tp_patches, "MAX_FOLDED_INDICES", 500)
     walks = []
     original = PruningGraph._walk
-    monkeypatch.setattr(PruningGraph, "_walk", lambda self, *a: walks.append(1) or original(self, *a))
+    monkeypatch.setattr(PruningGraph, "_walk",
+                        lambda self, *a: walks.append(1) or original(self, *a))
     model, x = Folded(), torch.randn(1, 3, 16, 16)
     with pytest.warns(UserWarning, match="too entangled"):
         first = PruningGraph(model, x, probe=False)

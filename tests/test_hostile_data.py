@@ -138,7 +138,8 @@ def test_classification_settings_of_the_wrong_type(key, value, tmp_path):
 
 def test_yaml_config_with_batch_size_big_is_one_line(tmp_path, capsys):
     config = tmp_path / "run.yaml"
-    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: {tmp_path}\nbatch_size: big\n")
+    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: {tmp_path}\n"
+                      f"batch_size: big\n")
     assert main(["train", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "autoprune: error: batch_size='big' must be a whole number, at least 1: fix " \

@@ -239,7 +239,8 @@ def test_eval_metric_loss_and_pruned_flops_together_are_refused(tmp_path, ckpt, 
     for label in ("a", "b"):  # an ImageFolder of two images
         (tmp_path / "images" / label).mkdir(parents=True)
         Image.new("RGB", (8, 8)).save(tmp_path / "images" / label / "0.png")
-    config.write_text(yaml.safe_dump({"task": "classification", "model": "resnet18", "train_data": str(tmp_path / "images"),
+    config.write_text(yaml.safe_dump({"task": "classification", "model": "resnet18",
+                                      "train_data": str(tmp_path / "images"),
                                       "save_dir": str(tmp_path / "run"),
                                       "sensitivities_file": str(tmp_path / "s.json"), **both}))
     assert main(["train", str(config)]) == 2

@@ -82,7 +82,8 @@ def test_the_graph_reader_sees_imports_inside_functions_and_finds_cycles(tmp_pat
     (pkg / "a.py").write_text("from .sub import b\n")
     (pkg / "sub" / "b.py").write_text("def f():\n    from ..a import x\n")
     graph = import_graph(pkg)
-    assert graph["autoprune.a"] == {"autoprune.sub.b"} and graph["autoprune.sub.b"] == {"autoprune.a"}
+    assert graph["autoprune.a"] == {"autoprune.sub.b"} \
+        and graph["autoprune.sub.b"] == {"autoprune.a"}
     assert find_cycle(graph) == ["autoprune.a", "autoprune.sub.b", "autoprune.a"]
     assert find_cycle({"x": {"y"}, "y": set()}) is None
 
@@ -232,3 +233,26 @@ def test_the_size_check_reads_the_docstring_reason(tmp_path):
     silent.write_text('"""A parser.\n\nIt is over 400 lines: said too late."""\n')
     assert "over 400 lines" in _first_paragraph(said)
     assert "over 400 lines" not in _first_paragraph(silent)
+
+
+MOST_CHARACTERS = 100  # a line's length in the tracked Python (the generated .pyi stubs aside)
+
+
+def test_no_line_is_longer_than_100_characters():
+    """Every tracked ``.py`` line fits in :data:`MOST_CHARACTERS` (read side by side in a
+    review, and in a terminal beside the tests)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    root = PACKAGE.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files cannot be listed")
+    listed = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True,
+                            text=True, check=True).stdout.split()
+    long = [f"{name}:{number}" for name in listed if (root / name).is_file()
+            for number, line in enumerate((root / name).read_text().splitlines(), 1)
+            if len(line) > MOST_CHARACTERS]
+    assert not long, (f"{len(long)} lines over {MOST_CHARACTERS} characters, wrap them: "
+                      + ", ".join(long[:8]))

@@ -542,7 +542,8 @@ def test_openvino_and_nncf_are_imported_with_their_telemetry_declined(tmp_path):
     ("[ONNXRuntimeError] : 1 : FAIL : Load model from m.onnx failed:" + "x" * 300 + " No Op "
      "registered for Frobnicate with domain_version of 1", "does not know the operator Frobnicate"),
     ("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for "
-     "ConvInteger(10) node with name 'conv'", "no kernel for the operator ConvInteger (node 'conv')"),
+     "ConvInteger(10) node with name 'conv'",
+     "no kernel for the operator ConvInteger (node 'conv')"),
 ])
 def test_onnx_runtimes_wordings_name_the_operator(said, named):
     """ONNX Runtime's releases word an unknown operator differently (1.30 on the GPU machine

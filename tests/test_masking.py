@@ -6,7 +6,8 @@ import torch.nn as nn
 import autoprune
 from autoprune.errors import ConfigError
 from autoprune.engine.groups import PruningGraph
-from autoprune.engine.masking import BatchedVariants, NotBatchable, mask_points, masked_matches_pruned
+from autoprune.engine.masking import (BatchedVariants, NotBatchable, mask_points,
+                                      masked_matches_pruned)
 from autoprune.engine.sensitivity import pruned_temporarily
 from autoprune.engine.store import read_record
 from autoprune.tasks.detection import models as yolo

@@ -60,7 +60,8 @@ def flow(data_yaml, tmp_path_factory):
 
 def test_names_belong_to_pose_only(data_yaml, tmp_path):
     for name, key in (("yolov8n-pose.yaml", "yolov8n-pose"), ("yolo11s-pose", "yolo11s-pose"),
-                      ("YOLO26n-pose.pt", "yolo26n-pose"), ("yolov8n-pose-p6.yaml", "yolov8n-pose-p6")):
+                      ("YOLO26n-pose.pt", "yolo26n-pose"),
+                      ("yolov8n-pose-p6.yaml", "yolov8n-pose-p6")):
         assert task_of(name) == "pose"
         assert PoseAdapter().arch_key(name) == key
     assert task_of("yolov8n") == "detection"

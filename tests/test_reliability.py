@@ -78,7 +78,8 @@ def test_no_socket_during_full_segmentation_run(tmp_path):
     _run_offline(f"""
         from autoprune import segmentation as seg
         r = seg.train("unet", "resnet18", train_data="fashion-scenes", epochs=1, batch_size=8,
-                      input_size=32, train_limit=16, eval_limit=4, save_dir={str(tmp_path / 'run')!r},
+                      input_size=32, train_limit=16, eval_limit=4,
+                      save_dir={str(tmp_path / 'run')!r},
                       sensitivities_file={str(tmp_path / 's.json')!r}, ratios=(0.5,),
                       eval_metric_loss=0.5, progress=False)
         m = seg.load_model(r.pruned_path)
@@ -131,7 +132,8 @@ def test_cli_ctrl_c_names_where_progress_is_and_exits_130(tmp_path, monkeypatch,
 
     _interrupt(monkeypatch, "autoprune.classification.train")
     config = tmp_path / "run.yaml"
-    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: fashion-mnist\nsave_dir: {tmp_path / 'run'}\n")
+    config.write_text(f"task: classification\nmodel: resnet18\ntrain_data: fashion-mnist\n"
+                      f"save_dir: {tmp_path / 'run'}\n")
     assert main(["train", str(config)]) == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"autoprune: interrupted: progress is saved in {tmp_path / 'run'}; "

@@ -68,7 +68,8 @@ def test_classification_resume_mid_training_equals_uninterrupted(tmp_path, capsy
 
 def test_finished_run_is_not_trained_again_and_settings_must_match(tmp_path, monkeypatch):
     first = _cls(tmp_path / "run", Images(), epochs=1)
-    monkeypatch.setattr("autoprune.flow.training.keep_best.fit", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr("autoprune.flow.training.keep_best.fit",
+                        lambda *a, **k: pytest.fail("trained again"))
     again = _cls(tmp_path / "run", Images(), epochs=1, resume=True)
     assert_same_weights(first.model.state_dict(), again.model.state_dict())
     with pytest.raises(autoprune.ConfigError, match="resume=True with epochs=2 but the run in .* "

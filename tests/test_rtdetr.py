@@ -47,7 +47,7 @@ def test_rtdetr_onnx_export_runs_in_onnxruntime(pruned, tmp_path):
     check_onnx(pruned, tmp_path, order_free=True)  # untrained: near-tied queries
 
 
-# -- declarations and twins -------------------------------------------------------------------------
+# -- declarations and twins ------------------------------------------------------------------------
 def test_rtdetr_declares_its_classes_and_refuses_what_it_cannot_take(tmp_path):
     from ultralytics.models.rtdetr.train import RTDETRTrainer
     from ultralytics.models.rtdetr.val import RTDETRValidator

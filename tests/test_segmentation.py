@@ -162,7 +162,8 @@ def test_one_call_flow_new_file(tmp_path):
         assert set(rep[key]) >= {"params", "flops", "size_mb", "metrics", "latency_cpu_ms"}
         assert set(rep[key]["metrics"]) == SCENE_KEYS
     assert rep["pruned"]["flops"] < rep["baseline"]["flops"]
-    for name in ("report.md", "report.csv", "sensitivity.png", "baseline/best.pt", "pruned/best.pt"):
+    for name in ("report.md", "report.csv", "sensitivity.png", "baseline/best.pt",
+                 "pruned/best.pt"):
         assert (tmp_path / "run" / name).is_file(), name
     assert "iou_t_shirt_top" in (tmp_path / "run" / "report.md").read_text()
     sens = autoprune.load_sensitivities(sens_file)
@@ -329,7 +330,8 @@ def test_bad_dataset_items(dataset, match, tmp_path):
     (dict(model="unet/resnet18", encoder="resnet34"), "name it once"),
     (dict(model="unet", encoder="resnet18", input_size=50), "input_size=50 must be a multiple"),
     (dict(model="unet", encoder="resnet18", num_classes=5), "fashion-scenes has 11 classes"),
-    (dict(model="unet", encoder="resnet18", model_kwargs={"decoder_kind": 1}), "decoder_kind. is not a setting of smp unet: check model_kwargs"),
+    (dict(model="unet", encoder="resnet18", model_kwargs={"decoder_kind": 1}),
+     "decoder_kind. is not a setting of smp unet: check model_kwargs"),
 ])
 def test_bad_arguments_one_line(kwargs, match, tmp_path):
     kwargs = {"train_data": "fashion-scenes", **kwargs}

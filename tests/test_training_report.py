@@ -120,7 +120,8 @@ mine = plt.figure()
 from autoprune.flow.plots import plot_sensitivities
 path = plot_sensitivities({{"a": {{0.1: 0.0, 0.5: 0.2}}, "b": {{0.1: 0.01, 0.5: 0.4}}}},
                           {str(tmp_path / "s.png")!r}, threshold=0.05)
-print(matplotlib.get_backend(), plt.get_fignums(), open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n")
+print(matplotlib.get_backend(), plt.get_fignums(),
+      open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()

@@ -24,7 +24,8 @@ def _two_smallest(family: str, scales: str) -> list[str]:
 
 
 ARCHS = [a for family, scales in YOLO_FAMILIES.items() for a in _two_smallest(family, scales)]
-SMALLEST = {a for family, scales in YOLO_FAMILIES.items() for a in _two_smallest(family, scales)[:1]}
+SMALLEST = {a for family, scales in YOLO_FAMILIES.items()
+            for a in _two_smallest(family, scales)[:1]}
 
 
 

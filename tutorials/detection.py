@@ -30,7 +30,8 @@ def main() -> None:
     p.add_argument("--imgsz", type=int, default=96)
     p.add_argument("--pruned-flops", type=float, default=0.4)
     p.add_argument("--eval-metric-loss", type=float, default=None,
-                   help="prune by a tolerated relative mAP loss per group instead of a FLOPs target")
+                   help="prune by a tolerated relative mAP loss per group instead of a "
+                   "FLOPs target")
     args = p.parse_args()
     out = Path(args.out)
     # Ultralytics' defaults suit large sets; a small CPU run wants a step per batch and AdamW

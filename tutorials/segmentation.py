@@ -32,7 +32,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", default="runs/tutorial_seg")
     p.add_argument("--model", default="unet", help="smp architecture: unet, fpn, deeplabv3plus...")
-    p.add_argument("--encoder", default="resnet18", help="resnet18, mobilenet_v2, efficientnet-b0...")
+    p.add_argument("--encoder", default="resnet18",
+                   help="resnet18, mobilenet_v2, efficientnet-b0...")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--eval-metric-loss", type=float, default=0.05)
     args = p.parse_args()

@@ -28,7 +28,8 @@ MEAN, STD = 0.2860, 0.3530
 
 
 def find_root(root: str | os.PathLike | None = None) -> Path:
-    """The folder that holds the Fashion-MNIST IDX files, or a ConfigError that says how to get it."""
+    """The folder that holds the Fashion-MNIST IDX files, or a ConfigError that says how
+    to get it."""
     candidates = [root] if root else [os.environ.get("AUTOPRUNE_FASHION_MNIST"), DEBIAN_ROOT]
     for c in filter(None, candidates):
         p = Path(c)
@@ -36,7 +37,8 @@ def find_root(root: str | os.PathLike | None = None) -> Path:
             return p
     where = root or f"$AUTOPRUNE_FASHION_MNIST or {DEBIAN_ROOT}"
     raise ConfigError(f"Fashion-MNIST not found in {where}: run `apt-get install "
-                      f"dataset-fashion-mnist` or pass the folder holding t10k-images-idx3-ubyte(.gz)")
+                      f"dataset-fashion-mnist` or pass the folder holding "
+                      f"t10k-images-idx3-ubyte(.gz)")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -102,7 +104,8 @@ class FashionMNIST(Dataset):
             x = (x - MEAN) / STD
         else:  # a pretrained model's (one value per channel, or one for all)
             shape = (1, -1, 1, 1)
-            x = (x - torch.tensor(mean or [MEAN]).view(shape)) / torch.tensor(std or [STD]).view(shape)
+            x = ((x - torch.tensor(mean or [MEAN]).view(shape))
+                 / torch.tensor(std or [STD]).view(shape))
         self.images = x.contiguous()
         self.targets = torch.from_numpy(labels)
         self.classes = list(CLASSES)

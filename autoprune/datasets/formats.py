@@ -359,6 +359,6 @@ def write_csv_classification(root: str | os.PathLike, *, train: int = 64, val: i
 
 
 __all__ = ["CITYSCAPES_LABEL_IDS", "check_format_and_split", "encode_rle", "folder_name",
-           "read_labels_txt", "voc_palette", "write_cityscapes_like", "write_coco_dataset", "write_csv_classification",
-           "write_image_folder", "write_paddlex_classification", "write_paddlex_segmentation",
-           "write_voc_detection", "write_voc_segmentation"]
+           "read_labels_txt", "voc_palette", "write_cityscapes_like", "write_coco_dataset",
+           "write_csv_classification", "write_image_folder", "write_paddlex_classification",
+           "write_paddlex_segmentation", "write_voc_detection", "write_voc_segmentation"]

@@ -1,4 +1,5 @@
-"""Turning a sensitivity table into per-group pruning ratios: by tolerated loss or by FLOPs target."""
+"""Turning a sensitivity table into per-group pruning ratios: by tolerated loss or by
+FLOPs target."""
 from __future__ import annotations
 
 import logging

@@ -80,7 +80,8 @@ def sync_metadata(model: nn.Module) -> None:
 
 
 def output_channels(model: nn.Module, inputs: Any, names: Iterable[str] = (),
-                    call: Callable[[nn.Module, Any], Any] | None = None) -> tuple[Any, dict[str, int]]:
+                    call: Callable[[nn.Module, Any], Any] | None = None
+                    ) -> tuple[Any, dict[str, int]]:
     """Run ``call(model, inputs)`` (default ``model(inputs)``) once in eval mode without grad and
     return its output with ``{name: channels}`` of the named submodules' 4-D (N, C, H, W)
     outputs; the model's mode is kept."""

@@ -49,7 +49,8 @@ def criterion_name(criterion: Any) -> str:
 
 
 def channels_to_keep(channels: int, ratio: float, round_to: int | None = None) -> int:
-    """How many of ``channels`` survive pruning ``ratio`` of them (at least one; ``round_to`` multiples)."""
+    """How many of ``channels`` survive pruning ``ratio`` of them (at least one;
+    ``round_to`` multiples)."""
     if not 0.0 <= ratio < 1.0:
         raise ConfigError(f"pruning ratio {ratio} is outside [0, 1): pass a fraction such as 0.3")
     keep = channels - math.floor(ratio * channels + 0.5)

@@ -29,7 +29,8 @@ from .files import atomic_write
 
 FORMAT = "autoprune-pruned"
 VERSION = 1
-BASE_SHAPES = "_autoprune_base_shapes"  # set on a model by prune(): its tensor shapes before pruning
+# set on a model by prune(): its tensor shapes before pruning
+BASE_SHAPES = "_autoprune_base_shapes"
 # Attributes that hold channel counts, per layer type (FIELD_NOTES: fix these after resizing).
 _CHANNEL_ATTRS = {
     nn.modules.conv._ConvNd: ("in_channels", "out_channels", "groups"),
@@ -73,7 +74,8 @@ def save_pruned(model: nn.Module, path: str | os.PathLike, **metadata: Any) -> P
         raise CheckpointError(f"metadata for {path} is not JSON-serialisable ({e}): pass plain "
                               f"numbers, strings, lists and dicts") from None
     state = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
-    _atomic_save({"format": FORMAT, "version": VERSION, "metadata": meta, "state_dict": state}, path)
+    _atomic_save({"format": FORMAT, "version": VERSION, "metadata": meta, "state_dict": state},
+                 path)
     return path
 
 
@@ -248,7 +250,8 @@ def load_pruned(path: str | os.PathLike, base_model: nn.Module) -> nn.Module:
     except RuntimeError as e:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise CheckpointError(f"{path} does not fit this model: {' '.join(lines[1:3])[:300]} "
-                              f"(build the same architecture the checkpoint was made from)") from None
+                              f"(build the same architecture the checkpoint was made from)") \
+            from None
     setattr(base_model, BASE_SHAPES, base_shapes)
     return base_model
 
@@ -261,9 +264,9 @@ def _check_base(model: nn.Module, base_shapes: dict[str, list[int]], path: Path)
             raise CheckpointError(f"{path} does not fit this model: it has no tensor {key!r} "
                                   f"(another architecture?)")
         if own[key] != list(shape):
-            raise CheckpointError(f"{path} does not fit this model: {key} is {tuple(own[key])} here "
-                                  f"but {tuple(shape)} in the model the checkpoint was made from "
-                                  f"(another width or num_classes?)")
+            raise CheckpointError(f"{path} does not fit this model: {key} is {tuple(own[key])} "
+                                  f"here but {tuple(shape)} in the model the checkpoint was "
+                                  f"made from (another width or num_classes?)")
 
 
 def opset_range() -> tuple[int, int]:
@@ -279,7 +282,8 @@ def check_opset(opset_version: Any) -> int:
     low, high = opset_range()
     if not _is_int(opset_version) or not low <= opset_version <= high:
         raise ConfigError(f"opset_version={opset_version!r} is not an ONNX opset torch "
-                          f"{torch.__version__.split('+')[0]} exports ({low}..{high}): pass e.g. 17")
+                          f"{torch.__version__.split('+')[0]} exports ({low}..{high}): "
+                          f"pass e.g. 17")
     return int(opset_version)
 
 

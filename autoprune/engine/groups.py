@@ -52,7 +52,8 @@ def _resolve_ignored(model: nn.Module, ignored_layers: Iterable[Any]) -> list[nn
         elif isinstance(item, nn.Module):
             modules.append(item)
         else:
-            raise ConfigError(f"ignored_layers takes module names or modules, not {type(item).__name__}")
+            raise ConfigError(f"ignored_layers takes module names or modules, "
+                              f"not {type(item).__name__}")
     return modules
 
 
@@ -111,8 +112,8 @@ class PruningGraph:
             self.groups = leave_out_unsafe(self, self.groups)
         if not self.groups:
             raise NoPrunableGroupsError(
-                f"{type(model).__name__} has no prunable channel group (no Conv/Linear whose outputs "
-                f"can be cut without changing the model output): nothing to prune")
+                f"{type(model).__name__} has no prunable channel group (no Conv/Linear whose "
+                f"outputs can be cut without changing the model output): nothing to prune")
         self.by_name = {g.name: g for g in self.groups}
 
     # -- listing -----------------------------------------------------------------------------

@@ -31,8 +31,8 @@ class NotBatchable(RuntimeError):
 
 def mask_points(graph: PruningGraph, group: PrunableGroup, idxs: Sequence[int]
                 ) -> list[tuple[nn.Module, list[int]]] | None:
-    """``(module, channels)`` whose outputs a real prune of ``idxs`` removes; None when a member
-    is not a Conv/BatchNorm/Linear module (e.g. an unwrapped parameter) and masking cannot mimic it."""
+    """``(module, channels)`` whose outputs a real prune of ``idxs`` removes; None when a member is
+    not a Conv/BatchNorm/Linear module (e.g. an unwrapped parameter) and masking cannot mimic it."""
     points = []
     for dep, sub in graph.tp_group(group, idxs):
         if not graph.dg.is_out_channel_pruning_fn(dep.handler):

@@ -150,7 +150,8 @@ def timed_runs(model: nn.Module, inputs: Any, runs: int, *, device: torch.device
 
 def measure(model: nn.Module, example_inputs: Any, *, device: str | torch.device = "cpu",
             warmup: int = 5, repeats: int = 30) -> dict[str, Any]:
-    """``{"params", "flops" (MACs), "size_mb", "latency_ms"}`` of ``model`` on ``example_inputs``."""
+    """``{"params", "flops" (MACs), "size_mb", "latency_ms"}`` of ``model``
+    on ``example_inputs``."""
     return {
         "params": count_params(model),
         "flops": count_flops(model, example_inputs),

@@ -46,7 +46,8 @@ class OnnxModule(nn.Module):
     def forward(self, *inputs: torch.Tensor) -> Any:
         feeds = {name: np.ascontiguousarray(x.detach().cpu().float().numpy())
                  for name, x in zip(self.input_names, inputs)}
-        device = inputs[0].device if inputs else torch.device("cpu")  # where the caller's labels are
+        # where the caller's labels are
+        device = inputs[0].device if inputs else torch.device("cpu")
         outputs = [torch.from_numpy(np.asarray(o)).to(device)
                    for o in self.session.run(None, feeds)]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

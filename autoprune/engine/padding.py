@@ -78,7 +78,8 @@ def _set(module: nn.Module, name: str, value: torch.Tensor) -> None:
 
 
 def _pad_module(module: nn.Module, outputs: bool, ends: list[int], count: int) -> None:
-    """Insert ``count`` zero channels after each of ``ends`` into ``module``'s outputs (or inputs)."""
+    """Insert ``count`` zero channels after each of ``ends`` into ``module``'s
+    outputs (or inputs)."""
     added = count * len(ends)
     with torch.no_grad():
         if isinstance(module, nn.modules.conv._ConvNd):

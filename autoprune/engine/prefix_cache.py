@@ -251,7 +251,8 @@ class PrefixCache:
                 if self._batch is None:
                     return forward(*args, **kwargs)
                 out = self.outputs[name][self._batch]
-                device = _first_tensor(args).device if _first_tensor(args) is not None else out.device
+                device = (_first_tensor(args).device if _first_tensor(args) is not None
+                          else out.device)
                 layout = self.memory_format if out.dim() == 4 else torch.preserve_format
                 out = out.to(device, copy=True, memory_format=layout)
                 return out.repeat(self.repeat, *([1] * (out.dim() - 1))) if self.repeat > 1 else out

@@ -1,4 +1,5 @@
-"""Sensitivity analysis: how much the metric drops when one group alone loses a share of its channels.
+"""Sensitivity analysis: how much the metric drops when one group alone loses a share
+of its channels.
 
 This module runs the analysis: it checks the settings, opens the file, and runs the full
 analysis (every point, masked, batched or pruned for real) or hands an adaptive one to
@@ -48,8 +49,10 @@ def check_ratios(ratios: Iterable[float]) -> list[float]:
     """Validate pruning ratios (each in (0, 1)) and round them to 2 decimals, sorted, unique."""
     out = []
     for r in ratios:
-        if not isinstance(r, numbers.Real) or not 0.0 < float(r) < 1.0 or ratio_key(r) in (0.0, 1.0):
-            raise ConfigError(f"pruning ratio {r!r} is outside (0, 1): use fractions such as 0.1 ... 0.9")
+        if not isinstance(r, numbers.Real) or not 0.0 < float(r) < 1.0 \
+                or ratio_key(r) in (0.0, 1.0):
+            raise ConfigError(f"pruning ratio {r!r} is outside (0, 1): use fractions such as "
+                              f"0.1 ... 0.9")
         out.append(ratio_key(r))
     if not out:
         raise ConfigError("no pruning ratios given: pass e.g. ratios=(0.1, 0.3, 0.5)")
@@ -75,7 +78,8 @@ def check_analysis_options(*, evaluation: str = "auto", batch_variants: int = 8,
                           f"short: pass one (adaptive measures only what the allocation needs)")
     if evaluation not in EVALUATIONS:
         raise ConfigError(f"evaluation={evaluation!r} is not one of {', '.join(EVALUATIONS)}")
-    if isinstance(batch_variants, bool) or not isinstance(batch_variants, int) or batch_variants < 1:
+    if isinstance(batch_variants, bool) or not isinstance(batch_variants, int) \
+            or batch_variants < 1:
         raise ConfigError(f"batch_variants={batch_variants!r} must be a positive integer such as 8")
     if early_stop is not None and (isinstance(early_stop, bool)
                                    or not isinstance(early_stop, (int, float))
@@ -136,9 +140,9 @@ def sensitivity(model: nn.Module, example_inputs: Any, eval_fn: EvalFn, *,
     allocation for ``target`` needs (:mod:`autoprune.engine.adaptive`; the early stop on images
     needs an ``eval_fn`` with ``incremental``, :mod:`autoprune.engine.incremental`; real prune
     only); ``plan`` (False): print the expected cost and return the table as it is, measuring and
-    writing nothing (with ``progress``, every analysis prints it before its points). ``latency``: True, or a :class:`Timing` (or a dict
-    of its fields), times each point too. The former keywords (``early_stop=``,
-    ``latency_threads=``...) still work, with a FutureWarning.
+    writing nothing (with ``progress``, every analysis prints it before its points). ``latency``:
+    True, or a :class:`Timing` (or a dict of its fields), times each point too. The former keywords
+    (``early_stop=``, ``latency_threads=``...) still work, with a FutureWarning.
 
     For each point the group alone loses ``ratio`` of its channels (chosen by ``criterion``),
     ``eval_fn(model)`` is called (model in eval mode, under ``torch.no_grad``) and

@@ -45,7 +45,8 @@ VERSION = 1
 Sensitivities = dict[str, dict[float, float]]
 
 _MODEL_KEYS = ("arch", "fingerprint", "groups", "weights_sha256")
-_METRIC_KEYS = {"metric_name": "name", "baseline": "baseline", "higher_is_better": "higher_is_better"}
+_METRIC_KEYS = {"metric_name": "name", "baseline": "baseline",
+                "higher_is_better": "higher_is_better"}
 
 
 def ratio_key(ratio: float) -> float:
@@ -162,7 +163,8 @@ def parse_points(path: Path, raw: Any) -> Sensitivities:
                                            f"{r!r}: {loss!r}; the file is damaged") from None
             if not 0.0 < ratio < 1.0 or not math.isfinite(value):
                 raise SensitivityFileError(f"{path}: group {group!r} has an invalid point "
-                                           f"{r!r}: {loss!r} (ratios lie in (0, 1), losses are finite)")
+                                           f"{r!r}: {loss!r} (ratios lie in (0, 1), "
+                                           f"losses are finite)")
             parsed[ratio_key(ratio)] = value
         sens[str(group)] = dict(sorted(parsed.items()))
     return sens
@@ -291,7 +293,8 @@ def record_from_json(data: Any, path: PathLike = "<memory>") -> SensitivityRecor
         intervals=parse_intervals(path, data["intervals"]) if "intervals" in data else {})
     record.metric.update(data.get("metric", {}))
     baseline = record.metric.get("baseline")
-    if baseline is not None and (isinstance(baseline, bool) or not isinstance(baseline, (int, float))
+    if baseline is not None and (isinstance(baseline, bool)
+                                 or not isinstance(baseline, (int, float))
                                  or not math.isfinite(baseline) or baseline == 0):
         raise SensitivityFileError(f"{path}: metric baseline {baseline!r} is not a finite non-zero "
                                    f"number; the file is damaged (delete it to start over)")

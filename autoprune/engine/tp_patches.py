@@ -70,10 +70,10 @@ tp.dependency.index_mapping.update_reshape_index_mapping = _update_reshape_index
 # size at each such step, and on some graphs (MAnet's fusion blocks, ECA-ResNets, FocalNet's
 # modulation, YOLO12's area attention unless ignored) the walk revisits the same layers with
 # ever new index sets for many minutes. Measured on 2 cores: a healthy group of the zoo (ResNets,
-# DenseNets, ViT-B, YOLOv8) maps no folded index (the most: VGG-11's last conv at 224 px, flattened into its
-# classifier, 150k) and holds at most ~1000 items (ViT-B/16), each layer reached at most 6 times;
-# the runaway walks pass 2 million folded indices or 169 visits of one layer. A group over budget
-# is left whole (with a warning); the check costs ~1 s per such root.
+# DenseNets, ViT-B, YOLOv8) maps no folded index (the most: VGG-11's last conv at 224 px, flattened
+# into its classifier, 150k) and holds at most ~1000 items (ViT-B/16), each layer reached at most 6
+# times; the runaway walks pass 2 million folded indices or 169 visits of one layer. A group over
+# budget is left whole (with a warning); the check costs ~1 s per such root.
 MAX_FOLDED_INDICES = 200_000  # indices mapped through reshapes that fold channels, per group
 MAX_GROUP_ITEMS = 5_000  # dependency items of one group
 MAX_VISITS = 64  # times one layer (and pruning direction) is reached in one group

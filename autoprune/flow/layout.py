@@ -7,9 +7,10 @@
 - ``pruned_step<k>/``: with ``prune_steps=K``, the steps before the last.
 
 A stage holds ``best.pt``, ``last.pt`` and ``train_state.pt`` (and what the task's own trainer
-leaves there: the adapter's ``stage_files``, e.g. detection's ``ultralytics/``). The reports, the plot and a timed DEFAULT profile lie at the top of
-``save_dir`` (with pruned_latency also ``latency_ratios.json``, and for a DEFAULT profile
-``sensitivities_latency.json``); the sensitivity file is where ``sensitivities_file`` points.
+leaves there: the adapter's ``stage_files``, e.g. detection's ``ultralytics/``). The reports, the
+plot and a timed DEFAULT profile lie at the top of ``save_dir`` (with pruned_latency also
+``latency_ratios.json``, and for a DEFAULT profile ``sensitivities_latency.json``); the sensitivity
+file is where ``sensitivities_file`` points.
 """
 from __future__ import annotations
 

@@ -104,8 +104,8 @@ def check_targets(eval_metric_loss: float | None, pruned_flops: float | None,
             raise ConfigError(f"pruned_flops={pruned_flops!r} is outside (0, 1): pass the "
                               f"fraction of FLOPs to remove, e.g. 0.4")
     elif eval_metric_loss is None or isinstance(eval_metric_loss, bool) \
-            or not isinstance(eval_metric_loss, (int, float)) or not math.isfinite(eval_metric_loss) \
-            or not 0 < eval_metric_loss < 1:
+            or not isinstance(eval_metric_loss, (int, float)) \
+            or not math.isfinite(eval_metric_loss) or not 0 < eval_metric_loss < 1:
         raise ConfigError(f"eval_metric_loss={eval_metric_loss!r} is outside (0, 1): pass the "
                           f"tolerated relative loss, e.g. 0.05 for 5 %")
     return eval_metric_loss

@@ -8,7 +8,8 @@ from ..engine.files import atomic_write
 
 
 def plot_sensitivities(sens: Mapping[str, Mapping[float, float]], path: str | Path,
-                       title: str = "Sensitivity per group", threshold: float | None = None) -> Path:
+                       title: str = "Sensitivity per group", threshold: float | None = None
+                       ) -> Path:
     """Write a PNG with one curve per group (loss against pruning ratio)."""
     # a Figure drawn by the Agg canvas directly: no pyplot, so the user's backend and open
     # figures are left alone (and no figure manager is set up and torn down)

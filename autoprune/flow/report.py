@@ -253,7 +253,8 @@ def _console_lines(report: Mapping[str, Any]) -> list[str]:
     rows = [("", "baseline", "pruned", "change")] + _rows(report)
     targets = [(f"target: {a}", b, c, "") for a, b, c in target_rows(report)]
     widths = [max(len(r[i]) for r in rows + targets) for i in range(4)]
-    fmt = lambda r: "  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])])
+    fmt = lambda r: "  ".join([r[0].ljust(widths[0])]
+                              + [c.rjust(w) for c, w in zip(r[1:], widths[1:])])
     lines = [fmt(rows[0]), "-" * (sum(widths) + 6)] + [fmt(r) for r in rows[1:]]
     if targets:
         lines += ["-" * (sum(widths) + 6), fmt(("", "asked", "achieved", ""))]

@@ -36,10 +36,10 @@ def step_targets(model: nn.Module, example: Any, chosen: Mapping[str, float], st
                  ) -> list[Callable[[list[PruneResult]], dict[str, float]]]:
     """For each of ``steps`` steps, a function of the steps done so far giving that step's
     ratios: by default each group keeps ``keep^(k/steps)`` of its channels after step k
-    (the same share of what is left at every step); a ``schedule`` gives the share ``s`` of the removal done after step k
-    instead (the group keeps ``n0 - s * (n0 - final)`` channels). Counts are rounded (in
-    ``round_to`` multiples); the last step keeps exactly one-shot's count, so the pruned model
-    ends with the channels (and FLOPs) of pruning ``chosen`` at once."""
+    (the same share of what is left at every step); a ``schedule`` gives the share ``s`` of the
+    removal done after step k instead (the group keeps ``n0 - s * (n0 - final)`` channels). Counts
+    are rounded (in ``round_to`` multiples); the last step keeps exactly one-shot's count, so the
+    pruned model ends with the channels (and FLOPs) of pruning ``chosen`` at once."""
     if steps == 1:
         return [lambda done: dict(chosen)]
     graph = PruningGraph(model, example, ignored)

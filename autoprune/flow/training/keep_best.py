@@ -44,8 +44,8 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *,
                   metric: str = "", higher_is_better: bool = True,
                   loss_fn: Callable | None = None, resume: bool = False,
                   distill: Distill | None = None) -> nn.Module:
-    """:func:`fit` for ``cfg.epochs``, evaluating after each epoch; writes ``last.pt`` every epoch and
-    ``best.pt`` whenever ``metric`` improves (or the training loss, without ``evaluate``), both
+    """:func:`fit` for ``cfg.epochs``, evaluating after each epoch; writes ``last.pt`` every epoch
+    and ``best.pt`` whenever ``metric`` improves (or the training loss, without ``evaluate``), both
     through :func:`~autoprune.checkpoint.save_pruned` with ``meta``, then ``train_state.pt``
     (atomic, weights-only: model, optimizer, schedule, RNG states, best score). Returns the model
     holding the best weights.
@@ -130,5 +130,6 @@ class _KeepBest:
                         metrics=metrics)
         _atomic_save({**loop_state, "version": STATE_VERSION, "epochs": self.epochs,
                       "steps": self.steps, "best_score": self.best,
-                      "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}},
+                      "model": {k: v.detach().cpu().clone()
+                                for k, v in model.state_dict().items()}},
                      self.save_dir / STATE_FILE)

@@ -278,15 +278,15 @@ class ClassificationAdapter(SupervisedFit):
         kinds = {_kind(d) for d in self._data if d is not None}
         sizes = [f"{len(ds):,} {name}" for ds, name in ((self.train_set, "train"),
                                                        (self.eval_set, "val")) if ds is not None]
-        return f"{'/'.join(sorted(kinds))}, {self.num_classes} classes, " \
-               f"{' + '.join(sizes)} images"
+        return f"{'/'.join(sorted(kinds))}, {self.num_classes} classes, {' + '.join(sizes)} images"
 
     def _check_classes(self, num_classes: int | None) -> int | None:
         found = [c for c in (dataset_classes(self.train_set) if self.train_set else None,
                              dataset_classes(self.eval_set) if self.eval_set else None) if c]
         if len(found) == 2 and found[0] != found[1]:
-            raise ConfigError(f"training and evaluation data have different classes ({len(found[0])}"
-                              f" vs {len(found[1])}): use the same class folders in both")
+            raise ConfigError(f"training and evaluation data have different classes "
+                              f"({len(found[0])} vs {len(found[1])}): "
+                              f"use the same class folders in both")
         if found and num_classes is not None and num_classes != len(found[0]):
             raise ConfigError(f"num_classes={num_classes} but the data has {len(found[0])} classes "
                               f"({', '.join(map(str, found[0][:5]))}...): pass "

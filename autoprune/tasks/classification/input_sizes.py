@@ -70,7 +70,8 @@ def input_size_refusal(arch: str, size: int,
             if fits is not None:  # (none: the meta device itself may be what fails)
                 native = _native(model)
                 _CHECKED[key] = (f"{refusal}: pass input_size={fits} (the least size above "
-                                 f"{size} it takes{f'; it was made for {native}' if native else ''})")
+                                 f"{size} it takes"
+                                 f"{f'; it was made for {native}' if native else ''})")
     return _CHECKED[key]
 
 

@@ -44,7 +44,8 @@ from .inputs import class_names
 _TASK = get_task("detection")
 DEPRECATED = tuple(_RENAMED)  # Ultralytics' names of three settings (left out of --help)
 
-train = make_train(_TASK, """Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
+train = make_train(_TASK, """\
+Train a YOLO detector with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
 model: ``"yolov8n.yaml"``, ``"yolo11s.yaml"`` (any of n/s/m/l/x; built untrained, nothing is
 downloaded), a ``.pt`` checkpoint (autoprune's or Ultralytics' — the latter is a pickle: load
@@ -186,7 +187,8 @@ class SubTaskApi(NamedTuple):
     resume: Callable[..., nn.Module]
 
 
-RESUME_DOC = """Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
+RESUME_DOC = """\
+Finish an interrupted training stage from Ultralytics' ``<stage>/ultralytics/weights/
 last.pt``, as :func:`autoprune.detection.resume` does for detection."""
 
 

@@ -198,7 +198,7 @@ def warn_arrays_beside(images: Sequence[Path], split: str) -> None:
     would be read as images and overwritten."""
     found = arrays_beside(images)
     if found:
-        warnings.warn(f"{len(found)} {split} image(s) have a .npy file of the same name beside them "
-                      f"(e.g. {found[0]}): Ultralytics reads it instead of the image and rewrites "
-                      f"or deletes it; keep only its own cache files (cache='disk') there",
+        warnings.warn(f"{len(found)} {split} image(s) have a .npy file of the same name beside "
+                      f"them (e.g. {found[0]}): Ultralytics reads it instead of the image and "
+                      f"rewrites or deletes it; keep only its own cache files (cache='disk') there",
                       stacklevel=3)

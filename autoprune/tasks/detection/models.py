@@ -43,8 +43,8 @@ __all__ = ["ADownMatched", "C2PSASplitFree", "C2fSplitFree", "CBLinearSplitFree"
            "ELANSplitFree", "KeepModuleTrainer", "NativeWrite", "PSASplitFree", "PatientValidator",
            "SPLIT_FREE", "detect_head", "ignored_layers", "is_patched", "keep_module_trainer",
            "load_ultralytics", "load_ultralytics_file", "model_nc", "one_process", "patch_model",
-           "plain_batchnorm", "read_ultralytics", "resume_training", "quiet", "setup_offline", "to_native",
-           "ultralytics", "write_native", "YOLOModel"]
+           "plain_batchnorm", "read_ultralytics", "resume_training", "quiet", "setup_offline",
+           "to_native", "ultralytics", "write_native", "YOLOModel"]
 # and the names this module held before it was split into the modules above
 __all__ += ["FONTS", "PADDED", "TWINS", "YOLO", "Attention", "C2PSA", "C2f", "Conv", "DFL",
             "Detect", "DetectionTrainer", "PSA", "RepNCSPELAN4", "native_block", "patient_nms"]

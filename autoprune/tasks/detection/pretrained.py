@@ -117,9 +117,9 @@ def load_pretrained(name: str | os.PathLike) -> tuple[nn.Module, Provenance]:
     try:
         model, _ = read_ultralytics(path)
     except Exception as e:  # noqa: BLE001 - refused or unreadable: one line
-        raise CheckpointError(f"{path} is not an Ultralytics checkpoint made of known model classes "
-                          f"({weights.first_line(e)}): delete it and fetch {prov.id} again, or "
-                          f"pass {LOCAL}") from None
+        raise CheckpointError(f"{path} is not an Ultralytics checkpoint made of known model "
+                              f"classes ({weights.first_line(e)}): delete it and fetch {prov.id} "
+                              f"again, or pass {LOCAL}") from None
     return model, prov
 
 

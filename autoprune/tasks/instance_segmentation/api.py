@@ -18,7 +18,8 @@ from ...flow.contract import TrainResult
 from ..detection.api import sub_task_api
 from .adapter import InstanceSegmentationAdapter
 
-_TRAIN = """Train a YOLO-seg model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+_TRAIN = """\
+Train a YOLO-seg model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
 model: ``"yolov8n-seg.yaml"``, ``"yolo11s-seg.yaml"``, ``"yolo26n-seg.yaml"`` (any of
 n/s/m/l/x; built untrained, nothing is downloaded), a ``.pt`` checkpoint (autoprune's or
@@ -31,8 +32,8 @@ setting, the outputs (``baseline/``, ``pruned/`` each with ``best.pt`` and an ``
 run, ``report.*``, ``sensitivity.png``) and ``resume=True`` are as in
 :func:`autoprune.detection.train`. The prototype head's last conv, the last conv of each box,
 class and mask-coefficient branch keep their channels. ``distill=True``: Ultralytics' feature
-distillation from the unpruned model (as for detection). Under torchrun it trains as detection does (DDP on every rank, ``sync_bn`` on
-GPUs; see docs/multi_gpu.md).
+distillation from the unpruned model (as for detection). Under torchrun it trains as detection does
+(DDP on every rank, ``sync_bn`` on GPUs; see docs/multi_gpu.md).
 """
 
 _ANALYZE = """Measure a trained YOLO-seg model's
@@ -40,7 +41,8 @@ sensitivities (relative mask mAP50-95 loss per group and ratio) on the val split
 ``save_file`` (resumable; ``eval_limit``: first N val images). ``model_or_checkpoint`` as in
 :func:`autoprune.detection.analyze_sensitivity`."""
 
-_EXPORT = """Export a (pruned) YOLO-seg model or an autoprune checkpoint to ONNX as Ultralytics exports
+_EXPORT = """\
+Export a (pruned) YOLO-seg model or an autoprune checkpoint to ONNX as Ultralytics exports
 it: ``output0`` ``(batch, 4 + nc + 32, anchors)`` (boxes xywh, class scores, mask
 coefficients; NMS is left to the caller) and ``output1`` ``(batch, 32, size/4, size/4)`` (the
 mask prototypes); any batch size unless ``dynamic_batch`` is False."""

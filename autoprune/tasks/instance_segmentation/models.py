@@ -35,7 +35,8 @@ def ignored_layers(model: nn.Module) -> list[nn.Module]:
 
 # Ultralytics' classes of the task, and the twins of its trainer (keeps the pruned module) and
 # validator (NMS without a time limit), made by the YOLO base as classes of this module
-TASK = sub_task("segment", SegmentationModel, Segment, SegmentationTrainer, SegmentationValidator, ignored_layers, __name__)
+TASK = sub_task("segment", SegmentationModel, Segment, SegmentationTrainer, SegmentationValidator,
+                ignored_layers, __name__)
 KeepModuleSegmentationTrainer, PatientSegmentationValidator = TASK.trainer, TASK.validator
 
 __all__ = ["KeepModuleSegmentationTrainer", "PROTOTYPE_PARTS", "PatientSegmentationValidator",

@@ -18,7 +18,9 @@ from ...flow.contract import TrainResult
 from ..detection.api import sub_task_api
 from .adapter import OBBAdapter
 
-_TRAIN = """Train a YOLO OBB (oriented box) model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+_TRAIN = """\
+Train a YOLO OBB (oriented box) model with Ultralytics, and prune it when \
+``sensitivities_file`` is given.
 
 model: ``"yolov8n-obb.yaml"``, ``"yolo11s-obb.yaml"``, ``"yolo26n-obb.yaml"`` (any of
 n/s/m/l/x; built untrained, nothing is downloaded), a ``.pt`` checkpoint (autoprune's or
@@ -41,7 +43,8 @@ sensitivities (relative rotated-box mAP50-95 loss per group and ratio) on the va
 ``data`` into ``save_file`` (resumable; ``eval_limit``: first N val images).
 ``model_or_checkpoint`` as in :func:`autoprune.detection.analyze_sensitivity`."""
 
-_EXPORT = """Export a (pruned) YOLO OBB model or an autoprune checkpoint to ONNX as Ultralytics exports
+_EXPORT = """\
+Export a (pruned) YOLO OBB model or an autoprune checkpoint to ONNX as Ultralytics exports
 it: one output ``(batch, 4 + nc + 1, anchors)`` (rotated boxes' centre and size xywh in
 pixels, class scores, angle in radians; rotated NMS is left to the caller); any batch size
 unless ``dynamic_batch`` is False."""

@@ -18,7 +18,8 @@ from ...flow.contract import TrainResult
 from ..detection.api import sub_task_api
 from .adapter import PoseAdapter
 
-_TRAIN = """Train a YOLO pose model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+_TRAIN = """\
+Train a YOLO pose model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
 model: ``"yolov8n-pose.yaml"``, ``"yolo11s-pose.yaml"``, ``"yolo26n-pose.yaml"`` (any of
 n/s/m/l/x; built untrained for the data's ``kpt_shape``, nothing is downloaded), a ``.pt``
@@ -41,7 +42,8 @@ sensitivities (relative keypoint mAP50-95 loss per group and ratio) on the val s
 into ``save_file`` (resumable; ``eval_limit``: first N val images). ``model_or_checkpoint`` as in
 :func:`autoprune.detection.analyze_sensitivity`."""
 
-_EXPORT = """Export a (pruned) YOLO pose model or an autoprune checkpoint to ONNX as Ultralytics exports
+_EXPORT = """\
+Export a (pruned) YOLO pose model or an autoprune checkpoint to ONNX as Ultralytics exports
 it: one output ``(batch, 4 + nc + K * ndim, anchors)`` (boxes xywh, class scores, then each
 keypoint's x, y in pixels and visibility score; NMS is left to the caller); any batch size
 unless ``dynamic_batch`` is False."""

@@ -20,7 +20,8 @@ from ...flow.contract import TrainResult
 from ..detection.api import sub_task_api
 from .adapter import RTDETRAdapter
 
-_TRAIN = """Train an RT-DETR model with Ultralytics, and prune it when ``sensitivities_file`` is given.
+_TRAIN = """\
+Train an RT-DETR model with Ultralytics, and prune it when ``sensitivities_file`` is given.
 
 model: ``"rtdetr-l.yaml"`` or ``"rtdetr-x.yaml"`` (built untrained, nothing is downloaded), a
 ``.pt`` checkpoint (autoprune's, or Ultralytics' ``rtdetr-l.pt`` — a pickle read through
@@ -42,7 +43,8 @@ per group and ratio) on the val split of ``data`` into ``save_file`` (resumable;
 ``eval_limit``: first N val images). ``model_or_checkpoint`` as in
 :func:`autoprune.detection.analyze_sensitivity`."""
 
-_EXPORT = """Export a (pruned) RT-DETR model or an autoprune checkpoint to ONNX as Ultralytics exports
+_EXPORT = """\
+Export a (pruned) RT-DETR model or an autoprune checkpoint to ONNX as Ultralytics exports
 it: one output ``(batch, 300, 4 + nc)`` (the decoder's queries: boxes cx, cy, w, h normalised to
 the input size, class scores; no NMS needed); any batch size unless ``dynamic_batch`` is False."""
 

@@ -26,7 +26,8 @@ from ...flow.registry import get_task
 
 _TASK = get_task("segmentation")
 
-train = make_train(_TASK, """Train an smp segmentation model, and prune it when ``sensitivities_file`` is given.
+train = make_train(_TASK, """\
+Train an smp segmentation model, and prune it when ``sensitivities_file`` is given.
 
 model / encoder: an smp architecture (unet, unetplusplus, fpn, deeplabv3plus, pspnet, linknet,
 manet, pan, ...) and encoder (resnet18 (default), resnet34, mobilenet_v2, efficientnet-b0, ...);

@@ -47,7 +47,8 @@ def class_key(name: Any) -> str:
 
 
 def _normalize(image: torch.Tensor) -> torch.Tensor:
-    """uint8 (C, H, W) -> float, ImageNet-normalised (1-channel images use the mean of the stats)."""
+    """uint8 (C, H, W) -> float, ImageNet-normalised (1-channel images use the mean
+    of the stats)."""
     x = image.float() / 255.0
     c = x.shape[0]
     mean = torch.tensor(MEAN if c == 3 else [sum(MEAN) / 3] * c).view(c, 1, 1)
@@ -55,7 +56,8 @@ def _normalize(image: torch.Tensor) -> torch.Tensor:
     return (x - mean) / std
 
 
-def _flip(image: torch.Tensor, mask: torch.Tensor, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _flip(image: torch.Tensor, mask: torch.Tensor, train: bool
+          ) -> tuple[torch.Tensor, torch.Tensor]:
     if train and torch.rand(()) < 0.5:
         return image.flip(-1), mask.flip(-1)
     return image, mask
@@ -179,7 +181,8 @@ class CheckedSegmentation(Dataset):
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise ConfigError(f"dataset item {i} is not an (image, mask) pair: return "
                               f"(image tensor (C, H, W), mask tensor (H, W) of class indices)")
-        image, mask = (torch.as_tensor(np.asarray(t)) if not torch.is_tensor(t) else t for t in item)
+        image, mask = (torch.as_tensor(np.asarray(t)) if not torch.is_tensor(t) else t
+                       for t in item)
         if image.dim() != 3 or mask.dim() != 2:
             raise ConfigError(f"dataset item {i}: image {tuple(image.shape)} / mask "
                               f"{tuple(mask.shape)} must be (C, H, W) and (H, W)")

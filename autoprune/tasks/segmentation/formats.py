@@ -278,7 +278,8 @@ def _paddlex_pairs(file: Path) -> list[tuple[Path, Path]]:
 
 
 __all__ = ["CITYSCAPES_CLASSES", "CITYSCAPES_TRAIN_IDS", "FORMATS", "MaskPairs", "VOC_CLASSES",
-           "detect_format", "read_segmentation_data", "data_kind", "resolve_segmentation_data", "val_split_of"]
+           "detect_format", "read_segmentation_data", "data_kind", "resolve_segmentation_data",
+           "val_split_of"]
 
 
 # -- what the task reads as data, by what is passed --------------------------------------------

@@ -18,7 +18,8 @@ from ...errors import ConfigError
 def confusion_matrix(pred: torch.Tensor, target: torch.Tensor, num_classes: int,
                      ignore_index: int | None = 255) -> torch.Tensor:
     """``(num_classes, num_classes)`` counts, rows = ground truth, columns = prediction."""
-    valid = target != ignore_index if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)
+    valid = (target != ignore_index if ignore_index is not None
+             else torch.ones_like(target, dtype=torch.bool))
     t, p = target[valid].long(), pred[valid].long()
     return torch.bincount(t * num_classes + p, minlength=num_classes ** 2) \
         .reshape(num_classes, num_classes).cpu()

@@ -1,6 +1,6 @@
 """segmentation-models-pytorch models for the segmentation adapter: architecture keys
-(``smp/<arch>/<encoder>``), building with random or named encoder weights, checked ``model_kwargs``, the
-head conv, and unused encoder stages made to pass their input through.
+(``smp/<arch>/<encoder>``), building with random or named encoder weights, checked ``model_kwargs``,
+the head conv, and unused encoder stages made to pass their input through.
 
 smp encoders built shallower than they are (PSPNet's ``encoder_depth=3`` on mobilenet_v2 /
 efficientnet) still run the deeper stages and throw their outputs away; torch-pruning does not
