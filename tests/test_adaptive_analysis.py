@@ -732,6 +732,25 @@ def test_the_eta_costs_each_predicted_point_at_its_own_share_of_the_model():
     assert est.seconds == pytest.approx(150 * 0.01 * 0.2 + 2 * 0.5)
     est.adaptive = {k: v for k, v in adaptive.items() if k != "predicted"}  # no prediction:
     assert est.seconds == pytest.approx(2 * 100 * 0.01 * 0.6 + 2 * 0.5)  # the grid's average
+    # a pilot's images are evaluated before the ETA is said: only the rest is to come; and
+    # the bound's arithmetic is charged at each look
+    est.adaptive = {**adaptive, "handed_on": {("g", 0.9): 64}, "looks": 7, "look_seconds": 0.1}
+    assert est.seconds == pytest.approx((36 + 50) * 0.01 * 0.2 + 2 * 0.5 + 0.7)
+
+
+def test_the_eta_counts_the_looks_at_which_the_bound_is_computed():
+    """The meter computes a point's interval at each evaluation step that passes a look (several
+    looks in one step: once), not at the last image (the point is then exact), and once at a
+    pilot's handed-on counts when they are past a look."""
+    from autoprune.engine.adaptive_eta import bound_looks
+    from autoprune.engine.bounds import look_points
+
+    looks = look_points(1000)  # 32, 48, 72, 108, 162, 243, 365, 547, 820
+    assert bound_looks(looks, 0, 64, 64, 1000) == 1  # 32 and 48 in the first step
+    assert bound_looks(looks, 0, 128, 64, 1000) == 2  # then 72 and 108
+    assert bound_looks(looks, 64, 128, 64, 1000) == 2  # the pilot's counts, then 128
+    assert bound_looks(looks, 0, 1000, 64, 1000) == 7  # 64 128 192 256 384 576 832, not 1000
+    assert bound_looks(looks, 0, 0, 64, 1000) == 0
 
 
 def test_the_expected_share_of_a_point_s_images_falls_with_a_larger_set():

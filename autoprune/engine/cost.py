@@ -25,7 +25,6 @@ from .incremental import close_steps
 from .points import PointRunner, eval_mode
 from .prefix_cache import PrefixCache
 from .progress import duration
-from .removal import pruned_temporarily
 
 # the part of an image's evaluation time that does not shrink with the MACs a point computes
 # (per-layer overhead, the replayed stages' copies, the metric), when it cannot be timed
@@ -119,10 +118,13 @@ class Estimate:
             return self.full_seconds
         plan = self.adaptive.get("predicted")
         if plan and self.share_of:  # the predicted points, each at its own cost (the pilot
-            # that predicted them has run by the time the ETA is said)
-            work = sum((self.fixed + (1.0 - self.fixed) * self.share_of.get(p, 1.0)) * n
-                       for p, n in plan.items())
-            return work * self.seconds_per_image + len(plan) * self.overhead
+            # that predicted them has run by the time the ETA is said, and the images it
+            # evaluated are handed on), plus the bound's arithmetic at each look
+            done = self.adaptive.get("handed_on", {})
+            work = sum((self.fixed + (1.0 - self.fixed) * self.share_of.get(p, 1.0)) *
+                       max(0, n - done.get(p, 0)) for p, n in plan.items())
+            looks = self.adaptive.get("looks", 0) * self.adaptive.get("look_seconds", 0.0)
+            return work * self.seconds_per_image + len(plan) * self.overhead + looks
         per_point = self.full_seconds / max(1, self.points)
         points = self.points * self.adaptive["points_share"]
         return points * (per_point - self.overhead) * self.adaptive["image_share"] + \
@@ -193,14 +195,7 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
                 eval_fn(model)
             timed = time.perf_counter() - start
         per_image = timed / max(1, images)
-    name, ratio = points[len(points) // 2]
-    group = graph.group(name)
-    idxs = graph.channels_to_remove(group, ratio, runner.criterion)
-    start = time.perf_counter()
-    if idxs:
-        with pruned_temporarily(graph, group, idxs):
-            pass
-    overhead = time.perf_counter() - start
+    overhead = runner.setup_seconds(*points[len(points) // 2])
     flops = FlopsModel(graph, example_inputs)
     shares = point_shares(graph, example_inputs, points, runner.cache, runner.criterion, flops)
     fixed = FIXED

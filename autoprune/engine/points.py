@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import time
 from typing import Any, Callable, Iterator
 
 import torch
@@ -217,6 +218,19 @@ class PointRunner:
             finally:
                 if self.cache:
                     self.cache.repeat = 1
+
+    def setup_seconds(self, name: str, ratio: float) -> float:
+        """Seconds a point of ``name`` at ``ratio`` takes around its evaluation, timed without
+        evaluating: its channels chosen, the group pruned and restored, the folded layout and
+        the prefix cache's replay set up and undone (the cost estimate's per-point overhead)."""
+        start = time.perf_counter()
+        group = self.graph.group(name)
+        idxs = self.graph.channels_to_remove(group, ratio, self.criterion)
+        if idxs:
+            fused = bool(self.fused and self.fused.checked and self.fused.enabled)
+            with pruned_temporarily(self.graph, group, idxs), self._faster(group, fused):
+                pass
+        return time.perf_counter() - start
 
     @contextlib.contextmanager
     def pruned(self, name: str, ratio: float) -> Iterator[bool]:
