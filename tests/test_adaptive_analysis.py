@@ -509,6 +509,46 @@ def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
         assert predicted / 1.5 <= seen <= predicted * 1.5 + 8, (loss, seen, predicted)
 
 
+def test_the_prediction_looks_where_the_meter_does_and_reads_the_pilots_first_images():
+    """The meter evaluates whole steps and computes its interval at the end of a step that
+    passes a look, so a point decided at the first look (32 images) has cost a whole step (64):
+    the prediction counts steps too. On the first images every point sees, a saturated group's
+    pilot says more than expected counts: a point near it in loss is taken as decided there only
+    if the pilot was (resnet50's stem at 224 px: both ways flips kept its points undecided)."""
+    from autoprune.engine.adaptive_eta import expected_measure, step_looks
+    from autoprune.engine.adaptive_meter import PointMeter
+    from autoprune.engine.bounds import look_points
+
+    assert step_looks(look_points(1000), 64, 1000) == [64, 128, 192, 256, 384, 576, 832]
+    assert step_looks(look_points(1000), 1, 1000) == look_points(1000)
+    n = 1000
+    base = torch.ones(n, dtype=torch.float64)
+    base[::5] = 0.0
+    meter = PointMeter(None, base, n, 0.8, True, bound="confidence", confidence=0.999,
+                       resumable=True, random_order=True)
+    assert expected_measure(meter, 0.6, 0.05)[0] == 32  # at the look itself
+    assert expected_measure(meter, 0.6, 0.05, step=64)[0] == 64  # at the step's end
+    undecided_pilot = [(0.3, (0.0, 0.8), 64), (0.8, (0.5, 1.0), 64)]
+    assert expected_measure(meter, 0.6, 0.05, undecided_pilot[:1], step=64)[0] == 128
+    assert expected_measure(meter, 0.6, 0.05, undecided_pilot, step=64)[0] == 64  # nearer: 0.8
+    for loss in (0.6, 0.2, 0.1):
+        right = torch.nonzero(base > 0.5).flatten()
+        scores = base.clone()
+        scores[right[torch.linspace(0, len(right) - 1, round(loss * len(right))).round()
+                     .long()]] = 0.0
+
+        class Replayed:
+            @staticmethod
+            def incremental(model, start=0):
+                for i in range(start, n, 64):
+                    yield Step(len(scores[i:i + 64]), scores=scores[i:i + 64])
+
+        meter.eval_fn = Replayed()
+        seen = meter.measure(None, [0.05]).get("images", n)
+        predicted = expected_measure(meter, loss, 0.05, step=64)[0]
+        assert seen % 64 == 0 and predicted % 64 == 0 and abs(seen - predicted) <= 64, loss
+
+
 class _CurveScores:
     """Per-image scores of whichever point is pruned (``runner.pruned``): the unpruned model's,
     with ``curves[group](ratio)`` of its right images flipped, spread evenly (the rate a

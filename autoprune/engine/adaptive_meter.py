@@ -62,7 +62,7 @@ class PointMeter:
         interval: Interval = (-math.inf, math.inf)
         if self.looks and self.looks[0] <= counts.seen < self.total:  # continued past a look
             # (a pilot's or an earlier session's counts): look at them before evaluating more
-            interval = self._interval(counts, binary)
+            interval = self.interval(counts, binary)
             if not undecided(interval, thresholds):
                 return self._stopped(counts, interval, thresholds, binary)
         steps = self.eval_fn.incremental(model, start=counts.seen)
@@ -77,7 +77,7 @@ class PointMeter:
                 if looks and counts.seen >= looks[0]:
                     while looks and counts.seen >= looks[0]:
                         looks.pop(0)
-                    interval = self._interval(counts, binary)
+                    interval = self.interval(counts, binary)
                     if not undecided(interval, thresholds):
                         break
         finally:
@@ -90,7 +90,7 @@ class PointMeter:
                               f"{self.total} images: it must cover every image")
         return self._stopped(counts, interval, thresholds, binary)
 
-    def _interval(self, counts: PairedCounts, binary: bool) -> Interval:
+    def interval(self, counts: PairedCounts, binary: bool) -> Interval:
         """The loss interval the images counted so far give (:func:`mean_interval`)."""
         low, high = mean_interval(counts, self.base, bound=self.bound, alpha=self.alpha,
                                   binary=binary)
