@@ -47,9 +47,10 @@ def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterabl
     against ``thresholds`` and the loss interval it then records, its flips (baseline right,
     pruned wrong) arriving at their expected rate: the first look whose interval leaves every
     threshold out, else every image (the loss itself); in evaluation steps of ``step`` images
-    (the meter looks at the end of a step that passes a look). ``first``: ``(loss, interval, images)``
-    of pilots of the point's group (:func:`first_looks`); at the looks within their images the
-    interval is that of the pilot nearest in loss (every point sees the same first images)."""
+    (the meter looks at the end of a step that passes a look). ``first``: ``(loss, interval,
+    images)`` of pilots of the point's group (:func:`first_looks`); at the looks within their
+    images the interval is that of the pilot nearest in loss (every point sees the same first
+    images)."""
     thresholds = [thresholds] if isinstance(thresholds, (int, float)) else list(thresholds)
     early = min(first, key=lambda f: abs(f[0] - loss), default=None)
     base = meter.base
