@@ -473,6 +473,23 @@ def test_the_cost_is_said_before_and_a_plan_measures_nothing(toy_task, tmp_path,
     assert "analysis cost: 5 points x 512 images" in out and "ETA" in out
 
 
+class _EvenFlips:
+    """Per-image scores of a point losing ``loss``: the unpruned model's ``base`` with every
+    k-th right image flipped (the expected rate, spread evenly), in steps of ``step`` images."""
+
+    def __init__(self, base: torch.Tensor, loss: float, step: int):
+        right = torch.nonzero(base > 0.5).flatten()
+        self.scores, self.step = base.clone(), step
+        flips = round(loss * len(right))
+        if flips:
+            self.scores[right[torch.linspace(0, len(right) - 1, flips).round().long()]] = 0.0
+
+    def incremental(self, model, start=0):
+        for i in range(start, len(self.scores), self.step):
+            part = self.scores[i:i + self.step]
+            yield Step(len(part), scores=part)
+
+
 def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
     """The loss target's ETA charges each predicted point the images the confidence bound needs
     to decide it, its flips at their expected rate: a point far over the tolerance stops within
@@ -489,19 +506,7 @@ def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
     far, near, below = (expected_images(meter, loss, 0.05) for loss in (0.6, 0.05, 0.0))
     assert far <= meter.looks[1] and near == n and far < below < n
     for loss in (0.6, 0.2, 0.0):
-        right = torch.nonzero(base > 0.5).flatten()
-        scores = base.clone()  # every k-th right image flips: the expected rate, spread evenly
-        flips = round(loss * len(right))
-        if flips:
-            scores[right[torch.linspace(0, len(right) - 1, flips).round().long()]] = 0.0
-
-        class Replayed:
-            @staticmethod
-            def incremental(model, start=0):
-                for i in range(start, n, 8):
-                    yield Step(len(scores[i:i + 8]), scores=scores[i:i + 8])
-
-        meter.eval_fn = Replayed()
+        meter.eval_fn = _EvenFlips(base, loss, 8)
         result = meter.measure(None, [0.05])
         seen = result.get("images", n)
         predicted = expected_images(meter, loss, 0.05)
@@ -532,18 +537,7 @@ def test_the_prediction_looks_where_the_meter_does_and_reads_the_pilots_first_im
     assert expected_measure(meter, 0.6, 0.05, undecided_pilot[:1], step=64)[0] == 128
     assert expected_measure(meter, 0.6, 0.05, undecided_pilot, step=64)[0] == 64  # nearer: 0.8
     for loss in (0.6, 0.2, 0.1):
-        right = torch.nonzero(base > 0.5).flatten()
-        scores = base.clone()
-        scores[right[torch.linspace(0, len(right) - 1, round(loss * len(right))).round()
-                     .long()]] = 0.0
-
-        class Replayed:
-            @staticmethod
-            def incremental(model, start=0):
-                for i in range(start, n, 64):
-                    yield Step(len(scores[i:i + 64]), scores=scores[i:i + 64])
-
-        meter.eval_fn = Replayed()
+        meter.eval_fn = _EvenFlips(base, loss, 64)
         seen = meter.measure(None, [0.05]).get("images", n)
         predicted = expected_measure(meter, loss, 0.05, step=64)[0]
         assert seen % 64 == 0 and predicted % 64 == 0 and abs(seen - predicted) <= 64, loss
