@@ -520,7 +520,7 @@ def test_the_prediction_looks_where_the_meter_does_and_reads_the_pilots_first_im
     the prediction counts steps too. On the first images every point sees, a saturated group's
     pilot says more than expected counts: a point near it in loss is taken as decided there only
     if the pilot was (resnet50's stem at 224 px: both ways flips kept its points undecided)."""
-    from autoprune.engine.adaptive_eta import expected_measure, step_looks
+    from autoprune.engine.adaptive_eta import expected_measure, pilot_loss, step_looks
     from autoprune.engine.adaptive_meter import PointMeter
     from autoprune.engine.bounds import look_points
 
@@ -536,6 +536,9 @@ def test_the_prediction_looks_where_the_meter_does_and_reads_the_pilots_first_im
     undecided_pilot = [(0.3, (0.0, 0.8), 64), (0.8, (0.5, 1.0), 64)]
     assert expected_measure(meter, 0.6, 0.05, undecided_pilot[:1], step=64)[0] == 128
     assert expected_measure(meter, 0.6, 0.05, undecided_pilot, step=64)[0] == 64  # nearer: 0.8
+    meter.eval_fn = _EvenFlips(base, 0.2, 8)  # a pilot says the evaluation's step: 8 images,
+    pilot = pilot_loss(meter, None)  # not the 32 it evaluated
+    assert (pilot.seen, pilot.step) == (32, 8)
     for loss in (0.6, 0.2, 0.1):
         meter.eval_fn = _EvenFlips(base, loss, 64)
         seen = meter.measure(None, [0.05]).get("images", n)

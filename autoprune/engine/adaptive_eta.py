@@ -97,10 +97,11 @@ class Pilot:
     """A point evaluated on its first images (whole evaluation steps) before the analysis, its
     flips against the unpruned model's per-image top-1 (``counts``; ``binary``: every score 0 or
     1), which the analysis continues from when it measures the same point (:meth:`before`), so
-    those images are not evaluated twice."""
+    those images are not evaluated twice; ``step``: the images of the evaluation's first step."""
 
     counts: PairedCounts
     binary: bool
+    step: int = 0
 
     @property
     def seen(self) -> int:
@@ -124,18 +125,19 @@ class Pilot:
 def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) -> Pilot:
     """``model`` (a point, pruned) evaluated on its first ``images`` images or more (whole
     evaluation steps), against the unpruned model's 0 / 1 scores of the same images."""
-    counts, binary = PairedCounts(), True
+    counts, binary, first = PairedCounts(), True, 0
     steps = meter.eval_fn.incremental(model, start=0)
     try:
         for step in steps:
             scores = step_scores(step)
             counts.add(scores, meter.base[counts.seen:counts.seen + len(scores)])
             binary = binary and bool(((scores == 0) | (scores == 1)).all())
+            first = first or len(scores)
             if counts.seen >= images:
                 break
     finally:
         close_steps(steps)
-    return Pilot(counts, binary)
+    return Pilot(counts, binary, first)
 
 
 def smoothed(loss: float, right: float) -> float:
@@ -244,7 +246,7 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
         lows = {name: pilot(name, low) for name in names  # a curve that may be flat
                 if losses[name] >= SATURATED and low < top}
     curves = {n: curve(losses[n], top, lows.get(n), low) for n in names}
-    step = min((p.seen for p in pilots.values()), default=1)  # the evaluation's first step
+    step = min((p.step for p in pilots.values() if p.step), default=1)  # images a step
     measure = {n: functools.partial(expected_measure, meter, step=step,
                                     first=first_looks(meter, [pilots[(n, top)], pilots[(n, low)]]))
                if n in lows and (n, top) in pilots and (n, low) in pilots else
@@ -255,7 +257,7 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
         + sum(p.seen for key, p in pilots.items() if key not in plan)
     seen = max((p.seen for p in pilots.values()), default=PILOT_IMAGES)
     handed_on = {key: p.seen for key, p in pilots.items() if key in plan}
-    looks = sum(bound_looks(meter.looks, handed_on.get(key, 0), n, seen, meter.total)
+    looks = sum(bound_looks(meter.looks, handed_on.get(key, 0), n, step, meter.total)
                 for key, n in plan.items())
     return {"points_share": min(1.0, len(plan) / max(1, points)),
             "image_share": min(1.0, images / max(1, len(plan) * meter.total)),
