@@ -247,16 +247,16 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
                 if losses[name] >= SATURATED and low < top}
     curves = {n: curve(losses[n], top, lows.get(n), low) for n in names}
     step = min((p.step for p in pilots.values() if p.step), default=1)  # images a step
-    measure = {n: functools.partial(expected_measure, meter, step=step,
-                                    first=first_looks(meter, [pilots[(n, top)], pilots[(n, low)]]))
-               if n in lows and (n, top) in pilots and (n, low) in pilots else
-               functools.partial(expected_measure, meter, step=step) for n in names}
+    first = {n: first_looks(meter, [pilots[(n, top)], pilots[(n, low)]]) for n in lows
+             if (n, top) in pilots and (n, low) in pilots}  # a saturated group's first step
+    measure = {n: functools.partial(expected_measure, meter, step=step, first=first.get(n, ()))
+               for n in names}
     plan = play_rounds(curves, planner, thresholds, measure, known)
     # a pilot's images are handed on to the analysis's measurement of the same point
-    images = sum(max(n, pilots[key].seen if key in pilots else 0) for key, n in plan.items()) \
-        + sum(p.seen for key, p in pilots.items() if key not in plan)
-    seen = max((p.seen for p in pilots.values()), default=PILOT_IMAGES)
     handed_on = {key: p.seen for key, p in pilots.items() if key in plan}
+    images = sum(max(n, handed_on.get(key, 0)) for key, n in plan.items()) \
+        + sum(p.seen for key, p in pilots.items() if key not in handed_on)
+    seen = max((p.seen for p in pilots.values()), default=PILOT_IMAGES)
     looks = sum(bound_looks(meter.looks, handed_on.get(key, 0), n, step, meter.total)
                 for key, n in plan.items())
     return {"points_share": min(1.0, len(plan) / max(1, points)),
@@ -270,14 +270,9 @@ def bound_looks(looks: list[int], start: int, end: int, step: int, total: int) -
     """How often the meter computes a point's interval while it goes from ``start`` images (a
     pilot's, looked at first when past a look) to ``end`` of ``total``, in evaluation steps of
     ``step``: once at each step that passes a look (not at the last image: the point is then
-    exact)."""
-    count = int(0 < start < end and bool(looks) and looks[0] <= start)
-    seen = start
-    while seen < end:
-        after = min(end, seen + max(1, step))
-        count += after < total and any(seen < n <= after for n in looks)
-        seen = after
-    return count
+    exact; a pilot evaluates whole steps, so ``start`` is a step's end)."""
+    looked = int(0 < start < end and bool(looks) and looks[0] <= start)
+    return looked + sum(start < n <= end for n in step_looks(looks, step, total))
 
 
 def look_seconds(meter: PointMeter) -> float:
