@@ -437,7 +437,8 @@ def scenes_validated_on_train(root, train: int, task: str = "detect"):
 def check_bounded_map(adapter, model, monkeypatch) -> None:
     """A YOLO adapter's mAP batch by batch (tasks/detection/incremental.py), on 16 val images in
     batches of 8 with a look after the first: the first step's sure upper bound is computed
-    (below 1) and at or above the whole split's metric (lower bound 0), the last step is exactly
+    (below 1) and at or above the whole split's metric (lower bound 0) and says the mAP of the
+    images seen (the look's), the last step is exactly
     adapter.evaluate's value, and closing the iterator after one batch stops the validator's
     thread (the next evaluation is unchanged)."""
     import threading
@@ -452,6 +453,7 @@ def check_bounded_map(adapter, model, monkeypatch) -> None:
     assert [s.images for s in steps] == [8, 8]
     assert steps[-1].value == steps[-1].low == steps[-1].high == final
     assert steps[0].low == 0.0 and final <= steps[0].high < 1.0
+    assert 0.0 <= steps[0].seen <= 1.0  # the mAP of the first 8 images (the ETA's pilot)
     run = evaluation.incremental(model)
     next(run)
     run.close()

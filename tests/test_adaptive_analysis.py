@@ -572,19 +572,48 @@ class _CurveScores:
             yield Step(len(scores[i:i + 64]), scores=scores[i:i + 64])
 
 
-def _measured_on_curves(base, curves, goal, flops, grid, rounds=None):
+class _CurveMetric(_CurveScores):
+    """A bounded metric (no per-image scores: mAP, mIoU) of whichever point is pruned: 0.8 times
+    one less ``curves[group](ratio)``, the unpruned model's 0.8; each 64-image step says it as
+    the metric of the images seen (``seen``, none where ``says_seen`` is False) under sure
+    bounds that decide nothing before the last step."""
+
+    random_order = resumable = False
+    says_seen = True
+
+    @contextlib.contextmanager
+    def pruned(self, name, ratio):
+        with super().pruned(name, ratio):
+            yield True
+        self.point = None
+
+    @contextlib.contextmanager
+    def folded(self):
+        yield
+
+    def incremental(self, model, start=0):
+        value = 0.8 * (1.0 - (self.curves[self.point[0]](self.point[1]) if self.point else 0.0))
+        n = len(self.base)
+        for i in range(0, n, 64):
+            last = i + 64 >= n
+            yield Step(min(64, n - i), low=value if last else 0.0, high=value if last else 1.0,
+                       value=value if last else None, seen=value if self.says_seen else None)
+
+
+def _measured_on_curves(base, curves, goal, flops, grid, rounds=None, bounded=False):
     """``(meter, {(group, ratio): images})``: the points a real :class:`AdaptiveRun` for
-    ``goal`` measures on per-image scores that follow ``curves`` (:class:`_CurveScores`), and
-    the images each ended with (every image: ``len(base)``); ``rounds``, a list, gets each
-    round's planned points and the points it measured."""
+    ``goal`` measures on per-image scores that follow ``curves`` (:class:`_CurveScores`; a
+    ``bounded`` metric: :class:`_CurveMetric`), and the images each ended with (every image:
+    ``len(base)``); ``rounds``, a list, gets each round's planned points and the points it
+    measured."""
     from autoprune.engine.adaptive import Thresholds
     from autoprune.engine.adaptive_meter import PointMeter
     from autoprune.engine.adaptive_run import AdaptiveRun
     from autoprune.engine.store import SensitivityRecord
 
-    n, scores = len(base), _CurveScores(base, curves)
-    meter = PointMeter(scores, base, n, 0.8, True, bound="confidence", confidence=0.999,
-                       resumable=True, random_order=True)
+    n, scores = len(base), (_CurveMetric if bounded else _CurveScores)(base, curves)
+    meter = PointMeter(scores, None if bounded else base, n, 0.8, True, bound="confidence",
+                       confidence=0.999, resumable=not bounded, random_order=not bounded)
     record = SensitivityRecord(model="m", metric="top1")
     run = AdaptiveRun(None, Thresholds(goal, flops), {"bound": "confidence", "confidence": 0.999},
                       record=record, own=SensitivityRecord(), names=list(curves), grid=grid,
@@ -639,6 +668,49 @@ def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assum
     assert set(predicted) == set(measured) and len(measured) < len(tops) * len(grid)
     for point, images in measured.items():
         assert predicted[point] / 1.5 <= images <= predicted[point] * 1.5 + 64, point
+
+
+@pytest.mark.parametrize("target", ["loss=0.05", "flops=0.5"])
+def test_a_bounded_metric_is_predicted_from_the_metric_of_its_pilots_first_images(target):
+    """mAP and mIoU have no per-image flips: the ETA pilots the unpruned model and each group's
+    top ratio (and lowest, for a group losing half at the top) on the first look's images
+    (whole steps: 64 of 2,000), reads a point's loss as their metrics' over those
+    images, and plays the analysis's rounds with every point seeing every image: on a metric
+    that follows the curves it assumes, the very points the real analysis measures, and its
+    images plus the pilots'. An evaluation whose steps say no metric of the images seen gives
+    no prediction (the prior then): its pilot stops at twice the pilot's images."""
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_eta import pilot_seen, predicted_shares
+
+    n, grid = 2000, [0.1 * k for k in range(1, 10)]
+    base = torch.ones(n, dtype=torch.float64)
+    tops = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}
+    curves = {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
+
+    class Flops:
+        total = 5.0
+
+        @staticmethod
+        def predict(ratios):
+            return Flops.total - sum(1 - (1 - ratios.get(g, 0.0)) ** 2 for g in tops)
+
+    goal = check_target(target)
+    meter, measured = _measured_on_curves(base, curves, goal, Flops, grid, bounded=True)
+    assert meter.base is None and set(measured.values()) == {n}
+    model = torch.nn.Identity()
+    shares = predicted_shares(meter, meter.eval_fn, model, list(tops),
+                              Planner.for_target(grid, goal), Thresholds(goal, lambda: Flops()),
+                              len(tops) * len(grid))
+    plan = shares["predicted"]
+    assert plan == measured and len(plan) < len(tops) * len(grid)
+    pilots = 1 + len(tops) + 1  # the unpruned model, every top ratio, the stem's lowest
+    assert shares["image_share"] * len(plan) * n == pytest.approx(n * len(plan) + 64 * pilots)
+    assert shares["handed_on"] == {} and "first 32 images" in shares["pilot"]
+    meter.eval_fn.says_seen = False
+    assert pilot_seen(meter, model, 250) == (512, None)
+    assert predicted_shares(meter, meter.eval_fn, model, list(tops),
+                            Planner.for_target(grid, goal), Thresholds(goal, lambda: Flops()),
+                            len(tops) * len(grid)) is None
 
 
 def test_a_flops_round_measures_one_point_per_group_planned_as_it_starts():
@@ -865,6 +937,12 @@ def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
     assert [s.images for s in steps] == [4, 4, 2]
     assert steps[-1].low == steps[-1].high == steps[-1].value == pytest.approx(exact["miou"])
     assert all(s.low <= exact["miou"] + 1e-12 <= s.high + 2e-12 for s in steps)
+    # each step also says the mIoU of the images seen so far (what the ETA's pilot reads)
+    for k, step in enumerate(steps):
+        seen = torch.utils.data.Subset(Stub.eval_set, range(sum(s.images for s in steps[:k + 1])))
+        assert step.seen == pytest.approx(evaluate_iou(
+            model, torch.utils.data.DataLoader(seen, batch_size=4), device=torch.device("cpu"),
+            num_classes=3, class_keys=["a", "b", "c"])["miou"])
 
 
 def _miou(conf):

@@ -11,7 +11,10 @@ adaptive). An eval function may also have:
   ``scores`` (each image's score in [0, 1]; the metric is their mean over all images: top-1
   accuracy) or ``low``/``high`` (sure bounds of the whole evaluation's metric given the images
   seen so far, equal once all are seen; the metric is not a mean over images: mIoU), plus
-  ``value`` (the metric) on the last step.
+  ``value`` (the metric) on the last step. A bounded step may also carry ``seen``: the metric
+  over the images seen so far alone (the evaluation's formula on them), which the estimate said
+  before an adaptive analysis reads from a pilot (:mod:`autoprune.engine.adaptive_eta`) and
+  nothing decides from.
   ``random_order`` (True when the images are visited in a seeded uniformly random order) allows
   the ``"confidence"`` bound of :mod:`autoprune.engine.bounds`; ``resumable`` (True for
   ``scores`` steps) allows ``start > 0``.
@@ -37,13 +40,15 @@ from ..errors import MetricError
 @dataclass
 class Step:
     """What one batch of an incremental evaluation adds: ``images`` evaluated in it, and either
-    their ``scores`` or the whole evaluation's sure ``low``/``high``; ``value`` on the last."""
+    their ``scores`` or the whole evaluation's sure ``low``/``high``; ``value`` on the last;
+    ``seen``: optionally, the metric of the images seen so far alone (an estimate only)."""
 
     images: int
     scores: torch.Tensor | None = None
     low: float | None = None
     high: float | None = None
     value: float | None = None
+    seen: float | None = None
 
 
 def images_of(eval_fn: Any, fallback: int | None = None) -> int | None:

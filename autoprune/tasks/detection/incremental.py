@@ -19,7 +19,7 @@ import torch.nn as nn
 from ...engine.bounds import look_points
 from ...engine.incremental import Step
 from . import evaluation
-from .map_bound import map_upper_bounds
+from .map_bound import map_upper_bounds, seen_maps
 
 # the statistic Ultralytics matches each metric letter's predictions in (one-to-one matching)
 TP_KEYS = {"B": "tp", "M": "tp_m", "P": "tp_p"}
@@ -43,8 +43,9 @@ def bounded_metric(adapter: Any) -> tuple[str, str] | None:
 class BoundedMAP:
     """``incremental(model)``: per batch of the adapter's validator, a sure upper bound of the
     whole val split's mAP (lower bound 0), computed afresh at the analysis's looks (32 images,
-    then x1.5: a bound ranks every detection seen so far) and kept between them; the last step
-    the validator's own value."""
+    then x1.5: a bound ranks every detection seen so far) and kept between them, with the mAP
+    of the images seen so far (``seen``, at the looks); the last step the validator's own
+    value."""
 
     random_order = False  # a sure bound needs no random order
     resumable = False
@@ -62,17 +63,25 @@ class BoundedMAP:
             self._labels = (dataset, dict(zip(*map(list, np.unique(flat, return_counts=True)))))
         return self._labels[1]
 
-    def upper_bound(self, validator: Any) -> float:
-        """The bound from the validator's statistics after its latest batch."""
+    def _stats(self, validator: Any) -> tuple[np.ndarray, ...]:
+        """``(tp, conf, pred_cls, target_cls)`` of the images the validator has seen."""
         stats = validator.metrics.stats
         if self.tp_key not in stats:
             raise KeyError(f"Ultralytics' validator keeps no {self.tp_key!r} statistics")
         cat = lambda key, shape: (np.concatenate(stats[key], 0) if stats[key]  # noqa: E731
                                   else np.zeros(shape))
-        bounds = map_upper_bounds(cat(self.tp_key, (0, 10)), cat("conf", (0,)),
-                                  cat("pred_cls", (0,)), cat("target_cls", (0,)),
+        return (cat(self.tp_key, (0, 10)), cat("conf", (0,)), cat("pred_cls", (0,)),
+                cat("target_cls", (0,)))
+
+    def upper_bound(self, validator: Any) -> float:
+        """The bound from the validator's statistics after its latest batch."""
+        bounds = map_upper_bounds(*self._stats(validator),
                                   self._total_labels(validator.dataloader.dataset))
         return bounds[self.kind]
+
+    def seen_value(self, validator: Any) -> float:
+        """The mAP of the images the validator has seen alone (an estimate: :func:`seen_maps`)."""
+        return seen_maps(*self._stats(validator))[self.kind]
 
     def incremental(self, model: nn.Module, start: int = 0) -> Iterator[Step]:
         if start:
@@ -86,11 +95,13 @@ class BoundedMAP:
         def after_batch(v: Any) -> None:
             if v.seen >= len(v.dataloader.dataset):
                 return  # the last batch: its value comes with the validator's result
+            value = None
             if looks and v.seen >= looks[0]:  # a new bound at each look (a former one holds)
                 while looks and v.seen >= looks[0]:
                     looks.pop(0)
                 high[0] = min(high[0], self.upper_bound(v))
-            handed.put(("step", Step(v.seen - seen[0], low=0.0, high=high[0])))
+                value = self.seen_value(v)
+            handed.put(("step", Step(v.seen - seen[0], low=0.0, high=high[0], seen=value)))
             seen[0] = v.seen
             go_on.acquire()
             if stop.is_set():

@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from ...engine.data import CachedBatches, make_loader
 from ...engine.incremental import Step
-from .metrics import confusion_matrix, segmentation_metrics
+from .metrics import confusion_matrix, iou_from_confusion, segmentation_metrics
 
 
 def miou_bounds(conf: torch.Tensor, unseen: torch.Tensor) -> tuple[float, float]:
@@ -42,9 +42,17 @@ def miou_bounds(conf: torch.Tensor, unseen: torch.Tensor) -> tuple[float, float]
     return float(low.sum() / (sure.sum() + maybe.sum())), float(high.mean())
 
 
+def seen_miou(conf: torch.Tensor) -> float | None:
+    """The mIoU of the pixels counted in ``conf`` alone (None before any labelled pixel)."""
+    iou = iou_from_confusion(conf)
+    defined = ~torch.isnan(iou)
+    return float(iou[defined].mean()) if defined.any() else None
+
+
 class BoundedMIoU:
     """``incremental(model)``: per batch of the adapter's evaluation data, sure bounds of the
-    whole evaluation's mIoU (the same batches and number as ``adapter.evaluate``)."""
+    whole evaluation's mIoU (the same batches and number as ``adapter.evaluate``) and the mIoU
+    of the batches seen so far (``seen``)."""
 
     random_order = False  # a sure bound needs no random order
     resumable = False
@@ -86,7 +94,7 @@ class BoundedMIoU:
                                      self.adapter.ignore_index)
             if k == last:
                 value = segmentation_metrics(conf, self.keys)["miou"]
-                yield Step(len(images), low=value, high=value, value=value)
+                yield Step(len(images), low=value, high=value, value=value, seen=value)
             else:
                 low, high = miou_bounds(conf, self._unseen[k])
-                yield Step(len(images), low=low, high=high)
+                yield Step(len(images), low=low, high=high, seen=seen_miou(conf))
