@@ -973,3 +973,26 @@ def test_the_one_call_flow_measures_for_its_own_target_and_a_plan_prunes_nothing
     assert done.report is not None
     record = read_record(tmp_path / "s.json")
     assert record.extra["adaptive"]["target"] == {"flops": 0.4}
+
+
+def test_a_full_analysis_times_warm_batches_where_the_evaluation_reports_as_it_goes(
+        toy_task, capsys):
+    """The estimate said before a full analysis: seconds per image timed on a few warm batches
+    of the evaluation's incremental steps where it has them (the whole pass it would read
+    otherwise is the prefix cache's recording or the folded check's: YOLOv8n's took 2.4x a
+    point's), on one whole evaluation where it has not; the line says which."""
+    model, x, y = toy_task
+
+    class Plain:  # the same metric without the incremental protocol
+        images = len(x)
+
+        def __call__(self, m):
+            return Top1(x, y)(m)
+
+    said = {}
+    for name, eval_fn in (("steps", Top1(x, y)), ("plain", Plain())):
+        autoprune.sensitivity(model, x[:1], eval_fn, ratios=RATIOS, progress=True,
+                              options={"plan": True})
+        said[name] = capsys.readouterr().out
+    assert "ms/image here (timed on a few batches)" in said["steps"]
+    assert "ms/image here (timed on one whole evaluation)" in said["plain"]

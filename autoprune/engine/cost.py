@@ -95,6 +95,7 @@ class Estimate:
     adaptive: dict[str, Any] | None = None
     fixed: float = FIXED  # the part of an image's time that does not shrink with the MACs
     share_of: dict[tuple[str, float], float] = field(default_factory=dict)  # per point
+    timed_on: str = "a few batches"  # what seconds_per_image was timed on
 
     @property
     def full_images(self) -> int:
@@ -134,7 +135,7 @@ class Estimate:
         """The estimate in one or two lines (what the analysis prints before it starts)."""
         head = (f"[autoprune] analysis cost: {self.points} points x {self.images:,} images = "
                 f"{self.full_images:,} images, {self.seconds_per_image * 1e3:.2f} ms/image here "
-                f"(timed on a few batches)")
+                f"(timed on {self.timed_on})")
         if not self.adaptive:
             return f"{head}, ETA {duration(self.full_seconds)}"
         a = self.adaptive
@@ -187,7 +188,7 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
     prefix cache's check (the unpruned model with the stages before the deepest group replayed),
     which tells how much of an image's time does not shrink with the MACs. Where the points
     are evaluated folded (``runner.folded``), so is what is timed."""
-    per_image = None
+    per_image, timed_on = None, "a few batches"
     if getattr(eval_fn, "incremental", None) is not None:
         with eval_mode(model), runner.folded():
             per_image = time_steps(eval_fn.incremental(model, start=0))
@@ -197,7 +198,7 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
             with eval_mode(model), runner.folded():
                 eval_fn(model)
             timed = time.perf_counter() - start
-        per_image = timed / max(1, images)
+        per_image, timed_on = timed / max(1, images), "one whole evaluation"
     overhead = runner.setup_seconds(*points[len(points) // 2])
     flops = FlopsModel(graph, example_inputs)
     shares = point_shares(graph, example_inputs, points, runner.cache, runner.criterion, flops)
@@ -211,7 +212,7 @@ def estimate(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: Pruning
             measured = replayed / (per_image * images)
             fixed = min(1.0, max(0.0, (measured - share) / (1.0 - share)))
     return Estimate(len(points), images, per_image, [shares[p] for p in points], overhead,
-                    adaptive, fixed, shares)
+                    adaptive, fixed, shares, timed_on)
 
 
 def announce(model: nn.Module, example_inputs: Any, eval_fn: Any, graph: PruningGraph,
