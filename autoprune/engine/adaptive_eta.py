@@ -20,7 +20,9 @@ pilots themselves (:class:`Pilot`), which the analysis continues when it measure
 A metric that is not a mean over images (mAP, mIoU: sure bounds, no flips to count) is piloted
 by its value on the first look's images, pruned against unpruned (:func:`pilot_seen`), and
 its points charged every image: what a fixed prior missed there was how many points (YOLOv8n's
-loss target measured 77 of 108 where the prior expected half).
+loss target measured 77 of 108 where the prior expected half). Its rounds are played with each
+point's roughness (:mod:`.adaptive_play`): a barely trained Unet's groups lose nothing but
+noise, which a FLOPs target walks point by point.
 """
 from __future__ import annotations
 
@@ -33,9 +35,9 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 import torch.nn as nn
 
-from .adaptive import (LADDER, MAX_ROUNDS, Interval, Planner, Thresholds, next_round,
-                       round_points, undecided)
+from .adaptive import Interval, Planner, Thresholds, undecided
 from .adaptive_meter import PointMeter
+from .adaptive_play import play_rounds, rough_rounds
 from .bounds import PairedCounts, mean_interval
 from .incremental import close_steps, step_scores
 from .points import eval_mode, relative_loss
@@ -188,44 +190,6 @@ def predictable(meter: Any) -> bool:
         meter.bound == "confidence" and meter.binary
 
 
-def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner,
-                thresholds: Thresholds,
-                measure: Callable[[float, list[float]], tuple[int, Interval]] |
-                Mapping[str, Callable[[float, list[float]], tuple[int, Interval]]],
-                known: Mapping[str, Mapping[float, Interval]] | None = None
-                ) -> dict[tuple[str, float], int]:
-    """The points an adaptive analysis measures if each group's loss at ratio ``r`` is
-    ``curves[group](r)``, and the images each ends with (``measure(loss, thresholds)``, or
-    ``measure[group](...)``: the images and the interval a point of that loss is decided
-    with): the rounds of
-    :class:`~autoprune.engine.adaptive_run.AdaptiveRun` (a FLOPs / latency target's coarse probe
-    against the ladder, then thresholds estimated from the table of interval middles, or of
-    upper ends once those leave no work, widened while they move; one point per group a round,
-    a point an interval no longer decides refined), from the points already ``known``."""
-    table = {g: dict((known or {}).get(g, {})) for g in curves}
-    images: dict[tuple[str, float], int] = {}
-
-    def point(name: str, ratio: float, ts: list[float]) -> None:
-        of = measure[name] if isinstance(measure, Mapping) else measure
-        n, table[name][ratio] = of(curves[name](ratio), ts)
-        images[(name, ratio)] = max(images.get((name, ratio), 0), n)
-
-    if thresholds.target.kind != "loss":
-        for name in curves:
-            if not table[name]:
-                point(name, planner.first(), list(LADDER))
-    previous: list[float] = []
-    for _ in range(MAX_ROUNDS):
-        now, work = next_round(thresholds, planner, table)
-        if not work:
-            break
-        ts = sorted(set(now) | set(previous))
-        for name, ratio in round_points(planner, table, work, ts).items():
-            point(name, ratio, ts)
-        previous = now
-    return images
-
-
 def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],
                      planner: Planner, thresholds: Thresholds, points: int,
                      known: Mapping[str, Mapping[float, Interval]] | None = None
@@ -279,19 +243,45 @@ def _from_flips(meter: PointMeter, runner: Any, model: nn.Module, names: list[st
              if (n, top) in pilots and (n, low) in pilots}  # a saturated group's first step
     measure = {n: functools.partial(expected_measure, meter, step=step, first=first.get(n, ()))
                for n in names}
-    plan = play_rounds(curves, planner, thresholds, measure, known)
-    # a pilot's images are handed on to the analysis's measurement of the same point
-    handed_on = {key: p.seen for key, p in pilots.items() if key in plan}
-    images = sum(max(n, handed_on.get(key, 0)) for key, n in plan.items()) \
-        + sum(p.seen for key, p in pilots.items() if key not in handed_on)
+    step_of = {key: p.seen for key, p in pilots.items()}  # handed on where measured
+    # smooth curves: roughness changed these estimates by 1-6 % (resnet18, mobilenetv3 at
+    # 32 px) and cost 5-8 s, the bound computed at every look of every play
+    shares = averaged([play_rounds(curves, planner, thresholds, measure, known)], points,
+                      meter.total, step_of, 0,
+                      lambda plan, given: sum(bound_looks(meter.looks, given.get(key, 0), n,
+                                                          step, meter.total)
+                                              for key, n in plan.items()))
     seen = max((p.seen for p in pilots.values()), default=PILOT_IMAGES)
-    looks = sum(bound_looks(meter.looks, handed_on.get(key, 0), n, step, meter.total)
-                for key, n in plan.items())
-    return {"points_share": min(1.0, len(plan) / max(1, points)),
-            "image_share": min(1.0, images / max(1, len(plan) * meter.total)),
-            "pilot": f"each group's top ratio on {seen} images", "predicted": plan,
-            "pilots": pilots, "handed_on": handed_on, "looks": looks,
+    return {**shares, "pilot": f"each group's top ratio on {seen} images", "pilots": pilots,
             "look_seconds": look_seconds(meter)}
+
+
+def averaged(plans: list[dict[tuple[str, float], int]], points: int, total: int,
+             pilots: Mapping[tuple[str, float], int], extra: int,
+             looks_of: Callable[[dict, dict], int]) -> dict[str, Any]:
+    """What the plays' ``plans`` (:func:`~.adaptive_play.rough_rounds`) predict, averaged:
+    the share of the full analysis's ``points`` and of a point's ``total`` images evaluated,
+    each point's mean images (``predicted``) and pilot images handed on (``handed_on``: of
+    ``pilots``, those whose point a plan measures; the others evaluated for nothing, as are
+    ``extra`` images), the looks at which the bound is computed (``looks_of(plan, handed)``)
+    and the mean count of points (``points_expected``)."""
+    k = max(1, len(plans))
+    predicted: dict[tuple[str, float], float] = {}
+    handed: dict[tuple[str, float], float] = {}
+    images = looks = count = 0.0
+    for plan in plans:
+        given = {key: n for key, n in pilots.items() if key in plan}
+        images += sum(max(n, given.get(key, 0)) for key, n in plan.items()) + extra \
+            + sum(n for key, n in pilots.items() if key not in given)
+        looks += looks_of(plan, given)
+        count += len(plan)
+        for key, n in plan.items():
+            predicted[key] = predicted.get(key, 0.0) + n / k
+        for key, n in given.items():
+            handed[key] = handed.get(key, 0.0) + n / k
+    return {"points_share": min(1.0, count / k / max(1, points)),
+            "image_share": images / max(1.0, count * total), "predicted": predicted,
+            "handed_on": handed, "looks": looks / k, "points_expected": count / k}
 
 
 def pilot_seen(meter: PointMeter, model: nn.Module, images: int) -> tuple[int, float | None]:
@@ -322,8 +312,10 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
     group's top ratio evaluated on the first look's images (:data:`PILOT_IMAGES`, in whole
     steps), a point's loss read as that of their metrics on those images (Unet-resnet18's
     twelve top ratios on 32 images read 0.293 / 0.027 / 0.004 where 160 images gave 0.293 /
-    0.027 / 0.005); every point charged every image (a sure bound decides early only points far
-    over a threshold, after most of their images: a tenth fewer, measured), the pilots not
+    0.027 / 0.005), the rounds played with each point's roughness (:func:`rough_rounds`: most
+    of such a model's groups may lose nothing but noise); every point charged every image (a
+    sure bound decides early only points far over a threshold, after most of their images: a
+    tenth fewer, measured), the pilots not
     handed on (such an evaluation starts from its first image: they cost a few images a group,
     a fifth of a point on 160 images, a hundredth on 5,000). None where the steps say no metric,
     or it is 0 unpruned."""
@@ -343,14 +335,12 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
         return max(0.0, relative_loss(base, value, meter.higher_is_better)) \
             if value is not None else 0.0
 
-    curves, _ = pilot_curves(names, planner, pilot)
-    plan = play_rounds(curves, planner, thresholds,
-                       lambda loss, ts: (meter.total, (loss, loss)), known)
-    spent = sum(plan.values()) + sum(evaluated)  # the pilots' images on top: a share over 1
-    return {"points_share": min(1.0, len(plan) / max(1, points)),
-            "image_share": spent / max(1, len(plan) * meter.total),
+    curves, _ = pilot_curves(names, planner, pilot)  # played rough: noise-level groups walk
+    plans = rough_rounds(curves, planner, thresholds,
+                         lambda loss, ts: (meter.total, (loss, loss)), known)
+    return {**averaged(plans, points, meter.total, {}, sum(evaluated), lambda plan, given: 0),
             "pilot": f"each group's top ratio, the metric of its first {images} images",
-            "predicted": plan, "pilots": {}, "handed_on": {}, "looks": 0, "look_seconds": 0.0}
+            "pilots": {}, "look_seconds": 0.0}
 
 
 def bound_looks(looks: list[int], start: int, end: int, step: int, total: int) -> int:

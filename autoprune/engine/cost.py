@@ -125,7 +125,8 @@ class Estimate:
             work = sum((self.fixed + (1.0 - self.fixed) * self.share_of.get(p, 1.0)) *
                        max(0, n - done.get(p, 0)) for p, n in plan.items())
             looks = self.adaptive.get("looks", 0) * self.adaptive.get("look_seconds", 0.0)
-            return work * self.seconds_per_image + len(plan) * self.overhead + looks
+            points = self.adaptive.get("points_expected", len(plan))
+            return work * self.seconds_per_image + points * self.overhead + looks
         per_point = self.full_seconds / max(1, self.points)
         points = self.points * self.adaptive["points_share"]
         return points * (per_point - self.overhead) * self.adaptive["image_share"] + \
