@@ -572,6 +572,27 @@ class _CurveScores:
             yield Step(len(scores[i:i + 64]), scores=scores[i:i + 64])
 
 
+TOPS = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}  # each group's top-ratio loss
+
+
+def _squares(tops=TOPS):
+    """Each group's loss growing as the ratio squared to its top ratio's (0.9)."""
+    return {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
+
+
+class _SquareFlops:
+    """A FLOPs model whose groups' MACs (``weight`` each, 1 by default) fall as
+    (1 - ratio)^2."""
+
+    def __init__(self, groups, weight=None):
+        self.weight = {g: (weight or {}).get(g, 1.0) for g in groups}
+        self.total = sum(self.weight.values())
+
+    def predict(self, ratios):
+        return self.total - sum(w * (1 - (1 - ratios.get(g, 0.0)) ** 2)
+                                for g, w in self.weight.items())
+
+
 class _CurveMetric(_CurveScores):
     """A bounded metric (no per-image scores: mAP, mIoU) of whichever point is pruned: 0.8 times
     one less ``curves[group](ratio)``, the unpruned model's 0.8; each 64-image step says it as
@@ -649,24 +670,15 @@ def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assum
     n, grid = 2000, [0.1 * k for k in range(1, 10)]  # 0.7000000000000001 is stored as 0.7
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0
-    tops = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}
-    curves = {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
-    weight = {"stem": 1.0, "a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}
-
-    class Flops:  # a group's MACs fall as (1 - ratio)^2
-        total = sum(weight.values())
-
-        @staticmethod
-        def predict(ratios):
-            return Flops.total - sum(w * (1 - (1 - ratios.get(g, 0.0)) ** 2)
-                                     for g, w in weight.items())
+    curves = _squares()
+    flops = _SquareFlops(curves, {"stem": 1.0, "a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0})
 
     goal = check_target(target)
-    meter, measured = _measured_on_curves(base, curves, goal, Flops, grid)
+    meter, measured = _measured_on_curves(base, curves, goal, lambda: flops, grid)
     predicted = play_rounds(curves, Planner.for_target(grid, goal),
-                            Thresholds(goal, lambda: Flops()),
+                            Thresholds(goal, lambda: flops),
                             lambda loss, ts: expected_measure(meter, loss, ts))
-    assert set(predicted) == set(measured) and len(measured) < len(tops) * len(grid)
+    assert set(predicted) == set(measured) and len(measured) < len(TOPS) * len(grid)
     for point, images in measured.items():
         assert predicted[point] / 1.5 <= images <= predicted[point] * 1.5 + 64, point
 
@@ -689,33 +701,24 @@ def test_a_bounded_metric_is_predicted_from_the_metric_of_its_pilots_first_image
     monkeypatch.setattr(adaptive_play, "ROUGHNESS", 0.0)
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
-    tops = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}
-    curves = {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
-
-    class Flops:
-        total = 5.0
-
-        @staticmethod
-        def predict(ratios):
-            return Flops.total - sum(1 - (1 - ratios.get(g, 0.0)) ** 2 for g in tops)
-
+    curves, flops = _squares(), _SquareFlops(TOPS)
     goal = check_target(target)
-    meter, measured = _measured_on_curves(base, curves, goal, Flops, grid, bounded=True)
+    meter, measured = _measured_on_curves(base, curves, goal, lambda: flops, grid, bounded=True)
     assert meter.base is None and set(measured.values()) == {n}
     model = torch.nn.Identity()
-    shares = predicted_shares(meter, meter.eval_fn, model, list(tops),
-                              Planner.for_target(grid, goal), Thresholds(goal, lambda: Flops()),
-                              len(tops) * len(grid))
+    shares = predicted_shares(meter, meter.eval_fn, model, list(TOPS),
+                              Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
+                              len(TOPS) * len(grid))
     plan = shares["predicted"]
-    assert plan == measured and len(plan) < len(tops) * len(grid)
-    pilots = 1 + len(tops) + 1  # the unpruned model, every top ratio, the stem's lowest
+    assert plan == measured and len(plan) < len(TOPS) * len(grid)
+    pilots = 1 + len(TOPS) + 1  # the unpruned model, every top ratio, the stem's lowest
     assert shares["image_share"] * len(plan) * n == pytest.approx(n * len(plan) + 64 * pilots)
     assert shares["handed_on"] == {} and "first 32 images" in shares["pilot"]
     meter.eval_fn.says_seen = False
     assert pilot_seen(meter, model, 250) == (512, None)
-    assert predicted_shares(meter, meter.eval_fn, model, list(tops),
-                            Planner.for_target(grid, goal), Thresholds(goal, lambda: Flops()),
-                            len(tops) * len(grid)) is None
+    assert predicted_shares(meter, meter.eval_fn, model, list(TOPS),
+                            Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
+                            len(TOPS) * len(grid)) is None
 
 
 def test_noise_level_groups_are_predicted_with_their_roughness(monkeypatch):
@@ -737,21 +740,15 @@ def test_noise_level_groups_are_predicted_with_their_roughness(monkeypatch):
         curves = {"stem": lambda r: 0.3 * (r / 0.9) ** 2,
                   **{f"n{k}": (lambda r, k=k, p=phase: 0.004 * math.sin(37 * k + 101 * r + 7.3 * p))
                      for k in range(8)}}
-
-        class Flops:
-            total = float(len(curves))
-
-            @staticmethod
-            def predict(ratios, curves=curves):
-                return Flops.total - sum(1 - (1 - ratios.get(g, 0.0)) ** 2 for g in curves)
-
-        meter, measured = _measured_on_curves(base, curves, goal, Flops, grid, bounded=True)
+        flops = _SquareFlops(curves)
+        meter, measured = _measured_on_curves(base, curves, goal, lambda: flops, grid,
+                                              bounded=True)
         real += len(measured)
         for name, sigma in (("smooth", 0.0), ("rough", adaptive_play.ROUGHNESS)):
             monkeypatch.setattr(adaptive_play, "ROUGHNESS", sigma)
             said[name] += predicted_shares(
                 meter, meter.eval_fn, torch.nn.Identity(), list(curves),
-                Planner.for_target(grid, goal), Thresholds(goal, lambda: Flops()),
+                Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
                 len(curves) * len(grid))["points_expected"]
     assert abs(said["rough"] - real) <= 0.1 * real
     assert real - said["smooth"] >= 0.2 * real
@@ -765,19 +762,9 @@ def test_a_flops_round_measures_one_point_per_group_planned_as_it_starts():
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0
-    tops = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}
-    curves = {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
-
-    class Flops:
-        total = 5.0
-
-        @staticmethod
-        def predict(ratios):
-            return Flops.total - sum(1 - (1 - ratios.get(g, 0.0)) ** 2 for g in tops)
-
-    rounds = []
-    _measured_on_curves(base, curves, check_target("flops=0.5"), Flops, grid, rounds)
-    assert len(rounds) >= 3 and rounds[0][0] == {g: 0.9 for g in tops}
+    flops, rounds = _SquareFlops(TOPS), []
+    _measured_on_curves(base, _squares(), check_target("flops=0.5"), lambda: flops, grid, rounds)
+    assert len(rounds) >= 3 and rounds[0][0] == {g: 0.9 for g in TOPS}
     for planned, measured in rounds:
         assert measured == list(planned.items())  # one each, the planned one
 
