@@ -713,7 +713,7 @@ def test_a_bounded_metric_is_predicted_from_the_metric_of_its_pilots_first_image
     assert plan == measured and len(plan) < len(TOPS) * len(grid)
     pilots = 1 + len(TOPS) + 1  # the unpruned model, every top ratio, the stem's lowest
     assert shares["image_share"] * len(plan) * n == pytest.approx(n * len(plan) + 64 * pilots)
-    assert shares["handed_on"] == {} and "first 32 images" in shares["pilot"]
+    assert shares["handed_on"] == {} and "first 64 images" in shares["pilot"]
     meter.eval_fn.says_seen = False
     assert pilot_seen(meter, model, 250) == (512, None)
     assert predicted_shares(meter, meter.eval_fn, model, list(TOPS),

@@ -309,17 +309,18 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
                       known: Mapping[str, Mapping[float, Interval]] | None
                       ) -> dict[str, Any] | None:
     """:func:`predicted_shares` for a bounded metric (mAP, mIoU): the unpruned model and each
-    group's top ratio evaluated on the first look's images (:data:`PILOT_IMAGES`, in whole
-    steps), a point's loss read as that of their metrics on those images (Unet-resnet18's
-    twelve top ratios on 32 images read 0.293 / 0.027 / 0.004 where 160 images gave 0.293 /
-    0.027 / 0.005), the rounds played with each point's roughness (:func:`rough_rounds`: most
+    group's top ratio evaluated on the first look's images (:data:`PILOT_IMAGES`; a tenth of
+    the images if fewer; in whole steps), a point's loss read as that of their metrics on
+    those images (Unet-resnet18's twelve top ratios on 32 images read 0.293 / 0.027 / 0.004
+    where 160 images gave 0.293 / 0.027 / 0.005; on 16 images it predicts the same points), the
+    rounds played with each point's roughness (:func:`rough_rounds`: most
     of such a model's groups may lose nothing but noise); every point charged every image (a
     sure bound decides early only points far over a threshold, after most of their images: a
     tenth fewer, measured), the pilots not
     handed on (such an evaluation starts from its first image: they cost a few images a group,
-    a fifth of a point on 160 images, a hundredth on 5,000). None where the steps say no metric,
+    at most a tenth of a point, a hundredth on 5,000 images). None where the steps say no metric,
     or it is 0 unpruned."""
-    images = PILOT_IMAGES
+    images = min(PILOT_IMAGES, max(1, meter.total // 10))
     with eval_mode(model), runner.folded():
         spent, base = pilot_seen(meter, model, images)
     if not base:
@@ -339,7 +340,7 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
     plans = rough_rounds(curves, planner, thresholds,
                          lambda loss, ts: (meter.total, (loss, loss)), known)
     return {**averaged(plans, points, meter.total, {}, sum(evaluated), lambda plan, given: 0),
-            "pilot": f"each group's top ratio, the metric of its first {images} images",
+            "pilot": f"each group's top ratio, the metric of its first {max(evaluated)} images",
             "pilots": {}, "look_seconds": 0.0}
 
 
