@@ -310,15 +310,14 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
                       ) -> dict[str, Any] | None:
     """:func:`predicted_shares` for a bounded metric (mAP, mIoU): the unpruned model and each
     group's top ratio evaluated on the first look's images (:data:`PILOT_IMAGES`; a tenth of
-    the images if fewer; in whole steps), a point's loss read as that of their metrics on
-    those images (Unet-resnet18's twelve top ratios on 32 images read 0.293 / 0.027 / 0.004
-    where 160 images gave 0.293 / 0.027 / 0.005; on 16 images it predicts the same points), the
-    rounds played with each point's roughness (:func:`rough_rounds`: most
-    of such a model's groups may lose nothing but noise); every point charged every image (a
-    sure bound decides early only points far over a threshold, after most of their images: a
-    tenth fewer, measured), the pilots not
-    handed on (such an evaluation starts from its first image: they cost a few images a group,
-    at most a tenth of a point, a hundredth on 5,000 images). None where the steps say no metric,
+    the images if fewer; in whole steps), a point's loss read as that of their metrics on those
+    images (Unet-resnet18's twelve top ratios on 32 images read 0.293 / 0.027 / 0.004 where 160
+    images gave 0.293 / 0.027 / 0.005; on 16 images it predicts the same points), the rounds
+    played with each point's roughness (:func:`rough_rounds`: most of such a model's groups may
+    lose nothing but noise); every point charged every image (a sure bound decides early only
+    points far over a threshold, after most of their images: a tenth fewer, measured), the
+    pilots not handed on (such an evaluation starts from its first image: they cost at most a
+    tenth of a point a group, a hundredth on 5,000 images). None where the steps say no metric,
     or it is 0 unpruned."""
     images = min(PILOT_IMAGES, max(1, meter.total // 10))
     with eval_mode(model), runner.folded():
