@@ -4,11 +4,13 @@ image (timed on a few batches of the unpruned model) and an ETA.
 A point's images cost what the unpruned model's do, scaled by the share of the model's MACs the
 point still computes: the group's layers are narrower, and the stages before its first touched
 layer are replayed from the prefix cache (:mod:`autoprune.engine.prefix_cache`) instead of
-computed. An adaptive analysis's count of points and images depends on what it measures: where
-its bound's stopping can be predicted (per-image top-1), a pilot predicts which points and how
-many images each (:mod:`autoprune.engine.adaptive_eta`), each point then costed at its own share;
-elsewhere the estimate uses the typical share measured by ``benchmarks/analysis_cost.py`` (at
-most the full analysis's). The progress bar's ETA follows the images actually evaluated.
+computed. An adaptive analysis's count of points and images depends on what it measures: a
+pilot predicts which points and how many images each (:mod:`autoprune.engine.adaptive_eta`:
+per-image top-1 flips, or the metric of the first images where the metric is mAP or mIoU), each
+point then costed at its own share; where no pilot can be read (an evaluation that does not
+report as it goes) the estimate uses the typical share measured by
+``benchmarks/analysis_cost.py`` (at most the full analysis's). The progress bar's ETA follows
+the images actually evaluated.
 """
 from __future__ import annotations
 
