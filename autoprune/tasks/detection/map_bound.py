@@ -100,8 +100,13 @@ def seen_maps(tp: np.ndarray, conf: np.ndarray, pred_cls: np.ndarray,
     seen = dict(zip(*np.unique(np.asarray(seen_cls).astype(int), return_counts=True)))
     if not seen:
         return {"map50_95": 0.0, "map50": 0.0}
-    ap = np.array([[ideal_envelope_area(tp[pred_cls == c, j], conf[pred_cls == c], 0, int(n))
-                    for j in range(tp.shape[1])] for c, n in sorted(seen.items())])
+    per_class = []
+    for c, n in sorted(seen.items()):
+        mine = pred_cls == c
+        hits, confs = tp[mine], conf[mine]
+        per_class.append([ideal_envelope_area(hits[:, j], confs, 0, int(n))
+                          for j in range(tp.shape[1])])
+    ap = np.array(per_class)
     return {"map50_95": float(ap.mean()), "map50": float(ap[:, 0].mean())}
 
 
