@@ -138,6 +138,11 @@ class PointRunner:
                                 enabled=bool(progress and total))
 
     # -- one way or the other ----------------------------------------------------------------
+    @property
+    def fused_on(self) -> bool:
+        """The folded evaluation is checked and on."""
+        return self.fused is not None and self.fused.checked and self.fused.enabled
+
     def prepare_fused(self) -> bool:
         """The folded evaluation is on: for inputs large enough (``fused_eval.pays_at``, told
         from the first batch), checked once on the unpruned model's metric (or, where its
@@ -164,8 +169,7 @@ class PointRunner:
     def folded(self) -> contextlib.AbstractContextManager:
         """The unpruned model folded for the block, where the folded evaluation is on (the cost
         estimate times it so)."""
-        on = self.fused is not None and self.fused.checked and self.fused.enabled
-        return self.fused.applied() if on else contextlib.nullcontext()
+        return self.fused.applied() if self.fused_on else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def _faster(self, group: PrunableGroup, fused: bool) -> Iterator[None]:
@@ -227,8 +231,8 @@ class PointRunner:
         group = self.graph.group(name)
         idxs = self.graph.channels_to_remove(group, ratio, self.criterion)
         if idxs:
-            fused = bool(self.fused and self.fused.checked and self.fused.enabled)
-            with pruned_temporarily(self.graph, group, idxs), self._faster(group, fused):
+            with pruned_temporarily(self.graph, group, idxs), \
+                    self._faster(group, self.fused_on):
                 pass
         return time.perf_counter() - start
 
@@ -363,4 +367,4 @@ class PointRunner:
         """How the points were evaluated (recorded in the file's ``extra``)."""
         return {"mode": self.requested, "batch_variants": self.k, "points": dict(self.counts),
                 "unmaskable_groups": self.unmaskable,
-                "fused_eval": bool(self.fused and self.fused.checked and self.fused.enabled)}
+                "fused_eval": bool(self.fused_on)}

@@ -73,15 +73,12 @@ class BoundedMAP:
         return (cat(self.tp_key, (0, 10)), cat("conf", (0,)), cat("pred_cls", (0,)),
                 cat("target_cls", (0,)))
 
-    def upper_bound(self, validator: Any) -> float:
-        """The bound from the validator's statistics after its latest batch."""
-        bounds = map_upper_bounds(*self._stats(validator),
-                                  self._total_labels(validator.dataloader.dataset))
-        return bounds[self.kind]
-
-    def seen_value(self, validator: Any) -> float:
-        """The mAP of the images the validator has seen alone (an estimate: :func:`seen_maps`)."""
-        return seen_maps(*self._stats(validator))[self.kind]
+    def at_look(self, validator: Any) -> tuple[float, float]:
+        """``(upper bound, mAP of the images seen alone)`` from the validator's statistics after
+        its latest batch (the latter an estimate: :func:`seen_maps`)."""
+        stats = self._stats(validator)
+        bounds = map_upper_bounds(*stats, self._total_labels(validator.dataloader.dataset))
+        return bounds[self.kind], seen_maps(*stats)[self.kind]
 
     def incremental(self, model: nn.Module, start: int = 0) -> Iterator[Step]:
         if start:
@@ -99,8 +96,8 @@ class BoundedMAP:
             if looks and v.seen >= looks[0]:  # a new bound at each look (a former one holds)
                 while looks and v.seen >= looks[0]:
                     looks.pop(0)
-                high[0] = min(high[0], self.upper_bound(v))
-                value = self.seen_value(v)
+                bound, value = self.at_look(v)
+                high[0] = min(high[0], bound)
             handed.put(("step", Step(v.seen - seen[0], low=0.0, high=high[0], seen=value)))
             seen[0] = v.seen
             go_on.acquire()
