@@ -6,6 +6,7 @@ import pytest
 
 import autoprune
 from autoprune.cli import main
+from autoprune.engine.store import write_record
 
 from conftest import needs_fmnist
 
@@ -23,6 +24,34 @@ def test_show_prints_table(sens_file, capsys):
     out = capsys.readouterr().out
     assert "arch: toy" in out and "baseline: 0.9" in out
     assert "conv1" in out and "0.2000" in out
+
+
+def test_show_marks_points_decided_early_and_says_how_the_file_was_measured(tmp_path, capsys):
+    rec = autoprune.read_record(autoprune.save_sensitivities(
+        {"conv1": {0.1: 0.01}}, tmp_path / "a.json", fingerprint="abc", metric_name="top1",
+        baseline=0.9))
+    rec.set_interval("conv1", 0.9, {"low": 0.3, "high": 0.4, "images": 128, "of": 500})
+    rec.set_interval("fc1", 0.5, {"low": 0.0, "high": 0.002, "images": 384, "of": 500})
+    rec.extra.update({"adaptive": {"target": {"flops": 0.5}},
+                      "evaluation": {"mode": "adaptive", "images_evaluated": 9648,
+                                     "points_as_intervals": 2}})
+    write_record(rec, tmp_path / "a.json")
+    assert main(["show", str(tmp_path / "a.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "analysis: adaptive, for flops=0.5, 9,648 images evaluated, 2 points decided early (*)" \
+        in lines
+    conv1 = next(line for line in lines if line.startswith("conv1"))
+    assert conv1.split() == ["conv1", "0.0100", "-", "0.4000*"]  # ratios 0.1, 0.5, 0.9
+    assert lines[-1].startswith("* decided early on 128-384 of 500 images: the upper end")
+
+
+def test_show_says_a_full_analysis_measured_every_image(tmp_path, capsys):
+    path = autoprune.save_sensitivities({"conv1": {0.1: 0.01}}, tmp_path / "a.json",
+                                        evaluation={"mode": "prune", "images_evaluated": 1000})
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "analysis: every point on every image (prune evaluation), 1,000 images evaluated" in out
+    assert "*" not in out and "0.0100" in out
 
 
 def test_merge_later_wins(sens_file, tmp_path, capsys):

@@ -11,8 +11,7 @@ from .. import __version__
 from ..engine.distributed import init_from_env, rank_and_world
 from ..engine.sensitivity import DEFAULT_RATIOS
 from ..engine.paddleslim import import_paddleslim
-from ..engine.checkpoint import read_pruned_metadata
-from ..engine.outputs import check_output, file_kind
+from ..engine.outputs import check_output
 from ..engine.latency import merge_records
 from ..engine.timing import Timing
 from ..engine.store import read_record, save_sensitivities, write_record
@@ -27,6 +26,7 @@ from ..flow.previous import previous_run
 from ..profiles.build import arch_key_of, build_profile
 from ..tasks import TASKS, get_adapter, get_task, task_of
 from .config_file import load_config
+from .show import say
 from .demo import run_demo
 from .doctor import difference_warning, doctor_lines
 
@@ -38,80 +38,6 @@ def demo(args: argparse.Namespace) -> None:
              eval_limit=args.eval_limit, input_size=args.input_size,
              eval_metric_loss=args.eval_metric_loss,
              seed=args.seed, device=args.device)
-
-
-def shown(text: object) -> str:
-    """``text`` safe to print on a terminal (:func:`autoprune.flow.report.printable`)."""
-    from ..flow.report import printable
-
-    return printable(text)
-
-
-def say(text: object) -> None:
-    """Print a line that holds what a file says (:func:`shown`)."""
-    print(shown(text))
-
-
-def show(args: argparse.Namespace) -> None:
-    if file_kind(args.file) == "a checkpoint":
-        show_checkpoint(args.file)
-        return
-    report = _run_report(args.file)
-    if report is not None:  # a run's report.json: its tables (the INT8 one included)
-        from ..flow.report import to_console
-
-        for line in to_console(report).splitlines():
-            say(line)
-        return
-    rec = read_record(args.file)
-    say(f"arch: {rec.model.get('arch')}  fingerprint: {rec.model.get('fingerprint')}  "
-        f"criterion: {rec.criterion}")
-    say(f"metric: {rec.metric.get('name')}  baseline: {rec.metric.get('baseline')}  "
-        f"higher_is_better: {rec.metric.get('higher_is_better')}")
-    ratios = sorted({r for pts in rec.sensitivities.values() for r in pts})
-    say("group".ljust(32) + "".join(f"{r:>8.2f}" for r in ratios))
-    for group, pts in rec.sensitivities.items():
-        cells = "".join(f"{pts[r]:>8.4f}" if r in pts else f"{'-':>8}" for r in ratios)
-        say(shown(group)[:31].ljust(32) + cells)
-
-
-def _run_report(path: str) -> dict | None:
-    """The content of a run's ``report.json`` (None for another kind of file)."""
-    import json
-
-    if not str(path).endswith(".json") or file_kind(path) == "a sensitivity file":
-        return None
-    try:
-        report = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    if isinstance(report, dict) and all(isinstance(report.get(k), dict) and
-                                        isinstance(report[k].get("metrics"), dict)
-                                        for k in ("baseline", "pruned")):
-        return report
-    return None
-
-
-def show_checkpoint(path: str) -> None:
-    """A checkpoint's metadata: task, architecture, build arguments, input size, whether it is
-    pruned (and how many groups), where its starting weights came from, its metrics."""
-    from ..flow.report import start_line
-
-    meta = read_pruned_metadata(path)
-    build = ", ".join(f"{k}={v}" for k, v in (meta.get("build") or {}).items())
-    say(f"task: {meta.get('task')}  arch: {meta.get('arch') or '(custom model)'}  "
-        f"build: {build or '-'}  input_size: {meta.get('input_size')}")
-    plan = meta.get("plan") or {}
-    say(f"pruned: {'yes, ' + str(len(plan)) + ' groups' if meta.get('pruned') else 'no'}  "
-        f"epoch: {meta.get('epoch', '-')}")
-    start = start_line(meta)
-    say(f"starting weights: {start or 'random initialisation (or not recorded)'}")
-    if isinstance(meta.get("data"), dict) and meta["data"]:
-        say("data settings: " + ", ".join(f"{k}={v}" for k, v in meta["data"].items()))
-    metrics = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
-    if metrics:
-        say("metrics: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()
-                                    if isinstance(v, (int, float))))
 
 
 def merge(args: argparse.Namespace) -> None:

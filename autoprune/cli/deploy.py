@@ -10,7 +10,8 @@ from ..engine.outputs import check_output
 from ..errors import ConfigError
 from ..flow.checkpoints import (check_onnx, checkpoint_meta, compare_checkpoints,
                                 export_checkpoint, export_int8)
-from .commands import shown, signed_percent
+from .commands import signed_percent
+from .show import shown
 
 
 def _same_model(checkpoint: str, baseline: str) -> None:

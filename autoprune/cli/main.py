@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="print a sensitivity file as a table, or a checkpoint's "
                        "metadata (architecture, pruning, starting weights, metrics)")
     s.add_argument("file", help="a sensitivity file (JSON) or an autoprune checkpoint")
-    s.set_defaults(func="show")
+    s.set_defaults(func="show.show")
 
     m = sub.add_parser("merge", help="merge sensitivity files (union; later files win)")
     m.add_argument("inputs", nargs="+", help="sensitivity files to merge")
