@@ -409,6 +409,40 @@ def test_a_round_stored_by_an_older_release_is_planned_again(toy_task, tmp_path)
     assert read_record(path).extra["adaptive"]["done"]
 
 
+@pytest.mark.parametrize("damage", [
+    {"index": "1"}, {"index": -3}, {"thresholds": "0.05"}, {"thresholds": [0.01, "x"]},
+    {"previous": None}, {"now": [True]}, {"points": {"no.such.group": 0.5}},
+    {"points": {"conv1": "0.5"}}, {"points": {"conv1": 0.55}}, {"points": ["conv1"]}])
+def test_a_damaged_round_in_the_file_is_planned_again_from_its_table(toy_task, tmp_path, damage):
+    """Whatever a damaged (or hand-edited) ``extra.adaptive.round`` holds, the analysis resumes
+    from its table without a traceback and ends where an uninterrupted one does."""
+    model, x, y = toy_task
+    path = tmp_path / "s.json"
+    goal = {"flops": 0.5}
+    whole = _run(model, x, Top1(x, y), path, adaptive=True, target=goal)
+    data = json.loads(path.read_text())
+    state = data["extra"]["adaptive"]
+    first = state["groups"][0]
+    damage = {k: ({first if g == "conv1" else g: r for g, r in v.items()}
+                  if k == "points" and isinstance(v, dict) else v) for k, v in damage.items()}
+    round_ = {"index": 1, "coarse": False, "now": state["thresholds"], "previous": [],
+              "thresholds": state["thresholds"], "points": {first: 0.9}, **damage}
+    state.update(done=False, round=round_)
+    path.write_text(json.dumps(data))
+    assert _run(model, x, Top1(x, y), path, adaptive=True, target=goal) == whole
+    assert read_record(path).extra["adaptive"]["done"] is True
+
+
+def test_a_finished_state_naming_no_list_of_groups_is_measured_again(toy_task, tmp_path):
+    model, x, y = toy_task
+    path = tmp_path / "s.json"
+    whole = _run(model, x, Top1(x, y), path, adaptive=True, target={"loss": 0.05})
+    data = json.loads(path.read_text())
+    data["extra"]["adaptive"]["groups"] = {"a": 1}
+    path.write_text(json.dumps(data))
+    assert _run(model, x, Top1(x, y), path, adaptive=True, target={"loss": 0.05}) == whole
+
+
 def _worker(rank, world, init_file, path, state, goal):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world)

@@ -209,6 +209,19 @@ def test_deeply_nested_json_is_a_one_line_error(tmp_path, capsys):
     _one_line_cli_error(capsys, "nested too deeply")
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_or_infinity_anywhere_in_a_file_is_a_one_line_error(tmp_path, capsys, constant):
+    """Python's json reads them, but the record could then never be written back: refused as
+    the file is read, wherever it sits (here in ``extra``, which nothing else checks)."""
+    path = ap.save_sensitivities({"conv1": {0.5: 0.1}}, tmp_path / "s.json", fingerprint="abc")
+    path.write_text(path.read_text().replace('"extra": {', f'"extra": {{"x": [{constant}], ', 1))
+    with pytest.raises(ap.SensitivityFileError, match=f"holds {constant}, which JSON") as info:
+        ap.read_record(path)
+    assert_one_line(info)
+    assert main(["show", str(path)]) == 2
+    _one_line_cli_error(capsys, "the file is damaged")
+
+
 def test_another_models_file_is_named_as_such_not_as_other_weights(tmp_path, sens_file):
     """The model is checked before the weights: a toy model's file given to the analysis of a
     resnet18 is "made for another model"."""

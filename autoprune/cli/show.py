@@ -24,7 +24,8 @@ def say(text: object) -> None:
 
 
 def show(args: argparse.Namespace) -> None:
-    """Print ``args.file``: a checkpoint's metadata, a run's report tables or a sensitivity table."""
+    """Print ``args.file``: a checkpoint's metadata, a run's report tables or a sensitivity
+    table."""
     if file_kind(args.file) == "a checkpoint":
         show_checkpoint(args.file)
         return
@@ -61,8 +62,11 @@ def analysis_line(extra: dict) -> str | None:
     evaluation = extra.get("evaluation") if isinstance(extra, dict) else None
     if not isinstance(evaluation, dict):
         return None
-    count = lambda key: (f"{evaluation[key]:,}" if isinstance(evaluation.get(key), int)  # noqa: E731
-                         and not isinstance(evaluation[key], bool) else None)
+
+    def count(key: str) -> str | None:
+        value = evaluation.get(key)
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else None
+
     adaptive = extra.get("adaptive")
     target = adaptive.get("target") if isinstance(adaptive, dict) else None
     if isinstance(target, dict) and len(target) == 1:
@@ -87,7 +91,8 @@ def decided_early_note(intervals: dict) -> str:
     span = (f" on {used[0]:,}-{used[-1]:,}" if used and used[0] != used[-1] else
             f" on {used[0]:,}" if used else "")
     total = f" of {next(iter(of)):,} images" if len(of) == 1 and span else ""
-    return f"* decided early{span}{total}: the upper end of its loss interval (as allocations read it)"
+    return (f"* decided early{span}{total}: the upper end of its loss interval (as allocations "
+            "read it)")
 
 
 def _run_report(path: str) -> dict | None:

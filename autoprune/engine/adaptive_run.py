@@ -5,6 +5,7 @@ ranks' points are merged; the file is written after every point, so a killed run
 it stopped."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch.nn as nn
@@ -14,7 +15,7 @@ from .adaptive import (LADDER, MAX_ROUNDS, Planner, Thresholds, known_points, ne
 from .adaptive_meter import PointMeter
 from .distributed import gather, rank_and_world, shard
 from .points import PointRunner
-from .store import SensitivityRecord, merge_points
+from .store import SensitivityRecord, merge_points, ratio_key
 
 
 class AdaptiveRun:
@@ -57,17 +58,35 @@ class AdaptiveRun:
     def done(self) -> bool:
         """True when the file holds this very analysis, finished (nothing to measure)."""
         state = self.stored()
-        return bool(state and state.get("done") and set(self.names) <= set(state["groups"]))
+        groups = state.get("groups") if state else None
+        return bool(state and state.get("done") is True and isinstance(groups, list) and
+                    set(self.names) <= {g for g in groups if isinstance(g, str)})
+
+    def unfinished_round(self) -> tuple[int, list[float], dict[str, Any] | None]:
+        """``(index, previous thresholds, round)`` of the round a killed session of this
+        analysis left unfinished; the round is None where the file holds none this release
+        could have planned (one stored by an older release names whole groups): the next round
+        is then planned from the table, which holds every point measured. A damaged state
+        (numbers that are not numbers, groups it does not analyse) starts from round 0."""
+        state = self.stored()
+        now = state.get("round") if state and state.get("done") is False else None
+        if not isinstance(now, dict):
+            return 0, [], None
+        index, points = now.get("index"), now.get("points")
+        lists = [now.get(key) for key in ("thresholds", "now", "previous")]
+        if not (isinstance(index, int) and not isinstance(index, bool) and
+                0 <= index < MAX_ROUNDS and
+                all(isinstance(v, list) and all(_number(t) for t in v) for v in lists)):
+            return 0, [], None
+        planned = isinstance(points, dict) and all(
+            name in self.names and _number(r) and ratio_key(r) in self.grid
+            for name, r in points.items())
+        return index, now["previous"], now if planned else None
 
     def run(self) -> None:
         """Rounds until no group needs a point (or :data:`MAX_ROUNDS`); a round left unfinished
         by a killed session is continued as it was planned."""
-        state = self.stored()
-        now = state.get("round") if state and not state.get("done") else None
-        index = now["index"] if now else 0
-        previous = now["previous"] if now else []
-        if now is not None and not isinstance(now.get("points"), dict):
-            now = None  # a round planned by an older release: planned again from the table
+        index, previous, now = self.unfinished_round()
         for _ in range(MAX_ROUNDS):
             if now is None:
                 now = self._plan(index, previous)
@@ -75,7 +94,7 @@ class AdaptiveRun:
                     break
                 self._save(now)
             for name in shard(list(now["points"]), self.rank, self.world):
-                ratio = float(now["points"][name])
+                ratio = ratio_key(float(now["points"][name]))
                 known = self.known(name)
                 if ratio not in known or undecided(known[ratio], now["thresholds"]):
                     self._measure(name, ratio, now["thresholds"])  # else measured before a kill
@@ -138,3 +157,9 @@ class AdaptiveRun:
             merge_points(self.record, SensitivityRecord(sensitivities=points,
                                                         intervals=intervals))
         self.write()
+
+
+def _number(value: Any) -> bool:
+    """True for a finite int or float (not a bool): what a stored round's numbers must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)

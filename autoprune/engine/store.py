@@ -210,6 +210,15 @@ def parse_intervals(path: Path, raw: Any) -> dict[str, dict[float, dict[str, Any
     return out
 
 
+class _NotJSON(ValueError):
+    """A NaN or Infinity in a file: Python's json reads them, but a record holding one could
+    not be written back (``allow_nan=False``), so a file holding one is refused as it is read."""
+
+
+def _not_json(constant: str) -> Any:
+    raise _NotJSON(constant)
+
+
 def read_record(path: PathLike) -> SensitivityRecord:
     """Load and validate a sensitivity file (JSON only; never unpickles)."""
     path = Path(path)
@@ -217,7 +226,11 @@ def read_record(path: PathLike) -> SensitivityRecord:
         raise SensitivityFileError(f"no sensitivity file at {path}: check the path, or compute one "
                                    f"with autoprune.sensitivity(..., sensitivities_file=...)")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), parse_constant=_not_json)
+    except _NotJSON as e:
+        raise SensitivityFileError(f"{path} holds {e}, which JSON does not allow and autoprune "
+                                   f"never writes: the file is damaged (restore a copy, or "
+                                   f"delete it to measure it again)") from None
     except UnicodeDecodeError:
         raise SensitivityFileError(f"{path} is not a JSON sensitivity file (binary content; a "
                                    f"PaddleSlim pickle? convert it with import_paddleslim(..., "
