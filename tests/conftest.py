@@ -444,8 +444,12 @@ def check_bounded_map(adapter, model, monkeypatch) -> None:
     import threading
 
     from autoprune.tasks.detection import incremental
+    from autoprune.tasks.detection.map_bound import seen_maps
 
     monkeypatch.setattr(incremental, "look_points", lambda total: [8])
+    computed = []
+    monkeypatch.setattr(incremental, "seen_maps",
+                        lambda *stats: computed.append(1) or seen_maps(*stats))
     final = adapter.evaluate(model)[adapter.metric]
     evaluation = adapter.incremental_eval()
     assert isinstance(evaluation, incremental.BoundedMAP) and evaluation.images == 16
@@ -453,7 +457,9 @@ def check_bounded_map(adapter, model, monkeypatch) -> None:
     assert [s.images for s in steps] == [8, 8]
     assert steps[-1].value == steps[-1].low == steps[-1].high == final
     assert steps[0].low == 0.0 and final <= steps[0].high < 1.0
-    assert 0.0 <= steps[0].seen <= 1.0  # the mAP of the first 8 images (the ETA's pilot)
+    assert not computed  # the seen mAP costs as much as the bound: computed only when asked
+    assert 0.0 <= steps[0].seen_metric() <= 1.0  # the mAP of the first 8 images (the pilot's)
+    assert computed == [1]
     run = evaluation.incremental(model)
     next(run)
     run.close()
@@ -488,6 +494,17 @@ def report_in_onnxruntime(monkeypatch):
 
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def flops_ratio(timer: Any, candidate: nn.Module) -> float:
+    """``PairedTimer.compare`` with FLOPs standing in for the clock (deterministic, fast): the
+    candidate's FLOPs over the unpruned model's, those counted once per timer."""
+    from autoprune.engine.measure import count_flops
+
+    timer.base_rounds.append(10.0)
+    if getattr(timer, "_test_base_flops", None) is None:
+        timer._test_base_flops = count_flops(timer.base, timer.inputs)
+    return count_flops(candidate, timer.inputs) / timer._test_base_flops
 
 
 def load_benchmark(name: str, module_name: str | None = None, on_path: bool = False) -> Any:

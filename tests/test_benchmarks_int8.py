@@ -15,11 +15,10 @@ import torch
 
 from autoprune.engine.int8 import speed
 from autoprune.engine.latency import PairedTimer
-from autoprune.engine.measure import count_flops
 from autoprune.flow import run as flow_run
 from autoprune.tasks import weights
 
-from conftest import load_benchmark, needs_fmnist
+from conftest import flops_ratio, load_benchmark, needs_fmnist
 
 pytestmark = needs_fmnist
 SMALL = ["--quick", "--size", "32", "--train-images", "40", "--val-images", "40",
@@ -29,12 +28,6 @@ SMALL = ["--quick", "--size", "32", "--train-images", "40", "--val-images", "40"
 
 def _bench():
     return load_benchmark("int8", on_path=True)
-
-
-def _flops_ratio(self, candidate):
-    """PairedTimer.compare with FLOPs standing in for the clock."""
-    self.base_rounds.append(10.0)
-    return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
 
 
 def _all_int8(quantizer, fp32_onnx, *args, **kwargs):
@@ -56,7 +49,7 @@ def offline(monkeypatch):
 
 def test_the_int8_benchmark_quick_then_a_rerun_reuses_every_stage(tmp_path, capsys,
                                                                   monkeypatch, offline):
-    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
+    monkeypatch.setattr(PairedTimer, "compare", flops_ratio)
     monkeypatch.setattr(flow_run, "quantize_sides", lambda *a, **k: None)
     monkeypatch.setattr(speed, "exclude_for_speed", _all_int8)
     bench = _bench()

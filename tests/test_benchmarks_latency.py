@@ -6,17 +6,9 @@ import re
 import pytest
 
 from autoprune.engine.latency import PairedTimer
-from autoprune.engine.measure import count_flops
 from autoprune.engine.store import read_record
 
-from conftest import load_benchmark, needs_fmnist
-
-
-
-def _flops_ratio(self, candidate):
-    """PairedTimer.compare with FLOPs standing in for the clock (deterministic)."""
-    self.base_rounds.append(10.0)
-    return count_flops(candidate, self.inputs) / count_flops(self.base, self.inputs)
+from conftest import flops_ratio, load_benchmark, needs_fmnist
 
 
 def _bench(name):
@@ -48,7 +40,7 @@ def test_latency_aware_benchmark_tiny(capsys, monkeypatch, tmp_path):
     """resnet18 through the classification adapter: the table, the rows and the summary, the two
     machine-read last lines, retraining on fewer images; a rerun with the same --work-dir reuses
     the base model and the table."""
-    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
+    monkeypatch.setattr(PairedTimer, "compare", flops_ratio)
     bench = _bench("latency_aware")
     args = ["--tiny", "--models", "resnet18", "--ratios", "0.3,0.6,0.9",
             "--work-dir", str(tmp_path)]
@@ -114,7 +106,7 @@ def test_latency_aware_benchmark_detection_tiny(capsys, monkeypatch, tmp_path):
 
 def _check_resnet18_at_32px(monkeypatch, *args: str) -> list[dict]:
     """latency_target_check.py on resnet18 at 32 px, FLOPs standing in for in-process timing."""
-    monkeypatch.setattr(PairedTimer, "compare", _flops_ratio)
+    monkeypatch.setattr(PairedTimer, "compare", flops_ratio)
     bench = _bench("latency_target_check")
     return bench.main(["--models", "resnet18", "--size", "32", *args])  # its own size: 128
 

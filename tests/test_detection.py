@@ -383,6 +383,31 @@ def trained(flow, data_yaml):
     return model, adapter, PruningGraph(model, example, ignored), _eval_images(adapter)
 
 
+def test_the_adaptive_estimate_is_piloted_on_the_map_of_the_first_images(flow, data_yaml,
+                                                                         tmp_path, capsys,
+                                                                         monkeypatch):
+    """mAP has no per-image flips: the estimate said before an adaptive analysis (its dry run
+    here) reads the unpruned model's and each group's top ratio's mAP over their first images,
+    said at the bound's looks (one after 8 images here), computed only for the pilot."""
+    from autoprune.engine import adaptive_eta
+    from autoprune.tasks.detection import incremental
+
+    monkeypatch.setattr(incremental, "look_points", lambda total: [8])
+    pilots, real = [], adaptive_eta.pilot_seen
+    monkeypatch.setattr(adaptive_eta, "pilot_seen",
+                        lambda *a: pilots.append(real(*a)) or pilots[-1])
+    result, _ = flow
+    det.analyze_sensitivity(result.baseline_path, data_yaml, tmp_path / "sens.json",
+                            ratios=(0.3, 0.9), eval_limit=16,
+                            sensitivity_options={"adaptive": True, "plan": True,
+                                                 "target": {"loss": 0.05}},
+                            **{k: v for k, v in SMALL.items() if k != "train_args"})
+    out = capsys.readouterr().out
+    assert "predicted from a pilot: each group's top ratio, the metric of its first 8 images" in out
+    assert len(pilots) > 10 and all(n == 8 and 0.0 <= v <= 1.0 for n, v in pilots)
+    assert not (tmp_path / "sens.json").exists()  # a plan measures nothing
+
+
 def test_masked_head_outputs_of_the_trained_detector_equal_real_pruning(trained):
     """Two ratios of a group and the unmasked model in one batched pass over the real evaluation
     images: each masked slice gives the head outputs (before NMS) of really pruning those

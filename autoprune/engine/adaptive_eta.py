@@ -289,19 +289,21 @@ def pilot_seen(meter: PointMeter, model: nn.Module, images: int) -> tuple[int, f
     first step past them that says the metric of the images seen (``Step.seen``: a detection
     evaluation says it at its looks), or the whole evaluation's value where it ends first; the
     metric None where no step within twice ``images`` says one."""
-    seen, value = 0, None
+    seen, saying = 0, None  # the last step that says a metric
     steps = meter.eval_fn.incremental(model, start=0)
     try:
         for step in steps:
             seen += int(step.images)
-            said = step.value if step.value is not None else step.seen
-            value = float(said) if said is not None else value
+            if step.value is not None or step.seen is not None:
+                saying = step
             if step.value is not None or seen >= 2 * images or \
                     (seen >= images and step.seen is not None):
                 break
     finally:
         close_steps(steps)
-    return seen, value
+    if saying is None:
+        return seen, None
+    return seen, float(saying.value if saying.value is not None else saying.seen_metric())
 
 
 def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],

@@ -41,14 +41,21 @@ from ..errors import MetricError
 class Step:
     """What one batch of an incremental evaluation adds: ``images`` evaluated in it, and either
     their ``scores`` or the whole evaluation's sure ``low``/``high``; ``value`` on the last;
-    ``seen``: optionally, the metric of the images seen so far alone (an estimate only)."""
+    ``seen``: optionally, the metric of the images seen so far alone (an estimate only), or a
+    function that computes it when asked (:meth:`seen_metric`: only the estimate's pilot asks,
+    and for mAP it costs as much as the bound)."""
 
     images: int
     scores: torch.Tensor | None = None
     low: float | None = None
     high: float | None = None
     value: float | None = None
-    seen: float | None = None
+    seen: float | Callable[[], float] | None = None
+
+    def seen_metric(self) -> float | None:
+        """The metric of the images seen so far (``seen``, computed now where it is a
+        function), or None where the step says none."""
+        return self.seen() if callable(self.seen) else self.seen
 
 
 def images_of(eval_fn: Any, fallback: int | None = None) -> int | None:

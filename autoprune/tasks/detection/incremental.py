@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch.nn as nn
@@ -73,12 +73,13 @@ class BoundedMAP:
         return (cat(self.tp_key, (0, 10)), cat("conf", (0,)), cat("pred_cls", (0,)),
                 cat("target_cls", (0,)))
 
-    def at_look(self, validator: Any) -> tuple[float, float]:
+    def at_look(self, validator: Any) -> tuple[float, Callable[[], float]]:
         """``(upper bound, mAP of the images seen alone)`` from the validator's statistics after
-        its latest batch (the latter an estimate: :func:`seen_maps`)."""
+        its latest batch; the latter (an estimate: :func:`seen_maps`) as a function of the
+        statistics taken at this look, computed only where the estimate's pilot asks."""
         stats = self._stats(validator)
         bounds = map_upper_bounds(*stats, self._total_labels(validator.dataloader.dataset))
-        return bounds[self.kind], seen_maps(*stats)[self.kind]
+        return bounds[self.kind], lambda: seen_maps(*stats)[self.kind]
 
     def incremental(self, model: nn.Module, start: int = 0) -> Iterator[Step]:
         if start:
