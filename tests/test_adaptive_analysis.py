@@ -392,30 +392,16 @@ def test_a_resumed_adaptive_analysis_equals_an_uninterrupted_one(toy_task, tmp_p
     assert a.intervals == b.intervals and a.extra["adaptive"] == b.extra["adaptive"]
 
 
-def test_a_round_stored_by_an_older_release_is_planned_again(toy_task, tmp_path):
-    """A file whose unfinished round names whole groups to resolve (``work``, before rounds of
-    one planned point each) resumes by planning from its table: no error, the same table."""
-    model, x, y = toy_task
-    path = tmp_path / "s.json"
-    goal = {"flops": 0.5}
-    whole = _run(model, x, Top1(x, y), path, adaptive=True, target=goal)
-    data = json.loads(path.read_text())
-    state = data["extra"]["adaptive"]
-    state.update(done=False, round={"index": 1, "coarse": False, "now": state["thresholds"],
-                                    "previous": [], "thresholds": state["thresholds"],
-                                    "work": state["groups"]})
-    path.write_text(json.dumps(data))
-    assert _run(model, x, Top1(x, y), path, adaptive=True, target=goal) == whole
-    assert read_record(path).extra["adaptive"]["done"]
-
-
 @pytest.mark.parametrize("damage", [
-    {"index": "1"}, {"index": -3}, {"thresholds": "0.05"}, {"thresholds": [0.01, "x"]},
+    None, {"index": "1"}, {"index": -3}, {"thresholds": "0.05"}, {"thresholds": [0.01, "x"]},
     {"previous": None}, {"now": [True]}, {"points": {"no.such.group": 0.5}},
     {"points": {"conv1": "0.5"}}, {"points": {"conv1": 0.55}}, {"points": ["conv1"]}])
-def test_a_damaged_round_in_the_file_is_planned_again_from_its_table(toy_task, tmp_path, damage):
-    """Whatever a damaged (or hand-edited) ``extra.adaptive.round`` holds, the analysis resumes
-    from its table without a traceback and ends where an uninterrupted one does."""
+def test_a_round_of_an_older_release_or_damaged_is_planned_again_from_the_table(
+        toy_task, tmp_path, damage):
+    """An unfinished round stored by an older release (None here: it names whole groups to
+    resolve, ``work``, not one planned point each), or damaged / hand-edited, resumes by
+    planning from the file's table: no traceback, the table an uninterrupted analysis ends
+    with."""
     model, x, y = toy_task
     path = tmp_path / "s.json"
     goal = {"flops": 0.5}
@@ -423,10 +409,16 @@ def test_a_damaged_round_in_the_file_is_planned_again_from_its_table(toy_task, t
     data = json.loads(path.read_text())
     state = data["extra"]["adaptive"]
     first = state["groups"][0]
-    damage = {k: ({first if g == "conv1" else g: r for g, r in v.items()}
-                  if k == "points" and isinstance(v, dict) else v) for k, v in damage.items()}
     round_ = {"index": 1, "coarse": False, "now": state["thresholds"], "previous": [],
-              "thresholds": state["thresholds"], "points": {first: 0.9}, **damage}
+              "thresholds": state["thresholds"]}
+    if damage is None:
+        round_["work"] = state["groups"]
+    else:
+        points = damage.get("points")
+        if isinstance(points, dict):  # "conv1": this model's first group
+            damage = {**damage, "points": {first if g == "conv1" else g: r
+                                           for g, r in points.items()}}
+        round_.update({"points": {first: 0.9}, **damage})
     state.update(done=False, round=round_)
     path.write_text(json.dumps(data))
     assert _run(model, x, Top1(x, y), path, adaptive=True, target=goal) == whole
