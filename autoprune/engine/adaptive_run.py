@@ -65,9 +65,10 @@ class AdaptiveRun:
     def unfinished_round(self) -> tuple[int, list[float], dict[str, Any] | None]:
         """``(index, previous thresholds, round)`` of the round a killed session of this
         analysis left unfinished; the round is None where the file holds none this release
-        could have planned (one stored by an older release names whole groups): the next round
-        is then planned from the table, which holds every point measured. A damaged state
-        (numbers that are not numbers, groups it does not analyse) starts from round 0."""
+        could have planned (one stored by an older release names whole groups; a damaged one
+        names groups this analysis does not measure or ratios off its grid): the next round is
+        then planned from the table, which holds every point measured. Where the index or the
+        thresholds are not numbers, that planning starts from round 0."""
         state = self.stored()
         now = state.get("round") if state and state.get("done") is False else None
         if not isinstance(now, dict):
