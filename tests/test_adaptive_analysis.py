@@ -1030,6 +1030,12 @@ def test_the_one_call_flow_measures_for_its_own_target_and_a_plan_prunes_nothing
     assert done.report is not None
     record = read_record(tmp_path / "s.json")
     assert record.extra["adaptive"]["target"] == {"flops": 0.4}
+    # the report says how the table it pruned with was measured
+    evaluated = record.extra["evaluation"]["images_evaluated"]
+    assert done.report["sensitivity_analysis"]["adaptive_target"] == {"flops": 0.4}
+    assert done.report["sensitivity_analysis"]["images_evaluated"] == evaluated > 0
+    assert f"Sensitivity analysis: adaptive, for flops=0.4, {evaluated:,} images evaluated" in \
+        (tmp_path / "run" / "report.md").read_text()
 
 
 def test_a_full_analysis_times_warm_batches_where_the_evaluation_reports_as_it_goes(

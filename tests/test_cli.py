@@ -38,7 +38,7 @@ def test_show_marks_points_decided_early_and_says_how_the_file_was_measured(tmp_
     write_record(rec, tmp_path / "a.json")
     assert main(["show", str(tmp_path / "a.json")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "analysis: adaptive, for flops=0.5, 9,648 images evaluated, 2 points decided early (*)" \
+    assert "analysis: adaptive, for flops=0.5, 9,648 images evaluated, 2 points decided early" \
         in lines
     conv1 = next(line for line in lines if line.startswith("conv1"))
     assert conv1.split() == ["conv1", "0.0100", "-", "0.4000*"]  # ratios 0.1, 0.5, 0.9
@@ -52,6 +52,24 @@ def test_show_says_a_full_analysis_measured_every_image(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "analysis: every point on every image (prune evaluation), 1,000 images evaluated" in out
     assert "*" not in out and "0.0100" in out
+
+
+def test_how_a_file_was_measured_is_said_only_in_words_autoprune_writes():
+    """A full analysis that completed an adaptive file later is not called adaptive; what a
+    stranger's file puts there (unknown modes and targets, text) is not repeated."""
+    from autoprune.flow.report import analysis_line, analysis_summary
+
+    adaptive = {"target": {"loss": 0.05}}
+    completed = {"adaptive": adaptive, "evaluation": {"mode": "prune", "images_evaluated": 9}}
+    assert analysis_line(analysis_summary(completed)) == \
+        "every point on every image (prune evaluation), 9 images evaluated"
+    crafted = {"adaptive": {"target": {"<b>x</b>": 1}},
+               "evaluation": {"mode": "adaptive", "images_evaluated": "lots",
+                              "points_as_intervals": True}}
+    assert analysis_line(analysis_summary(crafted)) == "adaptive"
+    assert analysis_line(analysis_summary({"evaluation": {"mode": "\x1b[2J"}})) == \
+        "every point on every image (prune evaluation)"
+    assert analysis_summary({"how": {}}) is None and analysis_line(None) == ""
 
 
 def test_merge_later_wins(sens_file, tmp_path, capsys):

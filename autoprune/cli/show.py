@@ -9,6 +9,7 @@ from pathlib import Path
 from ..engine.checkpoint import read_pruned_metadata
 from ..engine.outputs import file_kind
 from ..engine.store import read_record
+from ..flow.report import analysis_line, analysis_summary
 
 
 def shown(text: object) -> str:
@@ -41,9 +42,9 @@ def show(args: argparse.Namespace) -> None:
         f"criterion: {rec.criterion}")
     say(f"metric: {rec.metric.get('name')}  baseline: {rec.metric.get('baseline')}  "
         f"higher_is_better: {rec.metric.get('higher_is_better')}")
-    analysis = analysis_line(rec.extra)
+    analysis = analysis_line(analysis_summary(rec.extra))
     if analysis:
-        say(analysis)
+        say(f"analysis: {analysis}")
     ratios = sorted({r for pts in rec.sensitivities.values() for r in pts})
     width = 9 if rec.intervals else 8  # room for the mark of a point decided early
     say("group".ljust(32) + "".join(f"{r:>{width}.2f}" for r in ratios))
@@ -54,32 +55,6 @@ def show(args: argparse.Namespace) -> None:
         say(shown(group)[:31].ljust(32) + cells)
     if rec.intervals:
         say(decided_early_note(rec.intervals))
-
-
-def analysis_line(extra: dict) -> str | None:
-    """One line on how a sensitivity file was measured, from its ``extra`` (adaptive: for
-    which target; images evaluated; points decided early), or None when it says nothing."""
-    evaluation = extra.get("evaluation") if isinstance(extra, dict) else None
-    if not isinstance(evaluation, dict):
-        return None
-
-    def count(key: str) -> str | None:
-        value = evaluation.get(key)
-        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else None
-
-    adaptive = extra.get("adaptive")
-    target = adaptive.get("target") if isinstance(adaptive, dict) else None
-    if isinstance(target, dict) and len(target) == 1:
-        (kind, value), = target.items()
-        mode = f"adaptive, for {kind}={value}"
-    else:
-        mode = f"every point on every image ({evaluation.get('mode', 'prune')} evaluation)"
-    parts = [f"analysis: {mode}"]
-    if count("images_evaluated"):
-        parts.append(f"{count('images_evaluated')} images evaluated")
-    if count("points_as_intervals"):
-        parts.append(f"{count('points_as_intervals')} points decided early (*)")
-    return ", ".join(parts)
 
 
 def decided_early_note(intervals: dict) -> str:

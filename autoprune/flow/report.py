@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 
 from ..engine.files import write_text_atomic
+from ..engine.adaptive import TARGETS
+from ..engine.points import EVALUATIONS
 from ..engine.latency import describe, paired_reduction
 from ..engine.timer import report_runtimes
 from ..engine.measure import count_flops, count_params, size_mb, to_device
@@ -212,6 +214,9 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     start = start_line(report)
     if start:
         lines += ["", f"Starting weights: {start}."]
+    analysis = analysis_line(report.get("sensitivity_analysis"))
+    if analysis:
+        lines += ["", f"Sensitivity analysis: {analysis}."]
     data = report.get("data")
     if data:
         lines += ["", f"Data: {data}."]
@@ -222,6 +227,52 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         lines += ["| " + " | ".join(r) + " |" for r in precision]
         lines += [""] + [f"- {line}" for line in int8_lines(report)]
     return "\n".join(lines) + "\n"
+
+
+def analysis_summary(extra: Any) -> dict[str, Any] | None:
+    """How a sensitivity file was measured, from its ``extra`` (a report keeps it as
+    ``sensitivity_analysis``): the adaptive analysis's target (None: every point on every
+    image), the evaluation mode, the images evaluated and the points decided early; None where
+    the file does not say (a file from an older release, a converted one)."""
+    evaluation = extra.get("evaluation") if isinstance(extra, Mapping) else None
+    if not isinstance(evaluation, Mapping):
+        return None
+
+    def count(key: str) -> int | None:
+        value = evaluation.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    mode = evaluation.get("mode")
+    mode = mode if mode in ("adaptive", *EVALUATIONS) else "prune"  # words autoprune writes
+    adaptive = extra.get("adaptive")  # (kept by a full analysis that completed the file later)
+    target = adaptive.get("target") if isinstance(adaptive, Mapping) else None
+    adaptive_target = dict(target) if mode == "adaptive" and isinstance(target, Mapping) and \
+        len(target) == 1 and all(k in TARGETS and isinstance(v, (int, float)) and
+                                 not isinstance(v, bool) for k, v in target.items()) else None
+    return {"adaptive_target": adaptive_target, "mode": mode,
+            "images_evaluated": count("images_evaluated"),
+            "points_decided_early": count("points_as_intervals")}
+
+
+def analysis_line(summary: Any) -> str:
+    """:func:`analysis_summary` in words, e.g. ``adaptive, for flops=0.4, 8,648 images
+    evaluated, 13 points decided early``; empty where there is none."""
+    if not isinstance(summary, Mapping):
+        return ""
+    target = summary.get("adaptive_target")
+    if isinstance(target, Mapping) and len(target) == 1:
+        (kind, value), = target.items()
+        parts = [f"adaptive, for {kind}={value}"]
+    elif summary.get("mode") == "adaptive":
+        parts = ["adaptive"]
+    else:
+        parts = [f"every point on every image ({summary.get('mode', 'prune')} evaluation)"]
+    for key, words in (("images_evaluated", "images evaluated"),
+                       ("points_decided_early", "points decided early")):
+        value = summary.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value:
+            parts.append(f"{value:,} {words}")
+    return ", ".join(parts)
 
 
 def start_line(report: Mapping[str, Any]) -> str:
@@ -265,6 +316,9 @@ def _console_lines(report: Mapping[str, Any]) -> list[str]:
     start = start_line(report)
     if start:
         lines.append(f"starting weights: {start}")
+    analysis = analysis_line(report.get("sensitivity_analysis"))
+    if analysis:
+        lines.append(f"sensitivity analysis: {analysis}")
     precision = int8_rows(report)
     if precision:
         head = ("model", "precision", "size", "latency", "metric", "vs FP32 base")

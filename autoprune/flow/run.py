@@ -36,7 +36,7 @@ from .options import (check_outputs, check_save_dir, check_sensitivity_options,
                       written_by_run)
 from .plots import plot_sensitivities
 from .previous import previous_run
-from .report import compare_sides, to_console, write_reports
+from .report import analysis_summary, compare_sides, to_console, write_reports
 from .sensitivities import allocation_target, check_sensitivities_file, get_sensitivities
 from .steps import Schedule, check_schedule, combined, step_targets
 from .training import Distill, prepare_teacher
@@ -311,6 +311,7 @@ def write_report(run: Run) -> dict[str, Any]:
     report = {"task": adapter.task, "arch": run.arch, "data": adapter.describe_data(),
               "start_weights": run.meta["start_weights"],
               "sensitivities_file": str(run.sens_path),
+              "sensitivity_analysis": analysis_summary(run.record.extra),
               "eval_metric_loss": None if targets.flops is not None else targets.loss,
               "pruned_flops_target": targets.flops, "pruned_latency_target": flow.pruned_latency,
               "criterion": _name_of(flow.criterion), "round_to": flow.round_to,
