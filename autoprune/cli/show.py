@@ -9,13 +9,12 @@ from pathlib import Path
 from ..engine.checkpoint import read_pruned_metadata
 from ..engine.outputs import file_kind
 from ..engine.store import read_record
-from ..flow.report import analysis_line, analysis_summary
+from ..flow.report import (analysis_line, analysis_summary, printable, start_line, to_console,
+                           whole_number)
 
 
 def shown(text: object) -> str:
     """``text`` safe to print on a terminal (:func:`autoprune.flow.report.printable`)."""
-    from ..flow.report import printable
-
     return printable(text)
 
 
@@ -32,8 +31,6 @@ def show(args: argparse.Namespace) -> None:
         return
     report = _run_report(args.file)
     if report is not None:  # a run's report.json: its tables (the INT8 one included)
-        from ..flow.report import to_console
-
         for line in to_console(report).splitlines():
             say(line)
         return
@@ -61,8 +58,8 @@ def decided_early_note(intervals: dict) -> str:
     """The table's footnote for points an adaptive analysis decided on part of the images."""
     seen = [(info.get("images"), info.get("of")) for points in intervals.values()
             for info in points.values() if isinstance(info, dict)]
-    used = sorted(n for n, _ in seen if isinstance(n, int) and not isinstance(n, bool))
-    of = {m for _, m in seen if isinstance(m, int) and not isinstance(m, bool)}
+    used = sorted(n for n, _ in seen if whole_number(n))
+    of = {m for _, m in seen if whole_number(m)}
     span = (f" on {used[0]:,}-{used[-1]:,}" if used and used[0] != used[-1] else
             f" on {used[0]:,}" if used else "")
     total = f" of {next(iter(of)):,} images" if len(of) == 1 and span else ""
@@ -90,8 +87,6 @@ def _run_report(path: str) -> dict | None:
 def show_checkpoint(path: str) -> None:
     """A checkpoint's metadata: task, architecture, build arguments, input size, whether it is
     pruned (and how many groups), where its starting weights came from, its metrics."""
-    from ..flow.report import start_line
-
     meta = read_pruned_metadata(path)
     build = ", ".join(f"{k}={v}" for k, v in (meta.get("build") or {}).items())
     say(f"task: {meta.get('task')}  arch: {meta.get('arch') or '(custom model)'}  "

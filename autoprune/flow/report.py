@@ -229,6 +229,11 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def whole_number(value: Any) -> bool:
+    """True for an int that is not a bool (what a count read from a file must be)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def analysis_summary(extra: Any) -> dict[str, Any] | None:
     """How a sensitivity file was measured, from its ``extra`` (a report keeps it as
     ``sensitivity_analysis``): the adaptive analysis's target (None: every point on every
@@ -239,8 +244,7 @@ def analysis_summary(extra: Any) -> dict[str, Any] | None:
         return None
 
     def count(key: str) -> int | None:
-        value = evaluation.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return evaluation.get(key) if whole_number(evaluation.get(key)) else None
 
     mode = evaluation.get("mode")
     mode = mode if mode in ("adaptive", *EVALUATIONS) else "prune"  # words autoprune writes
@@ -270,7 +274,7 @@ def analysis_line(summary: Any) -> str:
     for key, words in (("images_evaluated", "images evaluated"),
                        ("points_decided_early", "points decided early")):
         value = summary.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value:
+        if whole_number(value) and value:
             parts.append(f"{value:,} {words}")
     return ", ".join(parts)
 
