@@ -522,20 +522,20 @@ def test_the_images_a_point_is_expected_to_need_are_those_the_bound_stops_at():
     the first looks, one near it needs every image, and the prediction is what PointMeter really
     does on scores that flip at exactly that rate."""
     from autoprune.engine.adaptive_meter import PointMeter
-    from autoprune.engine.adaptive_eta import expected_images
+    from autoprune.engine.adaptive_eta import expected_measure
 
     n = 2000
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0  # 80 % right
     meter = PointMeter(None, base, n, 0.8, True, bound="confidence", confidence=0.999,
                        resumable=True, random_order=True)
-    far, near, below = (expected_images(meter, loss, 0.05) for loss in (0.6, 0.05, 0.0))
+    far, near, below = (expected_measure(meter, loss, 0.05)[0] for loss in (0.6, 0.05, 0.0))
     assert far <= meter.looks[1] and near == n and far < below < n
     for loss in (0.6, 0.2, 0.0):
         meter.eval_fn = _EvenFlips(base, loss, 8)
         result = meter.measure(None, [0.05])
         seen = result.get("images", n)
-        predicted = expected_images(meter, loss, 0.05)
+        predicted = expected_measure(meter, loss, 0.05)[0]
         # within one look (x1.5) and one step of 8 images: the steps overshoot a look
         assert predicted / 1.5 <= seen <= predicted * 1.5 + 8, (loss, seen, predicted)
 

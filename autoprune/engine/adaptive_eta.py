@@ -14,7 +14,7 @@ nothing); then the rounds of :class:`~autoprune.engine.adaptive_run.AdaptiveRun`
 against those curves with the real :class:`~autoprune.engine.adaptive.Planner` and
 :class:`~autoprune.engine.adaptive.Thresholds`, each point charged the images the bound needs to
 decide a point of its loss against the round's thresholds, its flips arriving at their expected
-rate (:func:`expected_images`). It returns which points and how many images each, so the ETA
+rate (:func:`expected_measure`). It returns which points and how many images each, so the ETA
 also weighs each point's own cost (a top ratio computes less than the unpruned model), and the
 pilots themselves (:class:`Pilot`), which the analysis continues when it measures those points.
 A metric that is not a mean over images (mAP, mIoU: sure bounds, no flips to count) is piloted
@@ -91,12 +91,6 @@ def step_looks(looks: list[int], step: int, total: int) -> list[int]:
         if end < total and (not out or end > out[-1]):
             out.append(end)
     return out
-
-
-def expected_images(meter: PointMeter, loss: float, thresholds: float | Iterable[float]) -> int:
-    """The images ``meter``'s bound needs to decide a point of true relative ``loss`` against
-    ``thresholds`` (:func:`expected_measure`)."""
-    return expected_measure(meter, loss, thresholds)[0]
 
 
 @dataclass
