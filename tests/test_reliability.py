@@ -40,16 +40,26 @@ def _run_offline(code: str, tmp_path: Path) -> None:
 
 
 @needs_fmnist
-def test_no_socket_during_full_classification_run(tmp_path):
+def test_no_socket_during_full_classification_and_segmentation_runs(tmp_path):
+    """One child process (one start of torch, timm and smp) runs both tasks' whole flow and
+    exports each pruned model, every socket call refused."""
     _run_offline(f"""
-        from autoprune import classification as cls
+        import autoprune, torch
+        from autoprune import classification as cls, segmentation as seg
         r = cls.train("mobilenetv3_small_100", "fashion-mnist", epochs=1, batch_size=32,
-                      train_limit=64, eval_limit=32, save_dir={str(tmp_path / 'run')!r},
-                      sensitivities_file={str(tmp_path / 's.json')!r}, ratios=(0.5,),
+                      train_limit=64, eval_limit=32, save_dir={str(tmp_path / 'cls')!r},
+                      sensitivities_file={str(tmp_path / 'c.json')!r}, ratios=(0.5,),
                       eval_metric_loss=0.5, progress=False)
         m = cls.load_model(r.pruned_path)
-        import autoprune, torch
-        autoprune.export_onnx(m, torch.randn(1, 3, 32, 32), {str(tmp_path / 'm.onnx')!r})
+        autoprune.export_onnx(m, torch.randn(1, 3, 32, 32), {str(tmp_path / 'c.onnx')!r})
+        r = seg.train("unet", "resnet18", train_data="fashion-scenes", epochs=1, batch_size=8,
+                      input_size=32, train_limit=16, eval_limit=4,
+                      save_dir={str(tmp_path / 'seg')!r},
+                      sensitivities_file={str(tmp_path / 's.json')!r}, ratios=(0.5,),
+                      eval_metric_loss=0.5, progress=False)
+        m = seg.load_model(r.pruned_path)
+        assert m(torch.randn(1, 3, 32, 32)).shape == (1, 11, 32, 32)
+        autoprune.export_onnx(m, torch.randn(1, 3, 32, 32), {str(tmp_path / 's.onnx')!r})
         print("OK")
     """, tmp_path)
 
@@ -71,23 +81,6 @@ def test_same_seed_same_sensitivities_and_architecture(tmp_path):
         runs.append((sens["sensitivities"], sens["metric"]["baseline"], plan))
     assert runs[0][2], "nothing was pruned: the comparison would be empty"
     assert runs[0] == runs[1]
-
-
-@needs_fmnist
-def test_no_socket_during_full_segmentation_run(tmp_path):
-    _run_offline(f"""
-        from autoprune import segmentation as seg
-        r = seg.train("unet", "resnet18", train_data="fashion-scenes", epochs=1, batch_size=8,
-                      input_size=32, train_limit=16, eval_limit=4,
-                      save_dir={str(tmp_path / 'run')!r},
-                      sensitivities_file={str(tmp_path / 's.json')!r}, ratios=(0.5,),
-                      eval_metric_loss=0.5, progress=False)
-        m = seg.load_model(r.pruned_path)
-        import autoprune, torch
-        assert m(torch.randn(1, 3, 32, 32)).shape == (1, 11, 32, 32)
-        autoprune.export_onnx(m, torch.randn(1, 3, 32, 32), {str(tmp_path / 'm.onnx')!r})
-        print("OK")
-    """, tmp_path)
 
 
 def test_ctrl_c_during_analysis_leaves_a_valid_file_and_the_rerun_completes(tmp_path):
