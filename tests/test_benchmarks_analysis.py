@@ -39,6 +39,10 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         measured = bench.main(["--quick", "--out", str(tmp_path), "--measure-only"])
         assert measured == [] and "min_fewer=" not in capsys.readouterr().out
         assert (tmp_path / "resnet18" / "full.json").is_file()
+        # bound_levers.py reads the kept scores: every point decided under each bound
+        levers = load_benchmark("bound_levers", on_path=True).main(
+            ["--quick", "--replay", str(tmp_path), "--thresholds", "0.02,0.1"])
+        printed_levers = capsys.readouterr().out
     finally:
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
@@ -58,6 +62,17 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert record.extra["eval_images"] == 64 and len(record.sensitivities) == 2
     scores = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)
     assert len(scores) >= 18 and all(len(v) == 128 for v in scores.values())
+    assert [(r["model"], r["threshold"]) for r in levers] == [("resnet18", 0.02),
+                                                              ("resnet18", 0.1)]
+    points = len(scores) - 1  # the unpruned model's scores are kept too
+    for r in levers:  # each point decided at its first look (32 images) or later, at most 128
+        images = r["images"]
+        assert all(points * 32 <= n <= points * 128 for n in images.values()), images
+        # an indifference zone only adds a way to stop: never more images than the bound now
+        assert images["zone +-50 %"] <= images["zone +-25 %"] <= images["now"]
+    assert re.search(r"^\| resnet18 \| 0\.02 \| [\d,]+ \| [\d,]+ \([\d.]+x\) \|",
+                     printed_levers, re.M)
+    assert "share in lowest 10 % / 20 % / 50 % margins" in printed_levers
     assert re.search(r"^\| resnet18 \(2, 128\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
                      out, re.M)
     assert out.rstrip().splitlines()[-1].startswith("min_fewer=")

@@ -1,0 +1,242 @@
+"""What else could stop a point's images sooner (issue 41): the adaptive analysis's bound against
+four changes to it, each point of a replayed full table decided against each threshold.
+
+An adaptive analysis spends most of its images on points whose loss lies near a threshold (they
+need every image) and on points it proves within a threshold (about ``-ln(alpha) / threshold``
+images for a point that flips nothing). This script reads what ``adaptive_replay.py`` kept (each
+point's per-image top-1 in the evaluation's seeded order, ``<replay>/<model>/scores.pt``), and
+for every point of the full table and every threshold counts the images after which the bound
+decides it, as :class:`~autoprune.engine.adaptive_meter.PointMeter` looks (``now``), and under:
+
+- ``zone +-25 % / +-50 %``: also stopped once the interval lies within that share of the
+  threshold (an indifference zone: either reading then lands within about a ratio step);
+- ``alpha by images``: the bound's error spent on the looks in proportion to their images (late
+  looks, where points are proven within, get more of it than the first ones);
+- ``looks x1.25``: that, with looks 1.25x apart instead of 1.5x (less overshoot, more looks);
+- ``margin strata``: the images split by the unpruned model's margin (top-1 less top-2
+  probability: its lowest-margin quarter of right images with its wrong ones, ``A``, against
+  the rest, ``B``; the points' flips concentrate in ``A``, printed first), visited ``A`` first
+  (``uncertain first``) or in proportion (``proportional``), each stratum uniformly at random,
+  the two bounded apart (``A``: the joint bound on its own, ``B``: its down-flips, the error
+  split between them) and summed.
+
+These count every point of the table, not the points a planner would choose, so they compare
+bounds, not analyses; each looks at the exact image counts of its schedule (a real analysis
+looks at the end of the evaluation step that passes one).
+
+    python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 ...   # first
+    python benchmarks/bound_levers.py --replay runs/replay --models resnet18,mobilenetv3_large_100
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour adaptive_replay
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+import adaptive_replay as replay  # noqa: E402
+from autoprune.engine.adaptive_meter import PointMeter  # noqa: E402
+from autoprune.engine.bounds import (PairedCounts, look_points, mean_interval,  # noqa: E402
+                                     successes_interval)
+from autoprune.flow.sensitivities import TaskEval  # noqa: E402
+
+THRESHOLDS = (0.003, 0.01, 0.02, 0.05, 0.1)
+MARGIN_SHARE = 0.25  # the lowest-margin share of the right images that joins stratum A
+
+
+def base_scores_and_margins(name: str, a: argparse.Namespace, work: Path
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unpruned model's per-image top-1 and margin, in the evaluation's order (the replay's
+    base model, the task's own evaluation, its logits caught on the way)."""
+    args = argparse.Namespace(size=a.size, val_images=a.val_images, train_images=a.train_images,
+                              base_epochs=a.base_epochs, seg_train=0, seg_val=0, det_val=0)
+    checkpoint, data = replay.cost.base_model(name, args, work)
+    adapter, model = replay.cost.adapter_for(name, checkpoint, data, args)
+    logits: list[torch.Tensor] = []
+    hook = model.register_forward_hook(lambda m, i, out: logits.append(out.detach().float()))
+    try:
+        base = torch.cat([s.scores.double().cpu() for s in
+                          TaskEval(adapter).incremental(model, start=0)])
+    finally:
+        hook.remove()
+    top2 = torch.cat(logits).softmax(1).topk(2, 1).values
+    return base, top2[:, 0] - top2[:, 1]
+
+
+class Levers:
+    """Images after which each bound decides one point against one threshold."""
+
+    def __init__(self, base: torch.Tensor, margin: torch.Tensor, confidence: float):
+        self.base, self.total, self.confidence = base, len(base), confidence
+        self.meter = PointMeter(None, base, len(base), float(base.mean()), True,
+                                bound="confidence", confidence=confidence, resumable=True,
+                                random_order=True)
+        right = base > 0.5
+        cut = torch.quantile(margin[right], MARGIN_SHARE)
+        uncertain = ~right | (margin <= cut)
+        self.a, self.b = torch.nonzero(uncertain).flatten(), torch.nonzero(~uncertain).flatten()
+        self.seen: dict[tuple, tuple[float, float]] = {}  # intervals, shared by the thresholds
+
+    def _first(self, looks: list[int], interval: Callable[[int], tuple[float, float]],
+               decided: Callable[[tuple[float, float]], bool]) -> int:
+        for n in looks:
+            if decided(interval(n)):
+                return n
+        return self.total
+
+    def _paired(self, scores: torch.Tensor, n: int, alpha: float) -> tuple[float, float]:
+        key = (id(scores), n, alpha, "paired")  # the interval does not depend on the threshold
+        if key not in self.seen:
+            self.seen[key] = self._paired_interval(scores, n, alpha)
+        return self.seen[key]
+
+    def _paired_interval(self, scores: torch.Tensor, n: int, alpha: float
+                         ) -> tuple[float, float]:
+        counts = PairedCounts()
+        counts.add(scores[:n], self.base[:n])
+        low, high = mean_interval(counts, self.base, bound="confidence", alpha=alpha, binary=True)
+        return self.meter.loss_interval(low, high)
+
+    def now(self, scores: torch.Tensor, t: float, zone: float = 0.0) -> int:
+        """As :class:`PointMeter` decides (``zone``: also within ``t * (1 +- zone)``)."""
+        def decided(iv: tuple[float, float]) -> bool:
+            return not iv[0] <= t < iv[1] or (zone > 0 and t * (1 - zone) <= iv[0] and
+                                              iv[1] <= t * (1 + zone))
+        return self._first(self.meter.looks, lambda n: self._paired(scores, n, self.meter.alpha),
+                           decided)
+
+    def spent(self, scores: torch.Tensor, t: float, growth: float) -> int:
+        """The bound's error spent on looks ``growth`` apart in proportion to their images."""
+        looks = look_points(self.total, growth=growth)
+        share = {n: (1 - self.confidence) / 4 * n / sum(looks) for n in looks}
+        return self._first(looks, lambda n: self._paired(scores, n, share[n]),
+                           lambda iv: not iv[0] <= t < iv[1])
+
+    def strata(self, scores: torch.Tensor, t: float, uncertain_first: bool) -> int:
+        """Stratum A then B (or both in proportion), bounded apart and summed."""
+        a, b = self.a, self.b
+        base_a, scores_a, scores_b = self.base[a], scores[a], scores[b]
+        na_total, nb_total = len(a), len(b)
+        alpha = self.meter.alpha / 2
+
+        def interval(n: int) -> tuple[float, float]:
+            share = 1.0 if uncertain_first else na_total / self.total
+            na = min(na_total, max(n - nb_total, math.ceil(n * share)))
+            nb = n - na
+            if na >= na_total:
+                a_low = a_high = float(scores_a.sum())
+            else:
+                counts = PairedCounts()
+                counts.add(scores_a[:na], base_a[:na])
+                low, high = mean_interval(counts, base_a, bound="confidence", alpha=alpha,
+                                          binary=True)
+                a_low, a_high = low * na_total, high * na_total
+            if nb >= nb_total:
+                d_low = d_high = int((scores_b < 0.5).sum())
+            elif nb == 0:
+                d_low, d_high = 0, nb_total
+            else:
+                d_low, d_high = successes_interval(int((scores_b[:nb] < 0.5).sum()), nb,
+                                                   nb_total, alpha)
+            low, high = a_low + nb_total - d_high, a_high + nb_total - d_low
+            return self.meter.loss_interval(low / self.total, high / self.total)
+
+        def kept(n: int) -> tuple[float, float]:
+            key = (id(scores), n, uncertain_first, "strata")
+            if key not in self.seen:
+                self.seen[key] = interval(n)
+            return self.seen[key]
+
+        return self._first(self.meter.looks, kept, lambda iv: not iv[0] <= t < iv[1])
+
+
+VARIANTS: dict[str, Callable[[Levers, torch.Tensor, float], int]] = {
+    "now": lambda lv, s, t: lv.now(s, t),
+    "zone +-25 %": lambda lv, s, t: lv.now(s, t, zone=0.25),
+    "zone +-50 %": lambda lv, s, t: lv.now(s, t, zone=0.5),
+    "alpha by images": lambda lv, s, t: lv.spent(s, t, growth=1.5),
+    "looks x1.25": lambda lv, s, t: lv.spent(s, t, growth=1.25),
+    "margin strata, uncertain first": lambda lv, s, t: lv.strata(s, t, uncertain_first=True),
+    "margin strata, proportional": lambda lv, s, t: lv.strata(s, t, uncertain_first=False),
+}
+
+
+def concentration(base: torch.Tensor, margin: torch.Tensor, points: list[torch.Tensor]
+                  ) -> list[dict[str, Any]]:
+    """Per band of loss: how many points, their flips, and the share of those flips among the
+    unpruned model's lowest-margin 10 / 20 / 50 % of images."""
+    order, n, rows = margin.argsort(), len(base), []
+    bands = ((0.0, 0.01), (0.01, 0.03), (0.03, 0.08), (0.08, 0.2), (0.2, math.inf))
+    for low, high in bands:
+        picked = [(s != base)[order].double() for s in points
+                  if low <= (base.sum() - s.sum()) / base.sum() < high and (s != base).sum() > 0]
+        if not picked:
+            continue
+        shares = [[float(f[:max(1, int(n * q))].sum() / f.sum()) for q in (0.1, 0.2, 0.5)]
+                  for f in picked]
+        rows.append({"band": f"[{low:g}, {high:g})", "points": len(picked),
+                     "flips": sum(float(f.sum()) for f in picked) / len(picked),
+                     "shares": [sum(col) / len(col) for col in zip(*shares)]})
+    return rows
+
+
+def levers(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every threshold's images per variant over every point of ``name``'s kept table."""
+    work = Path(a.replay) / name
+    scores = torch.load(work / "scores.pt", weights_only=True)
+    base, margin = base_scores_and_margins(name, a, work)
+    key = [k for k, v in scores.items() if len(v) == len(base) and torch.equal(v, base)]
+    if not key:
+        raise SystemExit(f"{work / 'scores.pt'} holds no unpruned model's scores in this order: "
+                         f"run adaptive_replay.py with the same settings first")
+    points = [v for k, v in scores.items() if k != key[0]]
+    lv = Levers(base, margin, a.confidence)
+    print(f"\n{name}: {len(points)} points, {len(base):,} images, stratum A "
+          f"{len(lv.a):,} images; flips by the unpruned model's margin:")
+    print("| loss band | points | flips a point | share in lowest 10 % / 20 % / 50 % margins |")
+    print("|---|---:|---:|---:|")
+    for row in concentration(base, margin, points):
+        print(f"| {row['band']} | {row['points']} | {row['flips']:.0f} | "
+              + " / ".join(f"{v:.2f}" for v in row["shares"]) + " |")
+    out = []
+    for t in [float(x) for x in a.thresholds.split(",")]:
+        images = {v: sum(fn(lv, s, t) for s in points) for v, fn in VARIANTS.items()}
+        out.append({"model": name, "threshold": t, "images": images})
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--replay", default="runs/replay", help="adaptive_replay.py's --out")
+    p.add_argument("--models", default="resnet18,mobilenetv3_large_100")
+    p.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
+    p.add_argument("--confidence", type=float, default=0.999)
+    p.add_argument("--size", type=int, default=32)
+    p.add_argument("--val-images", type=int, default=1000)
+    p.add_argument("--train-images", type=int, default=4000)
+    p.add_argument("--base-epochs", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="adaptive_replay.py --quick's settings")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.models, a.size, a.val_images, a.train_images, a.base_epochs = "resnet18", 32, 128, \
+            128, 1
+    torch.set_num_threads(1)
+    rows = [row for name in a.models.split(",") for row in levers(name, a)]
+    print("\n| model | threshold | " + " | ".join(VARIANTS) + " |")
+    print("|---|---:|" + "---:|" * len(VARIANTS))
+    for r in rows:
+        now = r["images"]["now"]
+        print(f"| {r['model']} | {r['threshold']:g} | " + " | ".join(
+            f"{n:,}" + ("" if v == "now" else f" ({now / max(1, n):.2f}x)")
+            for v, n in r["images"].items()) + " |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
