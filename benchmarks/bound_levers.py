@@ -90,18 +90,22 @@ class Levers:
                 return n
         return self.total
 
-    def _paired(self, scores: torch.Tensor, n: int, alpha: float) -> tuple[float, float]:
-        key = (id(scores), n, alpha, "paired")  # the interval does not depend on the threshold
+    def _kept(self, key: tuple, interval: Callable[[], tuple[float, float]]
+              ) -> tuple[float, float]:
+        """``interval()``, computed once per ``key`` (a point's interval at a look does not
+        depend on the threshold it is decided against)."""
         if key not in self.seen:
-            self.seen[key] = self._paired_interval(scores, n, alpha)
+            self.seen[key] = interval()
         return self.seen[key]
 
-    def _paired_interval(self, scores: torch.Tensor, n: int, alpha: float
-                         ) -> tuple[float, float]:
-        counts = PairedCounts()
-        counts.add(scores[:n], self.base[:n])
-        low, high = mean_interval(counts, self.base, bound="confidence", alpha=alpha, binary=True)
-        return self.meter.loss_interval(low, high)
+    def _paired(self, scores: torch.Tensor, n: int, alpha: float) -> tuple[float, float]:
+        def interval() -> tuple[float, float]:
+            counts = PairedCounts()
+            counts.add(scores[:n], self.base[:n])
+            low, high = mean_interval(counts, self.base, bound="confidence", alpha=alpha,
+                                      binary=True)
+            return self.meter.loss_interval(low, high)
+        return self._kept((id(scores), n, alpha), interval)
 
     def now(self, scores: torch.Tensor, t: float, zone: float = 0.0) -> int:
         """As :class:`PointMeter` decides (``zone``: also within ``t * (1 +- zone)``)."""
@@ -147,13 +151,10 @@ class Levers:
             low, high = a_low + nb_total - d_high, a_high + nb_total - d_low
             return self.meter.loss_interval(low / self.total, high / self.total)
 
-        def kept(n: int) -> tuple[float, float]:
-            key = (id(scores), n, uncertain_first, "strata")
-            if key not in self.seen:
-                self.seen[key] = interval(n)
-            return self.seen[key]
-
-        return self._first(self.meter.looks, kept, lambda iv: not iv[0] <= t < iv[1])
+        return self._first(self.meter.looks,
+                           lambda n: self._kept((id(scores), n, "strata", uncertain_first),
+                                                lambda: interval(n)),
+                           lambda iv: not iv[0] <= t < iv[1])
 
 
 VARIANTS: dict[str, Callable[[Levers, torch.Tensor, float], int]] = {

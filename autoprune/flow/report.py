@@ -12,15 +12,16 @@ from typing import Any, Mapping
 import torch
 import torch.nn as nn
 
-from ..engine.files import write_text_atomic
 from ..engine.adaptive import TARGETS
-from ..engine.points import EVALUATIONS
-from ..engine.latency import describe, paired_reduction
-from ..engine.timer import report_runtimes
-from ..engine.measure import count_flops, count_params, size_mb, to_device
 from ..engine.fast_copy import fast_deepcopy
+from ..engine.files import write_text_atomic
+from ..engine.latency import describe, paired_reduction
+from ..engine.measure import count_flops, count_params, size_mb, to_device
+from ..engine.points import EVALUATIONS
+from ..engine.timer import report_runtimes
 from ..errors import ConfigError
 from .contract import TaskAdapter
+
 
 def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
                   base_metrics: dict[str, float], pruned_metrics: dict[str, float]
