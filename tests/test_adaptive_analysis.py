@@ -741,7 +741,7 @@ def test_a_bounded_metric_is_predicted_from_the_metric_of_its_pilots_first_image
     assert shares["image_share"] * len(plan) * n == pytest.approx(n * len(plan) + 64 * pilots)
     assert shares["handed_on"] == {} and "first 64 images" in shares["pilot"]
     meter.eval_fn.says_seen = False
-    assert pilot_seen(meter, model, 250) == (512, None)
+    assert pilot_seen(meter, model, 250) == (512, None, None)
     assert predicted_shares(meter, meter.eval_fn, model, list(TOPS),
                             Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
                             len(TOPS) * len(grid)) is None
@@ -1000,6 +1000,88 @@ def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
         assert step.seen == pytest.approx(evaluate_iou(
             model, torch.utils.data.DataLoader(seen, batch_size=4), device=torch.device("cpu"),
             num_classes=3, class_keys=["a", "b", "c"])["miou"])
+    # continued after a step from its state (how a pilot is handed on): the same steps after it
+    evaluation = BoundedMIoU(Stub())
+    again = list(evaluation.incremental(model, start=4, state=steps[0].state))
+    assert [(s.images, s.low, s.high, s.value) for s in again] == \
+        [(s.images, s.low, s.high, s.value) for s in steps[1:]]
+    assert torch.equal(again[-1].state, steps[-1].state)
+    for start, state in ((4, None), (4, steps[0].state.tolist()), (4, torch.zeros(4, 4).long()),
+                         (6, steps[0].state)):
+        with pytest.raises(ValueError, match="state|batch boundary"):
+            list(evaluation.incremental(model, start=start, state=state))
+
+
+def test_a_bounded_miou_pilot_is_handed_on_to_the_analysis_not_evaluated_again(monkeypatch,
+                                                                              tmp_path):
+    """mIoU's evaluation continues from a step's confusion matrix (its ``state``): the analysis
+    measures each group's top ratio from where the estimate's pilot of it stopped (looking at
+    its sure bounds first, as it would have after that step): the same table and intervals as
+    without the pilots, each pilot's images fewer."""
+    import functools
+
+    from autoprune.engine import adaptive_analysis, cost
+    from autoprune.tasks.segmentation.incremental import BoundedMIoU
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 3, 12, 12, generator=g)
+    masks = torch.einsum("nchw,kc->nkhw", x, torch.randn(3, 3, generator=g)).argmax(1)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.Conv2d(16, 3, 1))
+    torch.manual_seed(0)
+    opt = torch.optim.Adam(model.parameters(), 2e-2)
+    for _ in range(40):
+        loss = torch.nn.functional.cross_entropy(model(x), masks)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+    class Stub:  # what BoundedMIoU reads of a segmentation adapter
+        batch_size, num_workers, device, ignore_index, _eval_batches = 8, 0, "cpu", 255, None
+        eval_set = TensorDataset(x, masks)
+
+        def metric_classes(self, model):
+            return 3, ["a", "b", "c"]
+
+    class MIoU:
+        random_order, resumable, images = False, True, len(x)
+
+        def __init__(self):
+            self.incremental = BoundedMIoU(Stub()).incremental
+
+        def __call__(self, model):
+            return list(self.incremental(model))[-1].value
+
+    monkeypatch.setattr(cost, "time_steps", functools.partial(cost.time_steps, min_seconds=1e9))
+    real, pilots, runs = adaptive_analysis.predicted_shares, [], {}
+    for handed in (True, False):
+        def shares(*args, handed=handed, **kwargs):
+            out = real(*args, **kwargs)
+            pilots.append(dict(out["pilots"]))  # the run pops them as it hands them on
+            return out if handed else {**out, "pilots": {}}
+
+        monkeypatch.setattr(adaptive_analysis, "predicted_shares", shares)
+        path = tmp_path / f"handed-{handed}.json"
+        table = autoprune.sensitivity(model, x[:1], MIoU(), ratios=RATIOS, progress=True,
+                                      ignored_layers=[model[6]], sensitivities_file=path,
+                                      options={"adaptive": True, "target": {"loss": 0.05}})
+        runs[handed] = (table, read_record(path))
+    (table, handed), (again, alone) = runs[True], runs[False]
+    assert table == again and handed.intervals == alone.intervals
+    assert pilots[0].keys() == pilots[1].keys() and len(pilots[0]) >= len(table)
+    assert all(p.seen == 16 and p.state.shape == (3, 3) for p in pilots[0].values())
+    saved = alone.extra["evaluation"]["images_evaluated"] - \
+        handed.extra["evaluation"]["images_evaluated"]
+    assert saved == 16 * len(pilots[0])
+    # a running state is handed on in memory only: one in a file (a stranger's) is not read
+    data = json.loads((tmp_path / "handed-True.json").read_text())
+    next(iter(next(iter(data["intervals"].values())).values()))["state"] = [[1, 2], [3, 4]]
+    (tmp_path / "stranger.json").write_text(json.dumps(data))
+    stranger = read_record(tmp_path / "stranger.json")
+    assert stranger.intervals == handed.intervals
 
 
 def _miou(conf):

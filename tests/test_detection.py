@@ -404,7 +404,7 @@ def test_the_adaptive_estimate_is_piloted_on_the_map_of_the_first_images(flow, d
                             **{k: v for k, v in SMALL.items() if k != "train_args"})
     out = capsys.readouterr().out
     assert "predicted from a pilot: each group's top ratio, the metric of its first 8 images" in out
-    assert len(pilots) > 10 and all(n == 8 and 0.0 <= v <= 1.0 for n, v in pilots)
+    assert len(pilots) > 10 and all(n == 8 and 0.0 <= v <= 1.0 and p is None for n, v, p in pilots)
     assert not (tmp_path / "sens.json").exists()  # a plan measures nothing
 
 

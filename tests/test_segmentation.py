@@ -197,7 +197,8 @@ def test_the_adaptive_estimate_is_piloted_on_the_miou_of_the_first_images(base_c
     """mIoU has no per-image flips: the estimate said before an adaptive analysis (its dry run
     here) reads the unpruned model's and each group's top ratio's mIoU over their first images
     (32, or a tenth of the set where fewer: of 40, in whole batches of 8, 8), not a fixed
-    prior."""
+    prior; each pilot's last step can be continued (its confusion matrix: the analysis hands the
+    pilots on, tests/test_adaptive_analysis.py)."""
     from autoprune.engine import adaptive_eta
 
     pilots, real = [], adaptive_eta.pilot_seen
@@ -209,7 +210,8 @@ def test_the_adaptive_estimate_is_piloted_on_the_miou_of_the_first_images(base_c
                                                  "target": {"loss": 0.05}})
     out = capsys.readouterr().out
     assert "predicted from a pilot: each group's top ratio, the metric of its first 8 images" in out
-    assert len(pilots) > 10 and all(n == 8 and 0.0 <= v <= 1.0 for n, v in pilots)
+    assert len(pilots) > 10 and all(n == 8 and 0.0 <= v <= 1.0 for n, v, _ in pilots)
+    assert all(p.seen == 8 and p.state.sum() == 8 * 64 * 64 for *_, p in pilots)
 
 
 @needs_fmnist

@@ -18,7 +18,8 @@ rate (:func:`expected_measure`). It returns which points and how many images eac
 also weighs each point's own cost (a top ratio computes less than the unpruned model), and the
 pilots themselves (:class:`Pilot`), which the analysis continues when it measures those points.
 A metric that is not a mean over images (mAP, mIoU: sure bounds, no flips to count) is piloted
-by its value on the first look's images, pruned against unpruned (:func:`pilot_seen`), and
+by its value on the first look's images, pruned against unpruned (:func:`pilot_seen`; the
+pruned pilots handed on where the evaluation continues from a step's state: mIoU), and
 its points charged every image: what a fixed prior missed there was how many points (YOLOv8n's
 loss target measured 77 of 108 where the prior expected half). Its rounds are played with each
 point's roughness (:mod:`.adaptive_play`): a barely trained Unet's groups lose nothing but
@@ -278,26 +279,52 @@ def averaged(plans: list[dict[tuple[str, float], int]], points: int, total: int,
             "handed_on": handed, "looks": looks / k, "points_expected": count / k}
 
 
-def pilot_seen(meter: PointMeter, model: nn.Module, images: int) -> tuple[int, float | None]:
-    """``(images evaluated, metric)``: ``model`` evaluated on its first ``images`` images, to the
-    first step past them that says the metric of the images seen (``Step.seen``: a detection
-    evaluation says it at its looks), or the whole evaluation's value where it ends first; the
-    metric None where no step within twice ``images`` says one."""
-    seen, saying = 0, None  # the last step that says a metric
+@dataclass
+class BoundedPilot:
+    """A point of a bounded metric (mIoU) evaluated on its first ``seen`` images by the estimate:
+    its last step's sure ``low``/``high`` of the metric and running ``state`` (``value``: the
+    metric, where that step was the last), which the analysis continues from when it measures
+    the same point (:meth:`before`)."""
+
+    seen: int
+    low: float
+    high: float
+    state: Any
+    value: float | None = None
+
+    def before(self) -> dict[str, Any]:
+        """The point as :meth:`PointMeter.measure` continues it."""
+        return {"seen": self.seen, "low": self.low, "high": self.high, "state": self.state,
+                "value": self.value}
+
+
+def pilot_seen(meter: PointMeter, model: nn.Module, images: int
+               ) -> tuple[int, float | None, BoundedPilot | None]:
+    """``(images evaluated, metric, pilot)``: ``model`` evaluated on its first ``images``
+    images, to the first step past them that says the metric of the images seen (``Step.seen``:
+    a detection evaluation says it at its looks), or the whole evaluation's value where it ends
+    first; the metric None where no step within twice ``images`` says one; ``pilot``: the last
+    step, to continue from, where the evaluation is resumable and that step has a state."""
+    seen, saying, last = 0, None, None  # the last step that says a metric; the last step
     steps = meter.eval_fn.incremental(model, start=0)
     try:
-        for step in steps:
-            seen += int(step.images)
-            if step.value is not None or step.seen is not None:
-                saying = step
-            if step.value is not None or seen >= 2 * images or \
-                    (seen >= images and step.seen is not None):
+        for last in steps:
+            seen += int(last.images)
+            if last.value is not None or last.seen is not None:
+                saying = last
+            if last.value is not None or seen >= 2 * images or \
+                    (seen >= images and last.seen is not None):
                 break
     finally:
         close_steps(steps)
+    pilot = None
+    if meter.resumable and last is not None and last.state is not None and \
+            last.low is not None and last.high is not None:
+        pilot = BoundedPilot(seen, float(last.low), float(last.high), last.state,
+                             None if last.value is None else float(last.value))
     if saying is None:
-        return seen, None
-    return seen, float(saying.value if saying.value is not None else saying.seen_metric())
+        return seen, None, pilot
+    return seen, float(saying.value if saying.value is not None else saying.seen_metric()), pilot
 
 
 def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],
@@ -312,31 +339,37 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
     played with each point's roughness (:func:`rough_rounds`: most of such a model's groups may
     lose nothing but noise); every point charged every image (a sure bound decides early only
     points far over a threshold, after most of their images: a tenth fewer, measured), the
-    pilots not handed on (such an evaluation starts from its first image: they cost at most a
-    tenth of a point a group, a hundredth on 5,000 images). None where the steps say no metric,
-    or it is 0 unpruned."""
+    pruned pilots handed on where the evaluation continues from a step's state (mIoU; else
+    such an evaluation starts from its first image: they cost at most a tenth of a point a
+    group, a hundredth on 5,000 images). None where the steps say no metric, or it is 0
+    unpruned."""
     images = min(PILOT_IMAGES, max(1, meter.total // 10))
     with eval_mode(model), runner.folded():
-        spent, base = pilot_seen(meter, model, images)
+        spent, base, _ = pilot_seen(meter, model, images)
     if not base:
         return None
-    evaluated = [spent]
+    evaluated, pilots = [spent], {}  # images not handed on; pilots handed on
 
     def pilot(name: str, ratio: float) -> float:
         with runner.pruned(name, ratio) as pruned:
             if not pruned:
                 return 0.0
-            n, value = pilot_seen(meter, model, images)
-        evaluated.append(n)
+            n, value, handed = pilot_seen(meter, model, images)
+        if handed is not None:
+            pilots[(name, ratio)] = handed
+        else:
+            evaluated.append(n)
         return max(0.0, relative_loss(base, value, meter.higher_is_better)) \
             if value is not None else 0.0
 
     curves, _ = pilot_curves(names, planner, pilot)  # played rough: noise-level groups walk
     plans = rough_rounds(curves, planner, thresholds,
                          lambda loss, ts: (meter.total, (loss, loss)), known)
-    return {**averaged(plans, points, meter.total, {}, sum(evaluated), lambda plan, given: 0),
-            "pilot": f"each group's top ratio, the metric of its first {max(evaluated)} images",
-            "pilots": {}, "look_seconds": 0.0}
+    seen = max([*evaluated, *(p.seen for p in pilots.values())])
+    return {**averaged(plans, points, meter.total, {key: p.seen for key, p in pilots.items()},
+                       sum(evaluated), lambda plan, given: 0),
+            "pilot": f"each group's top ratio, the metric of its first {seen} images",
+            "pilots": pilots, "look_seconds": 0.0}
 
 
 def bound_looks(looks: list[int], start: int, end: int, step: int, total: int) -> int:

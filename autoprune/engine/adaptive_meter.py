@@ -30,7 +30,7 @@ class PointMeter:
                  random_order: bool):
         self.eval_fn, self.base, self.total = eval_fn, base, total
         self.baseline, self.higher_is_better = baseline, higher_is_better
-        self.resumable = resumable and base is not None
+        self.resumable = resumable  # continued from a point's counts (scores) or state (bounded)
         self.bound = bound if (random_order and base is not None) else "exact"
         self.binary = base is not None and bool(((base == 0) | (base == 1)).all())
         self.confidence = confidence
@@ -50,7 +50,7 @@ class PointMeter:
         "images", "of", "bound", ...}`` (see :mod:`autoprune.engine.store`)."""
         if self.base is not None:
             return self._mean(model, thresholds, before)
-        return self._bounded(model, thresholds)
+        return self._bounded(model, thresholds, before)
 
     def _mean(self, model: nn.Module, thresholds: list[float],
               before: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -108,27 +108,42 @@ class PointMeter:
             out["binary"] = False
         return out
 
-    def _bounded(self, model: nn.Module, thresholds: list[float]) -> dict[str, Any]:
-        seen, interval, value = 0, None, None
-        steps = self.eval_fn.incremental(model, start=0)
-        try:
-            for step in steps:
-                seen += int(step.images)
-                if step.low is None or step.high is None:
-                    raise MetricError("an incremental evaluation step holds neither scores nor "
-                                      "low/high bounds of the metric")
-                if seen >= self.total:
-                    value = step.value if step.value is not None else step.low
-                    break
-                interval = self.loss_interval(float(step.low), float(step.high))
+    def _bounded(self, model: nn.Module, thresholds: list[float],
+                 before: Mapping[str, Any] | None) -> dict[str, Any]:
+        seen, interval, value, state = 0, None, None, None
+        if before and self.resumable and before.get("state") is not None:  # a pilot's steps:
+            seen, state = int(before["seen"]), before["state"]  # looked at as after its last
+            value = before.get("value")
+            if value is None:
+                interval = self.loss_interval(float(before["low"]), float(before["high"]))
                 if not undecided(interval, thresholds):
-                    break
-        finally:
-            close_steps(steps)
+                    return self._bounded_stop(interval, seen, thresholds)
+        if value is None:
+            steps = self.eval_fn.incremental(model, start=seen,
+                                             **({"state": state} if seen else {}))
+            try:
+                for step in steps:
+                    seen += int(step.images)
+                    if step.low is None or step.high is None:
+                        raise MetricError("an incremental evaluation step holds neither scores "
+                                          "nor low/high bounds of the metric")
+                    if seen >= self.total:
+                        value = step.value if step.value is not None else step.low
+                        break
+                    interval = self.loss_interval(float(step.low), float(step.high))
+                    if not undecided(interval, thresholds):
+                        break
+            finally:
+                close_steps(steps)
         if value is not None:
             return {"loss": relative_loss(self.baseline, float(value), self.higher_is_better)}
         if interval is None:
             raise MetricError(f"the incremental evaluation stopped after {seen} of {self.total} "
                               f"images: it must cover every image")
+        return self._bounded_stop(interval, seen, thresholds)
+
+    def _bounded_stop(self, interval: Interval, seen: int, thresholds: list[float]
+                      ) -> dict[str, Any]:
+        """A bounded metric's point decided early: its interval and images used."""
         return {"low": interval[0], "high": interval[1], "images": seen, "of": self.total,
                 "bound": "exact", "decided_for": list(thresholds)}

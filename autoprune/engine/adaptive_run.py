@@ -37,7 +37,8 @@ class AdaptiveRun:
         self.write, self.tick = write, tick
         self.rounds, self.final = 0, []  # rounds that measured something; the last thresholds
         self.decided_early = 0
-        self.pilots: dict[tuple[str, float], Any] = {}  # points the estimate evaluated (Pilot)
+        # points the estimate evaluated (adaptive_eta's Pilot, BoundedPilot), handed on
+        self.pilots: dict[tuple[str, float], Any] = {}
 
     def known(self, name: str):
         return known_points(self.record, name, self.grid)

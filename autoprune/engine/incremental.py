@@ -16,8 +16,11 @@ adaptive). An eval function may also have:
   before an adaptive analysis reads from a pilot (:mod:`autoprune.engine.adaptive_eta`) and
   nothing decides from.
   ``random_order`` (True when the images are visited in a seeded uniformly random order) allows
-  the ``"confidence"`` bound of :mod:`autoprune.engine.bounds`; ``resumable`` (True for
-  ``scores`` steps) allows ``start > 0``.
+  the ``"confidence"`` bound of :mod:`autoprune.engine.bounds`; ``resumable`` allows
+  ``start > 0``: for ``scores`` steps alone, for bounded ones with ``state``, the running state
+  a bounded step carries (opaque to the engine: mIoU's confusion matrix so far), which
+  ``incremental(model, start, state=state)`` continues after that step (how the estimate's
+  pilot of a point is handed on to the analysis).
 - ``folds_batchnorm``: True when the evaluation runs a copy of the model with each BatchNorm
   folded into its convolution (Ultralytics' validator): the analysis's folded evaluation then
   only lays out that copy's weights (:mod:`autoprune.engine.fused_eval`).
@@ -43,7 +46,8 @@ class Step:
     their ``scores`` or the whole evaluation's sure ``low``/``high``; ``value`` on the last;
     ``seen``: optionally, the metric of the images seen so far alone (an estimate only), or a
     function that computes it when asked (:meth:`seen_metric`: only the estimate's pilot asks,
-    and for mAP it costs as much as the bound)."""
+    and for mAP it costs as much as the bound); ``state``: a resumable bounded evaluation's
+    running state after this step (see the module docstring)."""
 
     images: int
     scores: torch.Tensor | None = None
@@ -51,6 +55,7 @@ class Step:
     high: float | None = None
     value: float | None = None
     seen: float | Callable[[], float] | None = None
+    state: Any = None
 
     def seen_metric(self) -> float | None:
         """The metric of the images seen so far (``seen``, computed now where it is a
@@ -92,8 +97,8 @@ class CountingEval:
         self.images += self.per_call or 0
         return value
 
-    def _incremental(self, model: nn.Module, start: int = 0) -> Iterator[Step]:
-        for step in incremental_of(self.eval_fn)(model, start=start):
+    def _incremental(self, model: nn.Module, start: int = 0, **state: Any) -> Iterator[Step]:
+        for step in incremental_of(self.eval_fn)(model, start=start, **state):
             self.images += int(step.images)
             yield step
 

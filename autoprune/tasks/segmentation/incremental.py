@@ -51,11 +51,12 @@ def seen_miou(conf: torch.Tensor) -> float | None:
 
 class BoundedMIoU:
     """``incremental(model)``: per batch of the adapter's evaluation data, sure bounds of the
-    whole evaluation's mIoU (the same batches and number as ``adapter.evaluate``) and the mIoU
-    of the batches seen so far (``seen``)."""
+    whole evaluation's mIoU (the same batches and number as ``adapter.evaluate``), the mIoU of
+    the batches seen so far (``seen``) and their confusion matrix (``state``), from which
+    ``incremental(model, start, state=...)`` continues after that batch."""
 
     random_order = False  # a sure bound needs no random order
-    resumable = False
+    resumable = True
 
     def __init__(self, adapter: Any):
         self.adapter, self.images = adapter, len(adapter.eval_set)
@@ -76,25 +77,38 @@ class BoundedMIoU:
         return torch.bincount(masks[valid].long().flatten(), minlength=self.num_classes
                               )[:self.num_classes].cpu()
 
-    def incremental(self, model: nn.Module, start: int = 0) -> Iterator[Step]:
-        if start:
-            raise ValueError("a bounded mIoU evaluation starts from the first image")
+    def incremental(self, model: nn.Module, start: int = 0, state: torch.Tensor | None = None
+                    ) -> Iterator[Step]:
         if self._unseen is None:
             self.num_classes, self.keys = self.adapter.metric_classes(model)
             per_batch = [self._count(masks) for _, masks in self._batches()]
             left = torch.stack(per_batch).flip(0).cumsum(0).flip(0)
             self._unseen = [*left[1:], torch.zeros(self.num_classes, dtype=torch.long)]
+        conf = torch.zeros(self.num_classes, self.num_classes, dtype=torch.long)
+        if start:
+            if not isinstance(state, torch.Tensor) or state.dtype != conf.dtype or \
+                    state.shape != conf.shape:
+                raise ValueError(f"a bounded mIoU evaluation continued at image {start} needs "
+                                 f"the confusion matrix of the images before it ({self.num_classes}"
+                                 f" x {self.num_classes} integers, a step's state)")
+            conf = state.clone()
         device = self.adapter.device
         model.to(device)
-        conf = torch.zeros(self.num_classes, self.num_classes, dtype=torch.long)
-        last = len(self._unseen) - 1
+        last, upto = len(self._unseen) - 1, 0  # images up to this batch's end
         for k, (images, masks) in enumerate(self._batches()):
+            upto += len(images)
+            if upto <= start:
+                continue
+            if upto - len(images) < start:
+                raise ValueError(f"start={start} is not at a batch boundary")
             logits = model(images.to(device))
             conf += confusion_matrix(logits.argmax(1), masks.to(device), self.num_classes,
                                      self.adapter.ignore_index)
             if k == last:
                 value = segmentation_metrics(conf, self.keys)["miou"]
-                yield Step(len(images), low=value, high=value, value=value, seen=value)
+                yield Step(len(images), low=value, high=value, value=value, seen=value,
+                           state=conf.clone())
             else:
                 low, high = miou_bounds(conf, self._unseen[k])
-                yield Step(len(images), low=low, high=high, seen=seen_miou(conf))
+                yield Step(len(images), low=low, high=high, seen=seen_miou(conf),
+                           state=conf.clone())
