@@ -6,7 +6,10 @@ for each target (``eval_metric_loss=0.05``, ``pruned_flops=0.5``, ``pruned_laten
 per model and target: images evaluated (machine-independent), wall time, the ETA said before the
 points, and the allocation each table gives (per-group ratios, their largest difference in ratio
 steps, predicted loss). For ``--retrain`` models, both loss-target and FLOPs-target allocations
-are pruned and retrained (same seed and epochs) and their metric compared. Then PaddleSlim's
+are pruned and retrained (same seed and epochs) and their metric compared; with
+``--retrain-seeds 2`` or more the full analysis's allocation is also retrained with seeds 1, 2 ...,
+whose spread is what one seed's retrained metric is worth (the noise a difference between the
+two allocations' must be read against). Then PaddleSlim's
 algorithm (copy, real prune, a DataLoader re-reading the image files per point) against
 autoprune's full and adaptive analyses on the same groups, ratios and images (``--paddleslim``),
 and the cost-growth table: full-analysis time against groups, ratios, images and input size,
@@ -31,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
@@ -190,23 +193,53 @@ def steps_apart(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 def retrain(adapter: Any, model: torch.nn.Module, ratios: dict[str, float], epochs: int,
-            out: Path) -> float:
-    """``model`` pruned to ``ratios``, retrained ``epochs`` (seed 0): its metric (kept in
-    ``out/metric.json``, which ``--reuse`` reads back when it was trained from the same
-    ratios and epochs)."""
+            out: Path, seed: int = 0) -> float:
+    """``model`` pruned to ``ratios``, retrained ``epochs`` with ``seed`` (the adapter's training
+    seed): its metric (kept in ``out/metric.json``, which ``--reuse`` reads back when it was
+    trained from the same ratios, epochs and seed)."""
     done = out / "metric.json"
     if REUSE and done.is_file():
         kept = json.loads(done.read_text())
-        if kept.get("ratios") == ratios and kept.get("epochs", epochs) == epochs:
+        if kept.get("ratios") == ratios and kept.get("epochs", epochs) == epochs and \
+                kept.get("seed", 0) == seed:
             return kept["metric"]
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
+    if hasattr(adapter, "seed"):
+        adapter.seed = seed
     pruned = copy.deepcopy(model)
     autoprune.prune(pruned, adapter.example_inputs(pruned), ratios,
                     ignored_layers=adapter.ignored_layers(pruned))
     trained = adapter.fit(pruned, epochs, out)
     metric = adapter.evaluate(trained)[adapter.metric]
-    write_text_atomic(done, json.dumps({"metric": metric, "ratios": ratios, "epochs": epochs}))
+    write_text_atomic(done, json.dumps({"metric": metric, "ratios": ratios, "epochs": epochs,
+                                        "seed": seed}))
     return metric
+
+
+def retrained_pair(name: str, kind: str, got: dict[str, Any], make_adapter: Callable[[], Any],
+                   model: torch.nn.Module, a: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Both allocations of ``got`` retrained with seed 0 (``full``, ``adaptive``), and the full
+    one also with seeds 1 ... ``a.retrain_seeds - 1`` (``full_seeds``: every seed's metric,
+    ``seed_spread``: their largest difference)."""
+    runs = {which: retrain(make_adapter(), model, got[which]["ratios"], a.retrain_epochs,
+                           out / f"retrain_{name}_{kind}_{which}")
+            for which in ("full", "adaptive")}
+    if a.retrain_seeds > 1:
+        seeds = [runs["full"]] + [
+            retrain(make_adapter(), model, got["full"]["ratios"], a.retrain_epochs,
+                    out / f"retrain_{name}_{kind}_full_seed{seed}", seed)
+            for seed in range(1, a.retrain_seeds)]
+        runs.update(full_seeds=seeds, seed_spread=max(seeds) - min(seeds))
+    return runs
+
+
+def retrained_text(retrained: dict[str, Any]) -> str:
+    """``full / adaptive`` retrained metrics, and the full allocation's spread over seeds."""
+    text = f"{retrained['full']:.4f} / {retrained['adaptive']:.4f}"
+    if "seed_spread" in retrained:
+        text += (f" (full over {len(retrained['full_seeds'])} seeds: spread "
+                 f"{retrained['seed_spread']:.4f})")
+    return text
 
 
 # --- PaddleSlim side by side ------------------------------------------------------------------
@@ -300,11 +333,9 @@ def measure_model(name: str, a: argparse.Namespace, out: Path) -> dict[str, Any]
         except autoprune.AutopruneError as e:  # e.g. a target the table cannot reach
             got["error"] = str(e)
         if name in a.retrain and kind in ("loss", "flops") and "full" in got:
-            retrainer, _ = adapter_for(name, checkpoint, data, a)
-            got["retrained"] = {
-                which: retrain(retrainer, model, got[which]["ratios"], a.retrain_epochs,
-                               out / f"retrain_{name}_{kind}_{which}")
-                for which in ("full", "adaptive")}
+            got["retrained"] = retrained_pair(
+                name, kind, got, lambda: adapter_for(name, checkpoint, data, a)[0], model, a,
+                out)
         row["targets"][kind] = got
         _print_target(name, kind, got)
     return row
@@ -323,7 +354,7 @@ def _print_target(name: str, kind: str, got: dict[str, Any]) -> None:
         line += (f"; allocation within {got['steps']:.2f} steps, predicted loss "
                  f"{got['full']['loss']:.3f} full / {got['adaptive']['loss']:.3f} adaptive")
     if "retrained" in got:
-        line += f"; retrained {got['retrained']['full']:.4f} / {got['retrained']['adaptive']:.4f}"
+        line += f"; retrained {retrained_text(got['retrained'])}"
     print(line, flush=True)
 
 
@@ -347,8 +378,7 @@ def print_tables(rows: list[dict[str, Any]], side: dict[str, Any] | None,
                 steps.append(got["steps"])
             loss = (f"{got['full']['loss']:.3f} / {got['adaptive']['loss']:.3f}"
                     if "steps" in got else got.get("error", "")[:40])
-            retrained = (f"{got['retrained']['full']:.4f} / {got['retrained']['adaptive']:.4f}"
-                         if "retrained" in got else "")
+            retrained = retrained_text(got["retrained"]) if "retrained" in got else ""
             print(f"| {row['model']} ({row['groups']} groups, {row['images_per_point']} img) | "
                   f"{kind} | {full['images']:,} | {run['images']:,} | {got['saving']:.1f}x | "
                   f"{full['wall']:.0f} | {run['wall']:.0f} | {run['eta'] or 0:.0f} | "
@@ -405,6 +435,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--seg-val", type=int, default=256)
     p.add_argument("--retrain", default="resnet18,mobilenetv3_large_100")
     p.add_argument("--retrain-epochs", type=int, default=2)
+    p.add_argument("--retrain-seeds", type=int, default=1, help="the full allocation retrained "
+                   "with this many seeds (their spread: what one seed's metric is worth)")
     p.add_argument("--paddleslim", default="resnet50", help="model timed against PaddleSlim's "
                    "algorithm ('none': skip)")
     p.add_argument("--ps-groups", type=int, default=0)

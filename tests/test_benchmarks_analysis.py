@@ -3,6 +3,7 @@ measured once with every point's per-image scores kept, then the real adaptive a
 against them per target; a second run measures nothing again and gives the same counts."""
 from __future__ import annotations
 
+import argparse
 import re
 
 import pytest
@@ -111,3 +112,26 @@ def test_a_kept_retrained_metric_is_read_back_only_for_the_same_allocation(tmp_p
     for ratios, epochs in (({"0": 0.25}, 2), ({"0": 0.5}, 3)):
         with pytest.raises(Trained):
             cost.retrain(Adapter(), model, ratios, epochs, tmp_path)
+    with pytest.raises(Trained):  # another seed (--retrain-seeds) is trained, not read back
+        cost.retrain(Adapter(), model, {"0": 0.5}, 2, tmp_path, seed=1)
+    # --retrain-seeds 3: the full allocation also with seeds 1 and 2, each with its own seed
+    seeds = []
+
+    class Seeded(Adapter):
+        seed, metric = None, "top1"
+
+        def fit(self, model, epochs, out):
+            seeds.append(self.seed)
+            out.mkdir(parents=True)  # as a real fit writes its checkpoints there
+            return model
+
+        def evaluate(self, model):
+            return {"top1": 0.5 + 0.01 * self.seed}
+
+    cost.REUSE = False
+    got = {"full": {"ratios": {"0": 0.5}}, "adaptive": {"ratios": {"0": 0.25}}}
+    args = argparse.Namespace(retrain_epochs=1, retrain_seeds=3)
+    runs = cost.retrained_pair("m", "loss", got, Seeded, model, args, tmp_path)
+    assert seeds == [0, 0, 1, 2] and runs["full_seeds"] == [0.5, 0.51, 0.52]
+    assert runs["seed_spread"] == pytest.approx(0.02)
+    assert cost.retrained_text(runs) == "0.5000 / 0.5000 (full over 3 seeds: spread 0.0200)"
