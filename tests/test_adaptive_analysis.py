@@ -1010,6 +1010,19 @@ def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
                          (6, steps[0].state)):
         with pytest.raises(ValueError, match="state|batch boundary"):
             list(evaluation.incremental(model, start=start, state=state))
+    # the meter continues such a pilot as it would have gone on after its step
+    from autoprune.engine.adaptive_eta import BoundedPilot
+    from autoprune.engine.adaptive_meter import PointMeter
+
+    meter = PointMeter(evaluation, None, 10, 0.9, True, bound="exact", confidence=0.999,
+                       resumable=True, random_order=False)
+    first = BoundedPilot(4, steps[0].low, steps[0].high, steps[0].state)
+    for thresholds in ([0.05], [0.99]):
+        assert meter.measure(model, thresholds, first.before()) == meter.measure(model, thresholds)
+    whole = BoundedPilot(10, steps[-1].low, steps[-1].high, steps[-1].state, steps[-1].value)
+    from autoprune.engine.points import relative_loss
+    assert meter.measure(None, [0.05], whole.before()) == \
+        {"loss": relative_loss(0.9, steps[-1].value, True)}  # nothing evaluated: no model
 
 
 def test_a_bounded_miou_pilot_is_handed_on_to_the_analysis_not_evaluated_again(monkeypatch,
