@@ -5,8 +5,10 @@ validation data by the full analysis (every group x ratio x image) and by the ad
 for each target (``eval_metric_loss=0.05``, ``pruned_flops=0.5``, ``pruned_latency=0.4``). Printed
 per model and target: images evaluated (machine-independent), wall time, the ETA said before the
 points, and the allocation each table gives (per-group ratios, their largest difference in ratio
-steps, predicted loss). For ``--retrain`` models, both loss-target and FLOPs-target allocations
-are pruned and retrained (same seed and epochs) and their metric compared; with
+steps, predicted loss; the adaptive allocation's loss also read on the full table, which
+measured every point on every image). For ``--retrain`` models, both loss-target and
+FLOPs-target allocations are pruned and retrained (same seed and epochs) and their metric
+compared; with
 ``--retrain-seeds 2`` or more the full analysis's allocation is also retrained with seeds 1, 2 ...,
 whose spread is what one seed's retrained metric is worth (the noise a difference between the
 two allocations' must be read against). Then PaddleSlim's
@@ -329,7 +331,8 @@ def measure_model(name: str, a: argparse.Namespace, out: Path) -> dict[str, Any]
         try:
             mine = allocation(kind, adapter, model, run, path)
             ref = allocation(kind, adapter, model, full, out / f"{name}_full.json")
-            got.update(adaptive=mine, full=ref, steps=steps_apart(ref["ratios"], mine["ratios"]))
+            got.update(adaptive=mine, full=ref, steps=steps_apart(ref["ratios"], mine["ratios"]),
+                       on_full=summed_loss(full["table"], mine["ratios"]))
         except autoprune.AutopruneError as e:  # e.g. a target the table cannot reach
             got["error"] = str(e)
         if name in a.retrain and kind in ("loss", "flops") and "full" in got:
@@ -352,7 +355,8 @@ def _print_target(name: str, kind: str, got: dict[str, Any]) -> None:
             f"{run['wall']:.0f} s, {run['points']} points ({run['decided_early']} decided early)")
     if "steps" in got:
         line += (f"; allocation within {got['steps']:.2f} steps, predicted loss "
-                 f"{got['full']['loss']:.3f} full / {got['adaptive']['loss']:.3f} adaptive")
+                 f"{got['full']['loss']:.3f} full / {got['adaptive']['loss']:.3f} adaptive "
+                 f"({got['on_full']:.3f} on the full table)")
     if "retrained" in got:
         line += f"; retrained {retrained_text(got['retrained'])}"
     print(line, flush=True)
@@ -361,7 +365,8 @@ def _print_target(name: str, kind: str, got: dict[str, Any]) -> None:
 def print_tables(rows: list[dict[str, Any]], side: dict[str, Any] | None,
                  growth: list[dict[str, Any]]) -> dict[str, float]:
     print("\n| model | target | images full | images adaptive | fewer | wall full (s) | "
-          "wall adaptive (s) | ETA adaptive (s) | steps apart | loss full / adaptive | "
+          "wall adaptive (s) | ETA adaptive (s) | steps apart | loss full / adaptive / "
+          "adaptive on the full table | "
           "retrained full / adaptive |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     savings, steps, eta_errors = [], [], []
@@ -376,8 +381,8 @@ def print_tables(rows: list[dict[str, Any]], side: dict[str, Any] | None,
                 eta_errors.append(run["eta"] / run["points_wall"] - 1)
             if "steps" in got:
                 steps.append(got["steps"])
-            loss = (f"{got['full']['loss']:.3f} / {got['adaptive']['loss']:.3f}"
-                    if "steps" in got else got.get("error", "")[:40])
+            loss = (f"{got['full']['loss']:.3f} / {got['adaptive']['loss']:.3f} / "
+                    f"{got['on_full']:.3f}" if "steps" in got else got.get("error", "")[:40])
             retrained = retrained_text(got["retrained"]) if "retrained" in got else ""
             print(f"| {row['model']} ({row['groups']} groups, {row['images_per_point']} img) | "
                   f"{kind} | {full['images']:,} | {run['images']:,} | {got['saving']:.1f}x | "
