@@ -8,10 +8,10 @@ points, and the allocation each table gives (per-group ratios, their largest dif
 steps, predicted loss; the adaptive allocation's loss also read on the full table, which
 measured every point on every image). For ``--retrain`` models, both loss-target and
 FLOPs-target allocations are pruned and retrained (same seed and epochs) and their metric
-compared; with
-``--retrain-seeds 2`` or more the full analysis's allocation is also retrained with seeds 1, 2 ...,
-whose spread is what one seed's retrained metric is worth (the noise a difference between the
-two allocations' must be read against). Then PaddleSlim's
+compared; with ``--retrain-seeds 2`` or more both are also retrained with seeds 1, 2 ...: each
+allocation's mean and spread over the seeds (the spread is what one seed's retrained metric is
+worth, the noise a difference between the two allocations' must be read against). Then
+PaddleSlim's
 algorithm (copy, real prune, a DataLoader re-reading the image files per point) against
 autoprune's full and adaptive analyses on the same groups, ratios and images (``--paddleslim``),
 and the cost-growth table: full-analysis time against groups, ratios, images and input size,
@@ -220,27 +220,29 @@ def retrain(adapter: Any, model: torch.nn.Module, ratios: dict[str, float], epoc
 
 def retrained_pair(name: str, kind: str, got: dict[str, Any], make_adapter: Callable[[], Any],
                    model: torch.nn.Module, a: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """Both allocations of ``got`` retrained with seed 0 (``full``, ``adaptive``), and the full
-    one also with seeds 1 ... ``a.retrain_seeds - 1`` (``full_seeds``: every seed's metric,
-    ``seed_spread``: their largest difference)."""
-    runs = {which: retrain(make_adapter(), model, got[which]["ratios"], a.retrain_epochs,
-                           out / f"retrain_{name}_{kind}_{which}")
-            for which in ("full", "adaptive")}
+    """Both allocations of ``got`` retrained with seed 0 (``full``, ``adaptive``), and with
+    seeds 1 ... ``a.retrain_seeds - 1`` too where that is more than one (``seeds``: each
+    allocation's metric per seed, seed 0 first)."""
+    seeds = {which: [retrain(make_adapter(), model, got[which]["ratios"], a.retrain_epochs,
+                             out / (f"retrain_{name}_{kind}_{which}"
+                                    + (f"_seed{seed}" if seed else "")), seed)
+                     for seed in range(max(1, a.retrain_seeds))]
+             for which in ("full", "adaptive")}
+    runs: dict[str, Any] = {which: metrics[0] for which, metrics in seeds.items()}
     if a.retrain_seeds > 1:
-        seeds = [runs["full"]] + [
-            retrain(make_adapter(), model, got["full"]["ratios"], a.retrain_epochs,
-                    out / f"retrain_{name}_{kind}_full_seed{seed}", seed)
-            for seed in range(1, a.retrain_seeds)]
-        runs.update(full_seeds=seeds, seed_spread=max(seeds) - min(seeds))
+        runs["seeds"] = seeds
     return runs
 
 
 def retrained_text(retrained: dict[str, Any]) -> str:
-    """``full / adaptive`` retrained metrics, and the full allocation's spread over seeds."""
+    """``full / adaptive`` retrained metrics (seed 0), and over several seeds each allocation's
+    mean and spread (largest difference between its seeds)."""
     text = f"{retrained['full']:.4f} / {retrained['adaptive']:.4f}"
-    if "seed_spread" in retrained:
-        text += (f" (full over {len(retrained['full_seeds'])} seeds: spread "
-                 f"{retrained['seed_spread']:.4f})")
+    if "seeds" in retrained:
+        full, mine = retrained["seeds"]["full"], retrained["seeds"]["adaptive"]
+        text += (f"; {len(full)} seeds: mean {sum(full) / len(full):.4f} / "
+                 f"{sum(mine) / len(mine):.4f}, spread {max(full) - min(full):.4f} / "
+                 f"{max(mine) - min(mine):.4f}")
     return text
 
 
@@ -440,8 +442,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--seg-val", type=int, default=256)
     p.add_argument("--retrain", default="resnet18,mobilenetv3_large_100")
     p.add_argument("--retrain-epochs", type=int, default=2)
-    p.add_argument("--retrain-seeds", type=int, default=1, help="the full allocation retrained "
-                   "with this many seeds (their spread: what one seed's metric is worth)")
+    p.add_argument("--retrain-seeds", type=int, default=1, help="both allocations retrained "
+                   "with this many seeds (means and spreads: what one seed's metric is worth)")
     p.add_argument("--paddleslim", default="resnet50", help="model timed against PaddleSlim's "
                    "algorithm ('none': skip)")
     p.add_argument("--ps-groups", type=int, default=0)

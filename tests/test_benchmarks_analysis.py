@@ -114,7 +114,7 @@ def test_a_kept_retrained_metric_is_read_back_only_for_the_same_allocation(tmp_p
             cost.retrain(Adapter(), model, ratios, epochs, tmp_path)
     with pytest.raises(Trained):  # another seed (--retrain-seeds) is trained, not read back
         cost.retrain(Adapter(), model, {"0": 0.5}, 2, tmp_path, seed=1)
-    # --retrain-seeds 3: the full allocation also with seeds 1 and 2, each with its own seed
+    # --retrain-seeds 3: both allocations also with seeds 1 and 2, each with its own seed
     seeds = []
 
     class Seeded(Adapter):
@@ -132,6 +132,7 @@ def test_a_kept_retrained_metric_is_read_back_only_for_the_same_allocation(tmp_p
     got = {"full": {"ratios": {"0": 0.5}}, "adaptive": {"ratios": {"0": 0.25}}}
     args = argparse.Namespace(retrain_epochs=1, retrain_seeds=3)
     runs = cost.retrained_pair("m", "loss", got, Seeded, model, args, tmp_path)
-    assert seeds == [0, 0, 1, 2] and runs["full_seeds"] == [0.5, 0.51, 0.52]
-    assert runs["seed_spread"] == pytest.approx(0.02)
-    assert cost.retrained_text(runs) == "0.5000 / 0.5000 (full over 3 seeds: spread 0.0200)"
+    assert seeds == [0, 1, 2, 0, 1, 2] and runs["seeds"]["full"] == [0.5, 0.51, 0.52]
+    assert runs["full"] == runs["adaptive"] == 0.5
+    assert cost.retrained_text(runs) == \
+        "0.5000 / 0.5000; 3 seeds: mean 0.5100 / 0.5100, spread 0.0200 / 0.0200"
