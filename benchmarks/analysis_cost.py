@@ -11,15 +11,14 @@ FLOPs-target allocations are pruned and retrained (same seed and epochs) and the
 compared; with ``--retrain-seeds 2`` or more both are also retrained with seeds 1, 2 ...: each
 allocation's mean and spread over the seeds (the spread is what one seed's retrained metric is
 worth, the noise a difference between the two allocations' must be read against). Then
-PaddleSlim's
-algorithm (copy, real prune, a DataLoader re-reading the image files per point) against
-autoprune's full and adaptive analyses on the same groups, ratios and images (``--paddleslim``),
-and the cost-growth table: full-analysis time against groups, ratios, images and input size,
-measured and fitted (power law per factor).
+PaddleSlim's algorithm (copy, real prune, a DataLoader re-reading the image files per point)
+against autoprune's full and adaptive analyses on the same groups, ratios and images
+(``--paddleslim``), and the cost-growth table: full-analysis time against groups, ratios, images
+and input size, measured and fitted (power law per factor).
 
     python benchmarks/analysis_cost.py                 # the issue's settings (hours on a CPU)
     taskset -c 0 python benchmarks/analysis_cost.py --size 32 --val-images 1000 ...  # scaled
-    python benchmarks/analysis_cost.py --quick         # tiny, what the test runs
+    python benchmarks/analysis_cost.py --quick         # tiny settings, a smoke run
 
 The issue's run: resnet18 and resnet50 at 224 px (Fashion-MNIST upscaled, 2,000 val images),
 mobilenetv3_large_100, YOLOv8s at 320 px, Unet-resnet18. The last line printed is
@@ -457,7 +456,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--growth-images", type=int, default=256)
     p.add_argument("--growth-size", type=int, default=32)
     p.add_argument("--out", help="folder for models, tables and results.json (default: temp)")
-    p.add_argument("--quick", action="store_true", help="tiny settings (what the test runs)")
+    p.add_argument("--quick", action="store_true", help="tiny settings, a smoke run")
     a = p.parse_args(argv)
     if a.quick:
         a.models, a.targets, a.size, a.val_images, a.train_images = "resnet18", "loss,flops", \

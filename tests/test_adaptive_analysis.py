@@ -965,7 +965,25 @@ def test_classification_flow_measures_top1_image_by_image(toy_task, tmp_path):
     assert set(table) == set(record.sensitivities)
 
 
+def _segmentation_stub(eval_set, batch_size):
+    """What :class:`BoundedMIoU` reads of a segmentation adapter, over ``eval_set`` (images,
+    masks of classes 0-2) in batches of ``batch_size``."""
+
+    class Stub:
+        num_workers, device, ignore_index, _eval_batches = 0, "cpu", 255, None
+
+        def metric_classes(self, model):
+            return 3, ["a", "b", "c"]
+
+    stub = Stub()
+    stub.eval_set, stub.batch_size = eval_set, batch_size
+    return stub
+
+
 def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
+    from autoprune.engine.adaptive_meter import PointMeter
+    from autoprune.engine.adaptive_pilot import BoundedPilot
+    from autoprune.engine.points import relative_loss
     from autoprune.tasks.segmentation.incremental import BoundedMIoU, miou_bounds
     from autoprune.tasks.segmentation.metrics import confusion_matrix, evaluate_iou
 
@@ -979,29 +997,23 @@ def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
         final = confusion_matrix(pred.flatten(), truth.flatten(), 4, None)
         assert low - 1e-12 <= _miou(final) <= high + 1e-12
 
-    class Stub:  # what BoundedMIoU reads of a segmentation adapter
-        batch_size, num_workers, device, ignore_index, _eval_batches = 4, 0, "cpu", 255, None
-        eval_set = TensorDataset(torch.randn(10, 3, 8, 8, generator=g),
-                                 torch.randint(0, 3, (10, 8, 8), generator=g))
-
-        def metric_classes(self, model):
-            return 3, ["a", "b", "c"]
-
+    eval_set = TensorDataset(torch.randn(10, 3, 8, 8, generator=g),
+                             torch.randint(0, 3, (10, 8, 8), generator=g))
     model = torch.nn.Conv2d(3, 3, 1).eval()
-    steps = list(BoundedMIoU(Stub()).incremental(model))
-    exact = evaluate_iou(model, torch.utils.data.DataLoader(Stub.eval_set, batch_size=4),
+    steps = list(BoundedMIoU(_segmentation_stub(eval_set, 4)).incremental(model))
+    exact = evaluate_iou(model, torch.utils.data.DataLoader(eval_set, batch_size=4),
                          device=torch.device("cpu"), num_classes=3, class_keys=["a", "b", "c"])
     assert [s.images for s in steps] == [4, 4, 2]
     assert steps[-1].low == steps[-1].high == steps[-1].value == pytest.approx(exact["miou"])
     assert all(s.low <= exact["miou"] + 1e-12 <= s.high + 2e-12 for s in steps)
     # each step also says the mIoU of the images seen so far (what the ETA's pilot reads)
     for k, step in enumerate(steps):
-        seen = torch.utils.data.Subset(Stub.eval_set, range(sum(s.images for s in steps[:k + 1])))
+        seen = torch.utils.data.Subset(eval_set, range(sum(s.images for s in steps[:k + 1])))
         assert step.seen == pytest.approx(evaluate_iou(
             model, torch.utils.data.DataLoader(seen, batch_size=4), device=torch.device("cpu"),
             num_classes=3, class_keys=["a", "b", "c"])["miou"])
     # continued after a step from its state (how a pilot is handed on): the same steps after it
-    evaluation = BoundedMIoU(Stub())
+    evaluation = BoundedMIoU(_segmentation_stub(eval_set, 4))
     again = list(evaluation.incremental(model, start=4, state=steps[0].state))
     assert [(s.images, s.low, s.high, s.value) for s in again] == \
         [(s.images, s.low, s.high, s.value) for s in steps[1:]]
@@ -1011,16 +1023,12 @@ def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
         with pytest.raises(ValueError, match="state|batch boundary"):
             list(evaluation.incremental(model, start=start, state=state))
     # the meter continues such a pilot as it would have gone on after its step
-    from autoprune.engine.adaptive_eta import BoundedPilot
-    from autoprune.engine.adaptive_meter import PointMeter
-
     meter = PointMeter(evaluation, None, 10, 0.9, True, bound="exact", confidence=0.999,
                        resumable=True, random_order=False)
     first = BoundedPilot(4, steps[0].low, steps[0].high, steps[0].state)
     for thresholds in ([0.05], [0.99]):
         assert meter.measure(model, thresholds, first.before()) == meter.measure(model, thresholds)
     whole = BoundedPilot(10, steps[-1].low, steps[-1].high, steps[-1].state, steps[-1].value)
-    from autoprune.engine.points import relative_loss
     assert meter.measure(None, [0.05], whole.before()) == \
         {"loss": relative_loss(0.9, steps[-1].value, True)}  # nothing evaluated: no model
 
@@ -1052,18 +1060,12 @@ def test_a_bounded_miou_pilot_is_handed_on_to_the_analysis_not_evaluated_again(m
         opt.step()
     model.eval()
 
-    class Stub:  # what BoundedMIoU reads of a segmentation adapter
-        batch_size, num_workers, device, ignore_index, _eval_batches = 8, 0, "cpu", 255, None
-        eval_set = TensorDataset(x, masks)
-
-        def metric_classes(self, model):
-            return 3, ["a", "b", "c"]
-
     class MIoU:
         random_order, resumable, images = False, True, len(x)
 
         def __init__(self):
-            self.incremental = BoundedMIoU(Stub()).incremental
+            self.incremental = BoundedMIoU(_segmentation_stub(TensorDataset(x, masks), 8)
+                                           ).incremental
 
         def __call__(self, model):
             return list(self.incremental(model))[-1].value

@@ -16,7 +16,8 @@ against those curves with the real :class:`~autoprune.engine.adaptive.Planner` a
 decide a point of its loss against the round's thresholds, its flips arriving at their expected
 rate (:func:`expected_measure`). It returns which points and how many images each, so the ETA
 also weighs each point's own cost (a top ratio computes less than the unpruned model), and the
-pilots themselves (:class:`Pilot`), which the analysis continues when it measures those points.
+pilots themselves (:mod:`.adaptive_pilot`), which the analysis continues when it measures
+those points.
 A metric that is not a mean over images (mAP, mIoU: sure bounds, no flips to count) is piloted
 by its value on the first look's images, pruned against unpruned (:func:`pilot_seen`; the
 pruned pilots handed on where the evaluation continues from a step's state: mIoU), and
@@ -30,7 +31,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -38,12 +38,11 @@ import torch.nn as nn
 
 from .adaptive import Interval, Planner, Thresholds, undecided
 from .adaptive_meter import PointMeter
+from .adaptive_pilot import PILOT_IMAGES, Pilot, pilot_loss, pilot_seen
 from .adaptive_play import play_rounds, rough_rounds
 from .bounds import PairedCounts, mean_interval
-from .incremental import close_steps, step_scores
 from .points import eval_mode, relative_loss
 
-PILOT_IMAGES = 32  # the first look: a point decided far over the tolerance stops there anyway
 SATURATED = 0.5  # a group losing this much at its top ratio is also piloted at its lowest...
 LOW_EVIDENCE = 0.1  # ...whose loss, if at least this (3 of 32 images), shapes its curve
 
@@ -92,54 +91,6 @@ def step_looks(looks: list[int], step: int, total: int) -> list[int]:
         if end < total and (not out or end > out[-1]):
             out.append(end)
     return out
-
-
-@dataclass
-class Pilot:
-    """A point evaluated on its first images (whole evaluation steps) before the analysis, its
-    flips against the unpruned model's per-image top-1 (``counts``; ``binary``: every score 0 or
-    1), which the analysis continues from when it measures the same point (:meth:`before`), so
-    those images are not evaluated twice; ``step``: the images of the evaluation's first step."""
-
-    counts: PairedCounts
-    binary: bool
-    step: int = 0
-
-    @property
-    def seen(self) -> int:
-        return self.counts.seen
-
-    @property
-    def right(self) -> int:
-        """The images seen that the unpruned model gets right."""
-        return self.counts.seen1
-
-    @property
-    def loss(self) -> float:
-        """The relative loss over the images seen."""
-        return 1.0 - self.counts.score / self.right if self.right else 0.0
-
-    def before(self) -> dict[str, Any]:
-        """The point as :meth:`PointMeter.measure` continues it."""
-        return {"counts": self.counts.to_json(), "binary": self.binary}
-
-
-def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) -> Pilot:
-    """``model`` (a point, pruned) evaluated on its first ``images`` images or more (whole
-    evaluation steps), against the unpruned model's 0 / 1 scores of the same images."""
-    counts, binary, first = PairedCounts(), True, 0
-    steps = meter.eval_fn.incremental(model, start=0)
-    try:
-        for step in steps:
-            scores = step_scores(step)
-            counts.add(scores, meter.base[counts.seen:counts.seen + len(scores)])
-            binary = binary and bool(((scores == 0) | (scores == 1)).all())
-            first = first or len(scores)
-            if counts.seen >= images:
-                break
-    finally:
-        close_steps(steps)
-    return Pilot(counts, binary, first)
 
 
 def smoothed(loss: float, right: float) -> float:
@@ -277,54 +228,6 @@ def averaged(plans: list[dict[tuple[str, float], int]], points: int, total: int,
     return {"points_share": min(1.0, count / k / max(1, points)),
             "image_share": images / max(1.0, count * total), "predicted": predicted,
             "handed_on": handed, "looks": looks / k, "points_expected": count / k}
-
-
-@dataclass
-class BoundedPilot:
-    """A point of a bounded metric (mIoU) evaluated on its first ``seen`` images by the estimate:
-    its last step's sure ``low``/``high`` of the metric and running ``state`` (``value``: the
-    metric, where that step was the last), which the analysis continues from when it measures
-    the same point (:meth:`before`)."""
-
-    seen: int
-    low: float
-    high: float
-    state: Any
-    value: float | None = None
-
-    def before(self) -> dict[str, Any]:
-        """The point as :meth:`PointMeter.measure` continues it."""
-        return {"seen": self.seen, "low": self.low, "high": self.high, "state": self.state,
-                "value": self.value}
-
-
-def pilot_seen(meter: PointMeter, model: nn.Module, images: int
-               ) -> tuple[int, float | None, BoundedPilot | None]:
-    """``(images evaluated, metric, pilot)``: ``model`` evaluated on its first ``images``
-    images, to the first step past them that says the metric of the images seen (``Step.seen``:
-    a detection evaluation says it at its looks), or the whole evaluation's value where it ends
-    first; the metric None where no step within twice ``images`` says one; ``pilot``: the last
-    step, to continue from, where the evaluation is resumable and that step has a state."""
-    seen, saying, last = 0, None, None  # the last step that says a metric; the last step
-    steps = meter.eval_fn.incremental(model, start=0)
-    try:
-        for last in steps:
-            seen += int(last.images)
-            if last.value is not None or last.seen is not None:
-                saying = last
-            if last.value is not None or seen >= 2 * images or \
-                    (seen >= images and last.seen is not None):
-                break
-    finally:
-        close_steps(steps)
-    pilot = None
-    if meter.resumable and last is not None and last.state is not None and \
-            last.low is not None and last.high is not None:
-        pilot = BoundedPilot(seen, float(last.low), float(last.high), last.state,
-                             None if last.value is None else float(last.value))
-    if saying is None:
-        return seen, None, pilot
-    return seen, float(saying.value if saying.value is not None else saying.seen_metric()), pilot
 
 
 def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],

@@ -37,7 +37,7 @@ class AdaptiveRun:
         self.write, self.tick = write, tick
         self.rounds, self.final = 0, []  # rounds that measured something; the last thresholds
         self.decided_early = 0
-        # points the estimate evaluated (adaptive_eta's Pilot, BoundedPilot), handed on
+        # points the estimate evaluated (adaptive_pilot's Pilot, BoundedPilot), handed on
         self.pilots: dict[tuple[str, float], Any] = {}
 
     def known(self, name: str):

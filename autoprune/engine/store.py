@@ -207,7 +207,7 @@ def parse_intervals(path: Path, raw: Any) -> dict[str, dict[float, dict[str, Any
                                            f"{group!r} {r!r}; the file is damaged (delete the "
                                            f"'intervals' section and the points it names)")
             # a bounded evaluation's running state is handed on in memory only (an estimate's
-            # pilot, engine/adaptive_eta.py), never taken from a file
+            # pilot, engine/adaptive_pilot.py), never taken from a file
             out.setdefault(str(group), {})[ratio_key(ratio)] = \
                 {k: v for k, v in info.items() if k != "state"}
     return out
