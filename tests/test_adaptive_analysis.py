@@ -1028,7 +1028,7 @@ def test_the_miou_bound_holds_for_every_completion_and_ends_exact():
     first = BoundedPilot(4, steps[0].low, steps[0].high, steps[0].state)
     for thresholds in ([0.05], [0.99]):
         assert meter.measure(model, thresholds, first.before()) == meter.measure(model, thresholds)
-    whole = BoundedPilot(10, steps[-1].low, steps[-1].high, steps[-1].state, steps[-1].value)
+    whole = BoundedPilot(10, steps[-1].low, steps[-1].high, steps[-1].state)
     assert meter.measure(None, [0.05], whole.before()) == \
         {"loss": relative_loss(0.9, steps[-1].value, True)}  # nothing evaluated: no model
 

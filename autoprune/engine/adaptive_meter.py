@@ -111,11 +111,13 @@ class PointMeter:
     def _bounded(self, model: nn.Module, thresholds: list[float],
                  before: Mapping[str, Any] | None) -> dict[str, Any]:
         seen, interval, value, state = 0, None, None, None
-        if before and self.resumable and before.get("state") is not None:  # a pilot's steps:
+        if before and self.resumable and before.get("state") is not None:  # a pilot's steps,
             seen, state = int(before["seen"]), before["state"]  # looked at as after its last
-            value = before.get("value")
-            if value is None:
-                interval = self.loss_interval(float(before["low"]), float(before["high"]))
+            low, high = float(before["low"]), float(before["high"])
+            if seen >= self.total:
+                value = low  # it saw every image: low == high, the metric
+            else:
+                interval = self.loss_interval(low, high)
                 if not undecided(interval, thresholds):
                     return self._bounded_stop(interval, seen, thresholds)
         if value is None:

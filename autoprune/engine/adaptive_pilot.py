@@ -69,20 +69,18 @@ def pilot_loss(meter: PointMeter, model: nn.Module, images: int = PILOT_IMAGES) 
 @dataclass
 class BoundedPilot:
     """A point of a bounded metric (mIoU) evaluated on its first ``seen`` images by the estimate:
-    its last step's sure ``low``/``high`` of the metric and running ``state`` (``value``: the
-    metric, where that step was the last), which the analysis continues from when it measures
-    the same point (:meth:`before`)."""
+    its last step's sure ``low``/``high`` of the metric (equal, the metric, where that step was
+    the last) and running ``state``, which the analysis continues from when it measures the
+    same point (:meth:`before`)."""
 
     seen: int
     low: float
     high: float
     state: Any
-    value: float | None = None
 
     def before(self) -> dict[str, Any]:
         """The point as :meth:`PointMeter.measure` continues it."""
-        return {"seen": self.seen, "low": self.low, "high": self.high, "state": self.state,
-                "value": self.value}
+        return {"seen": self.seen, "low": self.low, "high": self.high, "state": self.state}
 
 
 def pilot_seen(meter: PointMeter, model: nn.Module, images: int
@@ -107,8 +105,7 @@ def pilot_seen(meter: PointMeter, model: nn.Module, images: int
     pilot = None
     if meter.resumable and last is not None and last.state is not None and \
             last.low is not None and last.high is not None:
-        pilot = BoundedPilot(seen, float(last.low), float(last.high), last.state,
-                             None if last.value is None else float(last.value))
+        pilot = BoundedPilot(seen, float(last.low), float(last.high), last.state)
     if saying is None:
         return seen, None, pilot
     return seen, float(saying.value if saying.value is not None else saying.seen_metric()), pilot

@@ -97,8 +97,8 @@ class CountingEval:
         self.images += self.per_call or 0
         return value
 
-    def _incremental(self, model: nn.Module, start: int = 0, **state: Any) -> Iterator[Step]:
-        for step in incremental_of(self.eval_fn)(model, start=start, **state):
+    def _incremental(self, model: nn.Module, start: int = 0, **given: Any) -> Iterator[Step]:
+        for step in incremental_of(self.eval_fn)(model, start=start, **given):
             self.images += int(step.images)
             yield step
 

@@ -91,7 +91,7 @@ class BoundedMIoU:
                 raise ValueError(f"a bounded mIoU evaluation continued at image {start} needs "
                                  f"the confusion matrix of the images before it ({self.num_classes}"
                                  f" x {self.num_classes} integers, a step's state)")
-            conf = state.clone()
+            conf = state  # never changed in place: each step makes a new matrix
         device = self.adapter.device
         model.to(device)
         last, upto = len(self._unseen) - 1, 0  # images up to this batch's end
@@ -102,13 +102,12 @@ class BoundedMIoU:
             if upto - len(images) < start:
                 raise ValueError(f"start={start} is not at a batch boundary")
             logits = model(images.to(device))
-            conf += confusion_matrix(logits.argmax(1), masks.to(device), self.num_classes,
-                                     self.adapter.ignore_index)
+            conf = conf + confusion_matrix(logits.argmax(1), masks.to(device), self.num_classes,
+                                           self.adapter.ignore_index)
             if k == last:
                 value = segmentation_metrics(conf, self.keys)["miou"]
                 yield Step(len(images), low=value, high=value, value=value, seen=value,
-                           state=conf.clone())
+                           state=conf)
             else:
                 low, high = miou_bounds(conf, self._unseen[k])
-                yield Step(len(images), low=low, high=high, seen=seen_miou(conf),
-                           state=conf.clone())
+                yield Step(len(images), low=low, high=high, seen=seen_miou(conf), state=conf)
