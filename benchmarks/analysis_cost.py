@@ -358,6 +358,8 @@ def _print_target(name: str, kind: str, got: dict[str, Any]) -> None:
         line += (f"; allocation within {got['steps']:.2f} steps, predicted loss "
                  f"{got['full']['loss']:.3f} full / {got['adaptive']['loss']:.3f} adaptive "
                  f"({got['on_full']:.3f} on the full table)")
+    if "error" in got:
+        line += f"; no allocation: {got['error']}"
     if "retrained" in got:
         line += f"; retrained {retrained_text(got['retrained'])}"
     print(line, flush=True)
@@ -383,7 +385,8 @@ def print_tables(rows: list[dict[str, Any]], side: dict[str, Any] | None,
             if "steps" in got:
                 steps.append(got["steps"])
             loss = (f"{got['full']['loss']:.3f} / {got['adaptive']['loss']:.3f} / "
-                    f"{got['on_full']:.3f}" if "steps" in got else got.get("error", "")[:40])
+                    f"{got['on_full']:.3f}" if "steps" in got else
+                    "no allocation (its line above says why)" if "error" in got else "")
             retrained = retrained_text(got["retrained"]) if "retrained" in got else ""
             print(f"| {row['model']} ({row['groups']} groups, {row['images_per_point']} img) | "
                   f"{kind} | {full['images']:,} | {run['images']:,} | {got['saving']:.1f}x | "

@@ -1,9 +1,11 @@
 """benchmarks/adaptive_replay.py (issue 41) at --quick: a base model trained, its full table
 measured once with every point's per-image scores kept, then the real adaptive analysis replayed
-against them per target; a second run measures nothing again and gives the same counts."""
+against them per target; a second run measures nothing again and gives the same counts. And
+benchmarks/analysis_cost.py's main path (full against adaptive analysis) on tiny settings."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 
 import pytest
@@ -136,3 +138,47 @@ def test_a_kept_retrained_metric_is_read_back_only_for_the_same_allocation(tmp_p
     assert runs["full"] == runs["adaptive"] == 0.5
     assert cost.retrained_text(runs) == \
         "0.5000 / 0.5000; 3 seeds: mean 0.5100 / 0.5100, spread 0.0200 / 0.0200"
+
+
+def test_the_cost_benchmark_runs_its_full_and_adaptive_analyses_and_prints_the_tables(
+        tmp_path, capsys):
+    """analysis_cost.py's main path on tiny settings: a base model, the full analysis, an
+    adaptive one per target (-50 % FLOPs is out of reach of two groups: said on its line and in
+    the table, the run goes on), the table, the ETA lines and results.json; --reuse then reads
+    every analysis back instead of measuring it again."""
+    cost = load_benchmark("analysis_cost")
+    args = ["--models", "resnet18", "--targets", "loss,flops", "--size", "32", "--val-images",
+            "128", "--train-images", "128", "--base-epochs", "1", "--groups", "2",
+            "--retrain", "none", "--paddleslim", "none", "--no-growth", "--out", str(tmp_path)]
+    threads = torch.get_num_threads()
+    try:
+        results = cost.main(args)
+        out = capsys.readouterr().out
+        again = cost.main([*args, "--reuse"])
+        reread = capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)
+        cost.REUSE = False
+    (row,) = results["models"]
+    full, loss, flops = row["full"], row["targets"]["loss"], row["targets"]["flops"]
+    assert row["groups"] == 2 and row["images_per_point"] == 128
+    assert 18 * 128 <= full["images"] <= 23 * 128  # plus a few passes of the unpruned model
+    assert 0 < loss["run"]["images"] < full["images"]
+    assert loss["saving"] == pytest.approx(full["images"] / loss["run"]["images"])
+    assert loss["steps"] == cost.steps_apart(loss["full"]["ratios"], loss["adaptive"]["ratios"])
+    assert loss["full"]["loss"] <= 2 * 0.05 + 1e-9  # each group's ratio within the tolerance
+    assert "not reachable" in flops["error"] and "steps" not in flops
+    assert re.search(r"^resnet18 flops: [\d,]+ images .*; no allocation: .*not reachable", out,
+                     re.M)
+    assert re.search(r"^\| resnet18 \(2 groups, 128 img\) \| loss \| [\d,]+ \| [\d,]+ \| "
+                     r"[\d.]+x \|", out, re.M)
+    assert "| no allocation (its line above says why) |" in out
+    assert re.search(r"^  resnet18 loss: ETA \d+ s, took \d+ s$", out, re.M)
+    assert out.rstrip().splitlines()[-1].startswith("min_saving=")
+    kept = json.loads((tmp_path / "results.json").read_text())
+    assert kept["models"][0]["targets"]["loss"]["run"]["images"] == loss["run"]["images"]
+    # --reuse: the same figures, and no analysis said its cost again (nothing was measured)
+    drop = lambda run: {k: v for k, v in run.items() if k != "wall"}  # reread: points' wall
+    assert drop(again["models"][0]["targets"]["loss"]["run"]) == drop(loss["run"])
+    assert again["models"][0]["full"]["images"] == full["images"]
+    assert "analysis cost:" not in reread
