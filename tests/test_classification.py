@@ -290,6 +290,29 @@ def test_reload_pruned_in_fresh_process(base_ckpt, tmp_path):
     assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected.detach())
 
 
+@needs_fmnist
+def test_pruning_with_a_file_measured_adaptively_for_another_target_says_so(base_ckpt, tmp_path,
+                                                                           capsys):
+    """A file an adaptive analysis measured for -30 % FLOPs holds the points that target needs:
+    `autoprune prune` for that target says nothing more, for another one (a loss, another FLOPs
+    share) one line naming both and the command that completes the file."""
+    from autoprune.flow.checkpoints import prune_checkpoint
+
+    sens = tmp_path / "s.json"
+    cls.analyze_sensitivity(base_ckpt, "fashion-mnist", sens, ratios=(0.3, 0.6), eval_limit=40,
+                            progress=False, sensitivity_options={"adaptive": True,
+                                                                 "target": {"flops": 0.3}})
+    capsys.readouterr()
+    prune_checkpoint(base_ckpt, sens, tmp_path / "same.pt", pruned_flops=0.3)
+    assert "note:" not in capsys.readouterr().out
+    for kind, given in (("loss=0.05", {"eval_metric_loss": 0.05}),
+                        ("flops=0.2", {"pruned_flops": 0.2})):
+        prune_checkpoint(base_ckpt, sens, tmp_path / f"{kind}.pt", **given)
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if "note:" in x]
+        assert f"{sens} was measured adaptively for flops=0.3" in line
+        assert f"read for {kind}" in line and f"--adaptive --target {kind}` completes it" in line
+
+
 def test_image_folder_and_num_classes_mismatch(image_folder, tmp_path):
     with pytest.raises(autoprune.ConfigError, match="num_classes=5 but the data has 3 classes"):
         cls.train("resnet18", image_folder / "train", image_folder / "val", num_classes=5,

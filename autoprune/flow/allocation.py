@@ -16,6 +16,8 @@ from .contract import TaskAdapter
 from .latency import LatencyTarget, latency_ratios, latency_target, timed_table
 from .layout import SIDE_FILE
 from .options import check_targets
+from .report import analysis_summary
+from .sensitivities import allocation_target
 
 
 @dataclass(frozen=True)
@@ -73,3 +75,22 @@ def choose_ratios(adapter: TaskAdapter, model: nn.Module, record: SensitivityRec
                                targets.flops, round_to=round_to,
                                ignored_layers=adapter.ignored_layers(model))
     return ratios_by_loss(record.sensitivities, targets.loss)
+
+
+def other_target_note(record: SensitivityRecord, targets: Targets, path: Any) -> str:
+    """A line where ``record`` was measured adaptively for another target than ``targets``
+    (empty otherwise): it holds the points that target needed, so the ratios read for this one
+    may differ from a full analysis's (a loss target's come out no larger); the command that
+    completes the file for this target."""
+    summary = analysis_summary(record.extra)
+    measured = summary.get("adaptive_target") if summary else None
+    asked = allocation_target(targets)
+    if not measured or (measured.keys() == asked.keys() and
+                        all(abs(float(measured[k]) - v) < 1e-9 for k, v in asked.items())):
+        return ""
+    (kind, value), = measured.items()
+    (want, level), = asked.items()
+    return (f"[autoprune] note: {path} was measured adaptively for {kind}={value:g} (only the "
+            f"points that target needs): read for {want}={level:g}, its ratios may differ from "
+            f"a full analysis's; `autoprune sensitivity CHECKPOINT DATA {path} --adaptive "
+            f"--target {want}={level:g}` completes it for this target")

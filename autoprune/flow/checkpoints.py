@@ -24,7 +24,7 @@ from ..errors import (CheckpointError, ConfigError, NotAutopruneCheckpointError,
                       SensitivityFileError, UnreadableCheckpointError)
 from .contract import TaskAdapter
 from .registry import TASKS
-from .allocation import Targets, choose_ratios, table_for
+from .allocation import Targets, choose_ratios, other_target_note, table_for
 from .latency import check_unused_settings, default_round_to
 from .options import check_numbers, check_save_dir, sens_mode
 from .report import compare_sides, to_console, write_reports
@@ -148,6 +148,9 @@ def prune_checkpoint(checkpoint: str | os.PathLike, sensitivities_file: Any,
                                    f"with `autoprune sensitivity` first, or pass DEFAULT")
     check_criterion(criterion)
     record, path = read_table(adapter, model, sensitivities_file, meta.get("arch"), criterion)
+    note = other_target_note(record, targets, path)
+    if note:
+        print(note, flush=True)
     table = table_for(adapter, model, record, path, targets=targets,
                       default_profile=mode == "default", save_dir=Path(output).parent,
                       arch=meta.get("arch"), criterion=criterion)
