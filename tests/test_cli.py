@@ -70,6 +70,10 @@ def test_how_a_file_was_measured_is_said_only_in_words_autoprune_writes():
     assert analysis_line(analysis_summary({"evaluation": {"mode": "\x1b[2J"}})) == \
         "every point on every image (prune evaluation)"
     assert analysis_summary({"how": {}}) is None and analysis_line(None) == ""
+    one = {"adaptive": {"target": {"flops": 0.3}},
+           "evaluation": {"mode": "adaptive", "images_evaluated": 1, "points_as_intervals": 1}}
+    assert analysis_line(analysis_summary(one)) == \
+        "adaptive, for flops=0.3, 1 image evaluated, 1 point decided early"
 
 
 def test_merge_later_wins(sens_file, tmp_path, capsys):
@@ -151,7 +155,7 @@ def test_demo_runs_the_main_job_and_a_rerun_continues_without_training(tmp_path,
     assert main(args) == 0
     again = capsys.readouterr().out
     assert "epoch 1/1  loss" not in again \
-        and again.count("already finished its 1 epochs") == 2, again
+        and again.count("already finished its 1 epoch:") == 2, again
     assert "FLOPs" in again \
         and autoprune.load_sensitivities(demo / "sensitivities.json") == sens_before
 

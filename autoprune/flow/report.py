@@ -18,6 +18,7 @@ from ..engine.files import write_text_atomic
 from ..engine.latency import describe, paired_reduction
 from ..engine.measure import count_flops, count_params, size_mb, to_device
 from ..engine.points import EVALUATIONS
+from ..engine.progress import counted
 from ..engine.timer import report_runtimes
 from ..errors import ConfigError
 from .contract import TaskAdapter
@@ -272,11 +273,11 @@ def analysis_line(summary: Any) -> str:
         parts = ["adaptive"]
     else:
         parts = [f"every point on every image ({summary.get('mode', 'prune')} evaluation)"]
-    for key, words in (("images_evaluated", "images evaluated"),
-                       ("points_decided_early", "points decided early")):
+    for key, noun, words in (("images_evaluated", "image", "evaluated"),
+                             ("points_decided_early", "point", "decided early")):
         value = summary.get(key)
         if whole_number(value) and value:
-            parts.append(f"{value:,} {words}")
+            parts.append(f"{counted(value, noun)} {words}")
     return ", ".join(parts)
 
 

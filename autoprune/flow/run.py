@@ -19,6 +19,7 @@ from ..engine.channels import check_criterion
 from ..engine.checkpoint import BASE_SHAPES, save_pruned
 from ..engine.distributed import barrier, broadcast, init_from_env, rank_and_world
 from ..engine.fast_copy import fast_deepcopy
+from ..engine.progress import counted
 from ..engine.provenance import file_provenance
 from ..engine.prune import PruneResult, check_round_to, prune
 from ..engine.sensitivity import check_ratios
@@ -217,7 +218,7 @@ def base_model(run: Run) -> None:
         barrier()
     elif flow.pretrain_weights is None:
         epochs = flow.pretrain_epochs or flow.epochs
-        _log(f"[autoprune] training the base model ({epochs} epochs)")
+        _log(f"[autoprune] training the base model ({counted(epochs, 'epoch')})")
         run.model = _fit(run, run.model, epochs, run.save_dir / BASELINE, pruned=False)
         run.baseline_path = run.save_dir / BASELINE / "best.pt"
     else:
@@ -277,7 +278,7 @@ def prune_and_retrain(run: Run) -> None:
         which = f" (step {k}/{flow.prune_steps})" if flow.prune_steps > 1 else ""
         _log(f"[autoprune] pruned {len(run.result.plan)} groups{which}: FLOPs "
              f"{run.result.flops_before / 1e6:.1f}M -> {run.result.flops_after / 1e6:.1f}M "
-             f"(-{run.result.flops_reduction:.1%}); retraining {epochs} epochs"
+             f"(-{run.result.flops_reduction:.1%}); retraining {counted(epochs, 'epoch')}"
              + (", distilling the unpruned model" if distill else ""))
         stage = run.save_dir / (PRUNED if k == flow.prune_steps else f"{STEP_PREFIX}{k}")
         model = _fit(run, model, epochs, stage, pruned=True, distill=distill)

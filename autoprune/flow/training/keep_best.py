@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from ...engine.checkpoint import _atomic_save, read_state_dict, save_pruned
 from ...engine.distributed import barrier, rank_and_world
+from ...engine.progress import counted
 from ...errors import CheckpointError, ConfigError
 from .distill import Distill
 from .loop import FitConfig, fit
@@ -64,8 +65,8 @@ def fit_keep_best(model: nn.Module, loader: DataLoader, cfg: FitConfig, *,
         fit(model, loader, cfg, device=device, loss_fn=loss_fn, on_epoch_end=keeper,
             state=saved, distill=distill)
     elif rank_and_world()[0] == 0:
-        print(f"[autoprune] {save_dir} already finished its {epochs} epochs: using its best.pt",
-              flush=True)
+        print(f"[autoprune] {save_dir} already finished its {counted(epochs, 'epoch')}: using "
+              f"its best.pt", flush=True)
     barrier()  # rank 0 has written best.pt
     model.load_state_dict(read_state_dict(save_dir / "best.pt"))
     return model

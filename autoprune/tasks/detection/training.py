@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from ...engine.distributed import barrier, rank_and_world
+from ...engine.progress import counted
 from ...errors import ConfigError
 from ...flow.options import check_numbers
 from ...flow.training import Distill
@@ -68,7 +69,8 @@ def fit(adapter: Any, model: nn.Module, epochs: int, save_dir: Path,
         (stage / RUN / "results.csv").unlink(missing_ok=True)
     barrier()  # every rank has looked at the stage before rank 0 writes into it
     if step is ResumeStep.DONE:
-        log(f"[autoprune] {stage} already finished its {epochs} epochs: using its best.pt")
+        log(f"[autoprune] {stage} already finished its {counted(epochs, 'epoch')}: using its "
+            f"best.pt")
         load_checkpoint(model, stage / "best.pt")
         write_deployable(stage)
         return model.to(adapter.device).eval()
