@@ -345,7 +345,7 @@ def test_a_kept_build_resumes_its_training_and_analysis(tmp_path, capsys):
     write_record(record, kept / "sens.json")
     assert main(args + ["--out", str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
-    assert "already finished its 1 epochs" in out and "5 points x 4 images" in out
+    assert "already finished its 1 epoch:" in out and "5 points x 4 images" in out
     assert best.stat().st_mtime_ns == trained  # not trained again
     first, again = (autoprune.read_record(tmp_path / d / "segmentation-smp-unet-resnet18.json")
                     for d in ("a", "b"))
