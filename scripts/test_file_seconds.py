@@ -4,9 +4,9 @@ JUnit XML of a full run: `./test.sh --junitxml=/tmp/full.xml`, then
 two workers slowest first (test.sh's --no-loadscope-reorder), so both finish close together."""
 from __future__ import annotations
 
+import argparse
 import collections
 import json
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -23,7 +23,13 @@ def file_seconds(junit: str) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("junit", help="the JUnit XML of a full run")
+    p.add_argument("--dry-run", action="store_true", help="print the totals, write nothing")
+    a = p.parse_args()
     out = Path(__file__).resolve().parents[1] / "tests" / "file_seconds.json"
-    data = file_seconds(sys.argv[1])
-    out.write_text(json.dumps(data, indent=0) + "\n")
-    print(f"{out}: {len(data)} files, {sum(data.values()):.0f} s")
+    data = file_seconds(a.junit)
+    if not a.dry_run:
+        out.write_text(json.dumps(data, indent=0) + "\n")
+    print(f"{out if not a.dry_run else a.junit}: {len(data)} files, "
+          f"{sum(data.values()):.0f} s")
