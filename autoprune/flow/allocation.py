@@ -84,12 +84,12 @@ def other_target_note(record: SensitivityRecord, targets: Targets, path: Any) ->
     completes the file for this target."""
     summary = analysis_summary(record.extra)
     measured = summary.get("adaptive_target") if summary else None
-    asked = allocation_target(targets)
-    if not measured or (measured.keys() == asked.keys() and
-                        all(abs(float(measured[k]) - v) < 1e-9 for k, v in asked.items())):
+    if not measured:
         return ""
     (kind, value), = measured.items()
-    (want, level), = asked.items()
+    (want, level), = allocation_target(targets).items()
+    if kind == want and abs(float(value) - level) < 1e-9:
+        return ""
     return (f"[autoprune] note: {path} was measured adaptively for {kind}={value:g} (only the "
             f"points that target needs): read for {want}={level:g}, its ratios may differ from "
             f"a full analysis's; `autoprune sensitivity CHECKPOINT DATA {path} --adaptive "
