@@ -77,11 +77,17 @@ def test_the_report_has_fp32_and_int8_rows_measured_in_the_runtime(run):
         assert entry["latency_ms"] > 0 and entry["size_mb"] > 0
         assert set(section["fp32"][side]["metrics"]) >= {"top1"}
         assert section["fp32"][side]["latency_ms"] > 0
-        # INT8 weights (on a model this small the scales and zero points weigh too)
-        assert entry["size_mb"] < section["fp32"][side]["size_mb"]
+        if flow_int8.nothing_quantized(entry):
+            # every layer timed faster in FP32 on this CPU (timing decides it): no INT8 weight,
+            # so never written or called INT8, whatever the paired timing says
+            assert entry["held_back"] and not entry["shipped"] and entry["file"] is None
+        else:  # INT8 weights (on a model this small the scales and zero points weigh too)
+            assert entry["size_mb"] < section["fp32"][side]["size_mb"]
     # every metric of the section was computed by ONNX Runtime: the FP32 and INT8 graphs of
-    # both sides (4 evaluations), the INT8 ones with QuantizeLinear nodes
-    assert seen.count(True) >= 2 and seen.count(False) >= 2
+    # both sides (4 evaluations), the INT8 ones with QuantizeLinear nodes (but a side whose
+    # every layer was kept in FP32)
+    quantized = sum(not flow_int8.nothing_quantized(section[s]) for s in ("baseline", "pruned"))
+    assert len(seen) >= 4 and seen.count(True) >= quantized
     q = section["quantization"]
     assert q["format"] == "QDQ" and q["per_channel"] is True
     assert q["calibration"]["images"] == 24 and "cpu" in q
@@ -347,6 +353,12 @@ def test_a_yolo_int8_model_is_validated_by_ultralytics_and_loads_in_yolo(tmp_pat
     data = scenes_validated_on_train(tmp_path / "scenes", 8)
     adapter = DetectionAdapter(data, input_size=64, batch_size=4, progress=False)
     model = adapter.build("yolov8n.yaml").eval()
+    # every layer INT8, whatever this CPU times (the block search is tested on its own: a CPU
+    # that times every block slower in INT8 would leave no INT8 file to load here)
+    from autoprune.engine.int8 import speed
+
+    monkeypatch.setattr(speed, "exclude_for_speed", lambda *a, **k: speed.SpeedChoice(
+        (), 2.0, 1.0, 1.0, True, {}, {}, [], "every layer INT8 (test)"))
     settings = Int8Settings(quantize="int8", calibration_images=6)
     calibration, images = flow_int8.calibration_of(adapter, settings)
     assert images == 6 and calibration[0].shape[1:] == (3, 64, 64)
