@@ -17,9 +17,10 @@ echo "refresh: newest versions in pyproject's ranges into $VENV (no constraints)
 "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
 echo "refresh: running the suite"
 "$PY" -m pytest tests -q -n "${AUTOPRUNE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+# the header comment, then the freeze sorted by name (torch before torch-pruning)
 {
   sed -n '1,/^[^#]/{/^#/p}' autoprune/constraints.txt
-  "$PY" -m pip freeze --exclude-editable | grep -v '^-e ' | LC_ALL=C sort -f
+  "$PY" -m pip freeze --exclude-editable | grep -v '^-e ' | LC_ALL=C sort -f -t= -k1,1
 } > autoprune/constraints.txt.new
 mv autoprune/constraints.txt.new autoprune/constraints.txt
 echo "refresh: the suite passed; autoprune/constraints.txt rewritten:"

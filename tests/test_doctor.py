@@ -42,8 +42,12 @@ def test_a_differing_or_missing_package_is_named_in_one_line():
 
 
 def _pretend_tested(monkeypatch, pins: dict[str, str]):
-    real = doctor.tested_versions()
-    monkeypatch.setattr(doctor, "tested_versions", lambda text=None: {**real, **pins})
+    """The tested set as the installed stack (each tested package that is installed, at its
+    version), then ``pins``: the tests read the same wherever the stack differs from
+    constraints.txt (scripts/refresh_constraints.sh runs the suite on the newest versions)."""
+    installed = {name: doctor.installed_version(name) for name in doctor.tested_versions()}
+    stack = {name: version for name, version in installed.items() if version}
+    monkeypatch.setattr(doctor, "tested_versions", lambda text=None: {**stack, **pins})
 
 
 def test_doctor_strict_fails_only_when_the_stack_differs(monkeypatch, capsys):
