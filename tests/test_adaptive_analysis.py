@@ -1156,3 +1156,22 @@ def test_a_full_analysis_times_warm_batches_where_the_evaluation_reports_as_it_g
         said[name] = capsys.readouterr().out
     assert "ms/image here (timed on a few batches)" in said["steps"]
     assert "ms/image here (timed on one whole evaluation)" in said["plain"]
+
+
+def test_a_long_full_analysis_says_how_to_measure_less():
+    """A full analysis expected to take half an hour or more names the adaptive analysis and how
+    to ask for it (API and CLI) after its ETA; a shorter one, or an adaptive one, does not."""
+    from autoprune.engine.cost import ADAPTIVE_HINT, LONG_ANALYSIS_S, Estimate
+
+    def full(seconds_per_image):
+        return Estimate(10, 1000, seconds_per_image, [1.0] * 10, 0.0, None, 0.0, {})
+
+    long, short = full(LONG_ANALYSIS_S / 10_000), full(LONG_ANALYSIS_S / 10_000 / 2)
+    assert long.full_seconds == pytest.approx(LONG_ANALYSIS_S)
+    head, hint = long.describe().split("\n")
+    assert "ETA 30" in head and hint == ADAPTIVE_HINT
+    assert "{'adaptive': True} in train()" in hint and "--adaptive --target" in hint
+    assert "\n" not in short.describe() and "adaptive" not in short.describe()
+    long.adaptive = {"points_share": 0.5, "image_share": 0.5, "target": "eval_metric_loss 0.05",
+                     "bound": "confidence"}
+    assert ADAPTIVE_HINT not in long.describe()

@@ -53,6 +53,14 @@ ADAPTIVE_IMAGES = {("loss", "confidence"): 0.47, ("flops", "confidence"): 0.9,
 # few images' loss, where a point needs nearly every image at any size (resnet18 -50 %, replayed:
 # 0.93 of its images at 5,000)
 SHARE_AT_IMAGES, SHARE_EXPONENT = 1000, 1 / 3
+# a full analysis expected to take this long (s) says how to measure less: the adaptive analysis
+LONG_ANALYSIS_S = 1800.0
+ADAPTIVE_HINT = ("[autoprune] this full analysis measures every point on every image; an adaptive "
+                 "one measures only what one target's allocation needs (4-13x fewer images for a "
+                 "tolerated loss on the classification and segmentation benchmarks, "
+                 "benchmarks/README.md \"Analysis cost\"): sensitivity_options={'adaptive': True} "
+                 "in train() (its own target), or `autoprune sensitivity ... --adaptive --target "
+                 "loss=0.05`")
 
 
 def point_shares(graph: PruningGraph, example_inputs: Any, points: Iterable[tuple[str, float]],
@@ -135,12 +143,14 @@ class Estimate:
             points * self.overhead
 
     def describe(self) -> str:
-        """The estimate in one or two lines (what the analysis prints before it starts)."""
+        """The estimate in one or two lines (what the analysis prints before it starts); a full
+        analysis of half an hour or more adds how to measure less (:data:`ADAPTIVE_HINT`)."""
         head = (f"[autoprune] analysis cost: {self.points} points x {self.images:,} images = "
                 f"{self.full_images:,} images, {self.seconds_per_image * 1e3:.2f} ms/image here "
                 f"(timed on {self.timed_on})")
         if not self.adaptive:
-            return f"{head}, ETA {duration(self.full_seconds)}"
+            hint = f"\n{ADAPTIVE_HINT}" if self.full_seconds >= LONG_ANALYSIS_S else ""
+            return f"{head}, ETA {duration(self.full_seconds)}{hint}"
         a = self.adaptive
         return (f"{head}; the full analysis would take {duration(self.full_seconds)}.\n"
                 f"[autoprune] adaptive ({a['target']}, bound {a['bound']}): expected about "
