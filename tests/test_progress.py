@@ -66,3 +66,12 @@ def test_ultralytics_bars_are_drawn_once_in_a_log(capfd):
             pass
     out = capfd.readouterr().out  # where Ultralytics draws its bars
     assert "\r" not in out and len(out.strip().splitlines()) == 1, out
+
+
+def test_counted_puts_a_count_and_its_noun_in_agreement():
+    from autoprune.engine.progress import counted
+
+    assert [counted(1, "epoch"), counted(2, "epoch"), counted(1234, "image")] == \
+        ["1 epoch", "2 epochs", "1,234 images"]
+    assert [counted(1, "batch", "batches"), counted(3, "batch", "batches")] == \
+        ["1 batch", "3 batches"]

@@ -76,8 +76,8 @@ def test_finished_run_is_not_trained_again_and_settings_must_match(tmp_path, mon
                                                     "started with epochs=1: resume with epochs=1"):
         _cls(tmp_path / "run", Images(), epochs=2, resume=True)  # args.yaml says 1 epoch
     (tmp_path / "run" / "args.yaml").unlink()  # a run of an earlier version: its train_state
-    with pytest.raises(autoprune.ConfigError, match="is from a run of 1 epochs x 3 batches, "
-                                                    "this one has 2 x 3"):
+    with pytest.raises(autoprune.ConfigError, match="is from a run of 1 epoch x 3 batches, "
+                                                    "this one has 2 epochs x 3 batches"):
         _cls(tmp_path / "run", Images(), epochs=2, resume=True)
 
 

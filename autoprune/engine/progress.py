@@ -85,10 +85,10 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def counted(count: int, noun: str) -> str:
-    """``1 epoch``, ``2 epochs``, ``1,234 images``: a count and its (regular) noun in
-    agreement."""
-    return f"{count:,} {noun if count == 1 else noun + 's'}"
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 epoch``, ``2 epochs``, ``1,234 images``, ``3 batches`` (``plural``: the noun's own
+    plural where it is not ``noun + "s"``): a count and its noun in agreement."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",

@@ -86,8 +86,9 @@ def _resumed_state(model: nn.Module, save_dir: Path, epochs: int, steps: int, re
             torch.manual_seed(seed)
         return None
     if (saved["epochs"], saved["steps"]) != (epochs, steps):
-        raise ConfigError(f"{state_path} is from a run of {saved['epochs']} epochs x "
-                          f"{saved['steps']} batches, this one has {epochs} x {steps}: "
+        raise ConfigError(f"{state_path} is from a run of {counted(saved['epochs'], 'epoch')} x "
+                          f"{counted(saved['steps'], 'batch', 'batches')}, this one has "
+                          f"{counted(epochs, 'epoch')} x {counted(steps, 'batch', 'batches')}: "
                           f"resume with the same settings, or pass resume=False")
     try:
         model.load_state_dict(saved["model"])

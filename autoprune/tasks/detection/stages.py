@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from ...engine.checkpoint import read_state_dict, save_pruned
 from ...engine.distributed import rank_and_world
+from ...engine.progress import counted
 from ...errors import CheckpointError, ConfigError
 from . import models as yolo
 
@@ -47,7 +48,8 @@ def resume_step(stage: Path, epochs: int, resume: bool) -> ResumeStep:
     _, ckpt = yolo.read_ultralytics(last)
     planned = (ckpt.get("train_args") or {}).get("epochs")
     if planned != epochs:
-        raise ConfigError(f"{last} is from a run of {planned} epochs, this one has {epochs}: "
+        run = counted(planned, "epoch") if isinstance(planned, int) else "unknown length"
+        raise ConfigError(f"{last} is from a run of {run}, this one has {epochs}: "
                           f"resume with the same settings, or pass resume=False")
     if ckpt.get("epoch", -1) != -1:
         return ResumeStep.CONTINUE
