@@ -75,3 +75,4 @@ def test_counted_puts_a_count_and_its_noun_in_agreement():
         ["1 epoch", "2 epochs", "1,234 images"]
     assert [counted(1, "batch", "batches"), counted(3, "batch", "batches")] == \
         ["1 batch", "3 batches"]
+    assert counted("x", "epoch") == "x epochs"  # e.g. from a damaged file: shown, no crash

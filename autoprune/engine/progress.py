@@ -87,8 +87,10 @@ def duration(seconds: float) -> str:
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``1 epoch``, ``2 epochs``, ``1,234 images``, ``3 batches`` (``plural``: the noun's own
-    plural where it is not ``noun + "s"``): a count and its noun in agreement."""
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+    plural where it is not ``noun + "s"``): a count and its noun in agreement (a count that is
+    not a whole number, e.g. read from a damaged file, is shown as it is)."""
+    shown = f"{count:,}" if isinstance(count, int) else str(count)
+    return f"{shown} {noun if count == 1 else plural or noun + 's'}"
 
 
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
