@@ -224,3 +224,32 @@ def test_ratios_by_flops_counts_the_unpruned_flops_once(x1, monkeypatch):
     assert prunes and len(counted) == len(prunes)  # the pruned copies only
     _check_achieved(model, x1, result, 0.4)
     assert ap.prune(copy.deepcopy(model), x1, dict(result), flops_before=123).flops_before == 123
+
+
+def test_a_candidate_timed_for_a_latency_target_is_pruned_without_counting_flops(x1,
+                                                                                 monkeypatch):
+    """latency_target.measure_reduction times a pruned copy: it removes the channels as prune()
+    does (the same plan, the same tensors) but counts no FLOPs (a forward pass with hooks each,
+    a third of a second on a YOLOv8n), and the model it was given is left whole."""
+    import autoprune.engine.latency_target as latency_target
+    import autoprune.engine.prune as prune_module
+
+    model = make_model("resnet18")
+    ratios = {g.name: 0.5 for g in ap.prunable_groups(model, x1)[:3]}
+    counted, timed = [], []
+    real_count = prune_module.count_flops
+    monkeypatch.setattr(prune_module, "count_flops",
+                        lambda m, x, **kw: counted.append(1) or real_count(m, x, **kw))
+
+    class Timer:
+        def compare(self, candidate):
+            timed.append(candidate)
+            return 0.75
+
+    shapes = {k: v.shape for k, v in model.state_dict().items()}
+    assert latency_target.measure_reduction(model, x1, ratios, Timer()) == pytest.approx(0.25)
+    assert counted == [] and {k: v.shape for k, v in model.state_dict().items()} == shapes
+    reference = ap.prune(copy.deepcopy(model), x1, ratios).model
+    assert len(counted) == 2  # prune() counts before and after
+    assert {k: v.shape for k, v in timed[0].state_dict().items()} == \
+        {k: v.shape for k, v in reference.state_dict().items()} != shapes

@@ -59,6 +59,36 @@ def check_round_to(round_to: int | None) -> None:
         raise ConfigError(f"round_to={round_to!r} must be a positive whole number such as 8")
 
 
+def remove_channels(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
+                    criterion: str = "l1_norm", round_to: int | None = None,
+                    ignored_layers: Iterable[Any] = ()) -> dict[str, dict[str, Any]]:
+    """What :func:`prune` does to ``model`` (in place), without counting parameters and FLOPs
+    before and after: for a caller that only needs the smaller model (a candidate to time).
+    Returns the plan (:class:`PruneResult`'s ``plan``)."""
+    ratios = check_ratio_map(ratios)
+    check_criterion(criterion)
+    check_round_to(round_to)
+    graph = PruningGraph(model, example_inputs, ignored_layers)
+    graph.check_names(ratios)
+    if not hasattr(model, BASE_SHAPES):  # what it was before any pruning: checked on load
+        setattr(model, BASE_SHAPES, {k: list(v.shape) for k, v in model.state_dict().items()})
+    plan: dict[str, dict[str, Any]] = {}
+    chosen = []
+    for group in graph.groups:
+        ratio = ratios.get(group.name, 0.0)
+        if ratio <= 0:
+            continue
+        idxs = graph.channels_to_remove(group, ratio, criterion, round_to)
+        chosen.append((group, idxs))
+        plan[group.name] = {"channels": group.channels, "kept": group.channels - len(idxs),
+                            "ratio": ratio, "removed": idxs}
+    for group, idxs in chosen:  # indices of one group are not shifted by removing another's
+        graph.remove(group, idxs)
+    if chosen:
+        sync_metadata(model)
+    return plan
+
+
 def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
           criterion: str = "l1_norm", round_to: int | None = None,
           ignored_layers: Iterable[Any] = (), flops_before: int | None = None) -> PruneResult:
@@ -72,29 +102,14 @@ def prune(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
     of one model several times). Returns a :class:`PruneResult` whose ``model`` is the same
     object, now smaller.
     """
-    ratios = check_ratio_map(ratios)
+    check_ratio_map(ratios)  # a bad argument is refused before anything is counted
     check_criterion(criterion)
     check_round_to(round_to)
-    graph = PruningGraph(model, example_inputs, ignored_layers)
-    graph.check_names(ratios)
-    if not hasattr(model, BASE_SHAPES):  # what it was before any pruning: checked on load
-        setattr(model, BASE_SHAPES, {k: list(v.shape) for k, v in model.state_dict().items()})
     result = PruneResult(model, params_before=count_params(model),
                          flops_before=count_flops(model, example_inputs)
                          if flops_before is None else flops_before)
-    chosen = []
-    for group in graph.groups:
-        ratio = ratios.get(group.name, 0.0)
-        if ratio <= 0:
-            continue
-        idxs = graph.channels_to_remove(group, ratio, criterion, round_to)
-        chosen.append((group, idxs))
-        result.plan[group.name] = {"channels": group.channels, "kept": group.channels - len(idxs),
-                                   "ratio": ratio, "removed": idxs}
-    for group, idxs in chosen:  # indices of one group are not shifted by removing another's
-        graph.remove(group, idxs)
-    if chosen:
-        sync_metadata(model)
+    result.plan = remove_channels(model, example_inputs, ratios, criterion=criterion,
+                                  round_to=round_to, ignored_layers=ignored_layers)
     result.params_after = count_params(model)
     result.flops_after = count_flops(model, example_inputs)
     return result

@@ -272,7 +272,8 @@ def prune_and_retrain(run: Run) -> None:
     for k, step_ratios in enumerate(steps, 1):
         done.append(prune(model, adapter.example_inputs(model), step_ratios(done),
                           criterion=flow.criterion, round_to=flow.round_to,
-                          ignored_layers=ignored))
+                          ignored_layers=ignored,  # a later step starts where the last ended
+                          flops_before=done[-1].flops_after if done else None))
         run.result = combined(done, run.chosen)
         epochs = step_epochs(flow.epochs, flow.prune_steps, k)
         which = f" (step {k}/{flow.prune_steps})" if flow.prune_steps > 1 else ""
