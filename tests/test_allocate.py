@@ -231,8 +231,11 @@ def test_a_candidate_timed_for_a_latency_target_is_pruned_without_counting_flops
     """latency_target.measure_reduction times a pruned copy: it removes the channels as prune()
     does (the same plan, the same tensors) but counts no FLOPs (a forward pass with hooks each,
     a third of a second on a YOLOv8n), and the model it was given is left whole."""
+    import torch
+
     import autoprune.engine.latency_target as latency_target
     import autoprune.engine.prune as prune_module
+    from autoprune.engine.groups import PruningGraph
 
     model = make_model("resnet18")
     ratios = {g.name: 0.5 for g in ap.prunable_groups(model, x1)[:3]}
@@ -253,3 +256,12 @@ def test_a_candidate_timed_for_a_latency_target_is_pruned_without_counting_flops
     assert len(counted) == 2  # prune() counts before and after
     assert {k: v.shape for k, v in timed[0].state_dict().items()} == \
         {k: v.shape for k, v in reference.state_dict().items()} != shapes
+    # channels chosen by the caller on the unpruned model (ratios_by_latency: once per group
+    # and ratio for all its candidates) are the ones removed
+    graph = PruningGraph(model, x1)
+    chosen = lambda name, ratio: graph.channels_to_remove(graph.group(name), ratio)
+    latency_target.measure_reduction(model, x1, ratios, Timer(), chosen_by=chosen)
+    assert torch.equal(timed[1].conv1.weight, reference.conv1.weight)
+    latency_target.measure_reduction(model, x1, {"conv1": 0.5}, Timer(),
+                                     chosen_by=lambda name, ratio: [0, 1])
+    assert torch.equal(timed[2].conv1.weight, model.conv1.weight[2:])

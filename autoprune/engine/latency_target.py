@@ -57,14 +57,16 @@ class LatencyRatios(dict):
 
 def measure_reduction(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float],
                       timer: PairedTimer, *, criterion: str = "l1_norm",
-                      round_to: int | None = None, ignored_layers: Iterable[Any] = ()) -> float:
+                      round_to: int | None = None, ignored_layers: Iterable[Any] = (),
+                      chosen_by: Callable[[str, float], list[int]] | None = None) -> float:
     """The measured latency reduction of ``model`` pruned by ``ratios`` (a pruned copy, timed
-    against the unpruned model by ``timer``, in the timer's runtime)."""
+    against the unpruned model by ``timer``, in the timer's runtime). ``chosen_by``: see
+    :func:`~autoprune.engine.prune.remove_channels`."""
     if not ratios:
         return 0.0
     pruned = fast_deepcopy(model)  # timed only: its FLOPs are not counted
     remove_channels(pruned, example_inputs, ratios, criterion=criterion, round_to=round_to,
-                    ignored_layers=ignored_names(model, ignored_layers))
+                    ignored_layers=ignored_names(model, ignored_layers), chosen_by=chosen_by)
     return 1.0 - timer.compare(pruned)
 
 
@@ -300,9 +302,13 @@ def ratios_by_latency(model: nn.Module, example_inputs: Any, sens_or_record: Any
     # 2-core VM one pruned mobilenetv3 at 224 px measured a spread (sd) of 2.9 points over
     # 9 rounds, 1.1 over 25)
     timer = PairedTimer(model, example_inputs, rounds=rounds, **timing.kwargs())
+    # each candidate is a copy of ``model``: its channels chosen once per group and ratio
+    choice = functools.lru_cache(maxsize=None)(lambda name, ratio: tuple(
+        graph.channels_to_remove(graph.group(name), ratio, criterion, round_to)))
     measure = lambda ratios: measure_reduction(model, example_inputs, ratios, timer,
                                                criterion=criterion, round_to=round_to,
-                                               ignored_layers=ignored_layers)
+                                               ignored_layers=ignored_layers,
+                                               chosen_by=lambda n, r: list(choice(n, r)))
     shape_of = lambda ratios: tuple(sorted(
         (g, channels_to_keep(graph.group(g).channels, r, round_to)) for g, r in ratios.items()))
     families: dict[str, Allocate] = {}

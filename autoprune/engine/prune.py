@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch.nn as nn
 
@@ -61,9 +61,13 @@ def check_round_to(round_to: int | None) -> None:
 
 def remove_channels(model: nn.Module, example_inputs: Any, ratios: Mapping[str, float], *,
                     criterion: str = "l1_norm", round_to: int | None = None,
-                    ignored_layers: Iterable[Any] = ()) -> dict[str, dict[str, Any]]:
+                    ignored_layers: Iterable[Any] = (),
+                    chosen_by: Callable[[str, float], list[int]] | None = None
+                    ) -> dict[str, dict[str, Any]]:
     """What :func:`prune` does to ``model`` (in place), without counting parameters and FLOPs
     before and after: for a caller that only needs the smaller model (a candidate to time).
+    ``chosen_by(group, ratio)``: the channels to remove, where the caller has chosen them on the
+    unpruned model that ``model`` is a copy of (with the same ``criterion`` and ``round_to``).
     Returns the plan (:class:`PruneResult`'s ``plan``)."""
     ratios = check_ratio_map(ratios)
     check_criterion(criterion)
@@ -78,7 +82,8 @@ def remove_channels(model: nn.Module, example_inputs: Any, ratios: Mapping[str, 
         ratio = ratios.get(group.name, 0.0)
         if ratio <= 0:
             continue
-        idxs = graph.channels_to_remove(group, ratio, criterion, round_to)
+        idxs = chosen_by(group.name, ratio) if chosen_by else \
+            graph.channels_to_remove(group, ratio, criterion, round_to)
         chosen.append((group, idxs))
         plan[group.name] = {"channels": group.channels, "kept": group.channels - len(idxs),
                             "ratio": ratio, "removed": idxs}
