@@ -5,7 +5,10 @@
 * the two copies in each Ultralytics checkpoint save (the EMA model, the optimizer's state);
 * the probe of a new graph (one half-removal and forward pass per group): every forward from the
   input and every module synced after each removal, against forwards that start at the group's
-  first layer and a sync of the modules that hold a channel attribute (the verdicts must agree).
+  first layer and a sync of the modules that hold a channel attribute (the verdicts must agree);
+* a candidate of a latency target, pruned to be timed (every group at 0.3): ``prune`` on a copy
+  (FLOPs counted before and after, channels chosen on the copy) against ``remove_channels`` with
+  the channels chosen once on the unpruned model (``ratios_by_latency``; the same tensors).
 
 One thread; pin it to a core of its own (FIELD_NOTES: timing on a shared CPU):
 
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoprune.engine import groups as groups_module  # noqa: E402
 from autoprune.engine import probe  # noqa: E402
 from autoprune.engine.fast_copy import fast_deepcopy  # noqa: E402
+from autoprune.engine.prune import prune, remove_channels  # noqa: E402
 
 
 def paired(old: Callable[[], object], new: Callable[[], object], rounds: int
@@ -107,8 +111,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rounds = 5 if args.quick else 11
     rows = []
     print("| model | groups | deepcopy | fast_deepcopy | x | checkpoint copies (old / new) | x "
-          "| probe (old / new) | x |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| probe (old / new) | x | latency candidate (old / new) | x |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in names:
         model, example, ignored = build(name)
         copy_old, copy_new = paired(lambda: copy.deepcopy(model), lambda: fast_deepcopy(model),
@@ -129,16 +133,31 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 probes[old].append(seconds)
         if verdicts[True] != verdicts[False]:
             raise AssertionError(f"{name}: the probes disagree: {verdicts}")
-        groups = len(groups_module.PruningGraph(model, example, ignored, probe=False).groups)
+        graph = groups_module.PruningGraph(model, example, ignored)
+        groups = len(graph.groups)
+        ratios = {g.name: 0.3 for g in graph.groups}
+        chosen = {n: graph.channels_to_remove(graph.group(n), r) for n, r in ratios.items()}
+        old_copy, new_copy = fast_deepcopy(model), fast_deepcopy(model)
+        prune(old_copy, example, ratios, ignored_layers=ignored)
+        remove_channels(new_copy, example, ratios, ignored_layers=ignored,
+                        chosen_by=lambda n, r: chosen[n])
+        if {k: v.shape for k, v in old_copy.state_dict().items()} != \
+                {k: v.shape for k, v in new_copy.state_dict().items()}:
+            raise AssertionError(f"{name}: the two candidates differ")
+        cand_old, cand_new = paired(
+            lambda: prune(fast_deepcopy(model), example, ratios, ignored_layers=ignored),
+            lambda: remove_channels(fast_deepcopy(model), example, ratios, ignored_layers=ignored,
+                                    chosen_by=lambda n, r: chosen[n]), rounds)
         probe_old, probe_new = statistics.median(probes[True]), statistics.median(probes[False])
         row = {"model": name, "groups": groups, "copy_s": (copy_old, copy_new),
                "checkpoint_copies_s": (save_old, save_new), "probe_s": (probe_old, probe_new),
-               "unsafe": verdicts[False]}
+               "latency_candidate_s": (cand_old, cand_new), "unsafe": verdicts[False]}
         rows.append(row)
         print(f"| {name} | {groups} | {1e3 * copy_old:.1f} ms | {1e3 * copy_new:.1f} ms | "
               f"{copy_old / copy_new:.1f}x | {1e3 * save_old:.0f} / {1e3 * save_new:.0f} ms | "
               f"{save_old / save_new:.1f}x | {probe_old:.2f} / {probe_new:.2f} s | "
-              f"{probe_old / probe_new:.2f}x |", flush=True)
+              f"{probe_old / probe_new:.2f}x | {1e3 * cand_old:.0f} / {1e3 * cand_new:.0f} ms | "
+              f"{cand_old / cand_new:.1f}x |", flush=True)
     return rows
 
 

@@ -26,7 +26,7 @@ from ..engine.latency import timed_inputs
 from ..engine.timing import Timing
 from ..errors import ConfigError
 from .contract import TaskAdapter
-from .precision import Int8Settings
+from .precision import Int8Settings, nothing_quantized
 
 INT8_FILE = "model_int8.onnx"  # in each stage folder (baseline/, pruned/)
 
@@ -226,13 +226,6 @@ def ship(done: Quantized, path: Path, fp32_ms: float, int8_ms: float) -> dict[st
         for stale in (path, path.with_suffix(".bin")) if done.runtime == "openvino" else (path,):
             stale.unlink(missing_ok=True)
     return entry
-
-
-def nothing_quantized(entry: Mapping[str, Any]) -> bool:
-    """Whether an ONNX Runtime INT8 entry holds no INT8 weight: every layer was kept in FP32
-    (for speed), so its model is the FP32 one and is never written or called INT8, whatever a
-    timing within noise says."""
-    return entry.get("graph", {}).get("int8_weights") == 0
 
 
 def held_back(entry: Mapping[str, Any]) -> str | None:

@@ -4,7 +4,7 @@ command line reads them without loading it."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 from ..engine.int8.settings import CALIBRATION_METHODS, QuantizeSettings, check_precision
 from ..engine.timing import Timing
@@ -65,3 +65,20 @@ class Int8Settings:
         """The quantizer's settings these spell."""
         return QuantizeSettings(method=self.calibration_method,
                                 calibration_images=self.calibration_images)
+
+
+# the precision cell of a report's INT8 row whose model holds no INT8 weight
+ALL_KEPT_FP32 = "INT8 (all kept in FP32)"
+
+
+def nothing_quantized(entry: Mapping[str, Any]) -> bool:
+    """Whether an ONNX Runtime INT8 entry holds no INT8 weight: every layer was kept in FP32
+    (for speed), so its model is the FP32 one and is never written or called INT8, whatever a
+    timing within noise says."""
+    return (entry.get("graph") or {}).get("int8_weights") == 0
+
+
+def int8_label(entry: Mapping[str, Any]) -> str:
+    """The precision a report shows for an INT8 entry: ``INT8``, or :data:`ALL_KEPT_FP32` where
+    nothing in it is INT8 (its size and latency are the FP32 graph's)."""
+    return ALL_KEPT_FP32 if nothing_quantized(entry) else "INT8"

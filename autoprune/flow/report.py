@@ -22,6 +22,7 @@ from ..engine.progress import counted
 from ..engine.timer import report_runtimes
 from ..errors import ConfigError
 from .contract import TaskAdapter
+from .precision import int8_label
 
 
 def compare_sides(adapter: TaskAdapter, baseline: nn.Module, pruned: nn.Module,
@@ -106,7 +107,8 @@ def _rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
 def int8_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     """``(model, precision, size, latency, metric, speed-up)`` rows of a report's ``int8``
     section (FP32 / INT8 x base / pruned, timed together in the deploy runtime; the speed-up
-    against the FP32 base model); none without one."""
+    against the FP32 base model); none without one. An INT8 model whose every layer was kept in
+    FP32 says so in its precision cell (:func:`~autoprune.flow.precision.int8_label`)."""
     section = report.get("int8")
     if not isinstance(section, Mapping):
         return []
@@ -117,9 +119,10 @@ def int8_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, 
     for side in ("baseline", "pruned"):
         if side not in section:
             continue
-        for precision, figures in (("FP32", (section.get("fp32") or {}).get(side) or {}),
-                                   ("INT8", section[side])):
-            t = ms.get(f"{side}_{precision.lower()}")
+        for key, precision, figures in (
+                ("fp32", "FP32", (section.get("fp32") or {}).get(side) or {}),
+                ("int8", int8_label(section[side]), section[side])):
+            t = ms.get(f"{side}_{key}")
             value = (figures.get("metrics") or {}).get(metric) if metric else None
             rows.append((side, precision, f"{figures.get('size_mb', 0):.2f} MB",
                          "n/a" if t is None else f"{t:.2f} ms",
