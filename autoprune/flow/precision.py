@@ -1,6 +1,7 @@
 """The INT8 settings of a run (:class:`Int8Settings`, one group of
 :class:`~autoprune.flow.config.FlowSettings`): kept free of torch, like the timing group, so the
-command line reads them without loading it."""
+command line reads them without loading it. Also what an INT8 entry of a report is called
+(:func:`int8_label`): the report reads it without loading the quantizer."""
 from __future__ import annotations
 
 import dataclasses
