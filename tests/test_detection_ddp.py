@@ -4,6 +4,8 @@ loads and has the single-process run's architecture; an interrupted run resumes 
 from the CLI; settings that cannot work over several processes are refused in one line.
 Tiny settings: YOLOv8n from YAML, 16 scenes at 64 px, 1 epoch per stage."""
 import json
+import sys
+import types
 
 import pytest
 import torch
@@ -208,6 +210,13 @@ def test_one_process_hides_torchrun_ranks_from_ultralytics(monkeypatch):
     with yolo.one_process():
         assert validator.RANK == -1 and val.LOCAL_RANK == -1
     assert validator.RANK == 1 and val.LOCAL_RANK == 1
+    # a module imported after an earlier call is found too (the modules are scanned again)
+    late = types.ModuleType("ultralytics.late_import_for_test")
+    late.RANK = 1
+    monkeypatch.setitem(sys.modules, late.__name__, late)
+    with yolo.one_process():
+        assert late.RANK == -1 and validator.RANK == -1
+    assert late.RANK == 1
 
 
 ISEG_SCRIPT = '''
