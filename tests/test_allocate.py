@@ -194,16 +194,33 @@ def test_ratios_by_flops_reachability_is_measured_not_predicted(x1):
 
 
 def test_summed_loss_reads_the_curve_as_the_allocations_do():
-    """Anchored at (0, 0), non-decreasing (a dip or a negative loss counts as the worst before
-    it), linear in between, flat past the largest ratio; groups at 0 or left out add nothing."""
+    """Anchored at (0, 0), fitted non-decreasing and at least 0 (a dip is averaged with the
+    point before it, a negative loss counts as none), linear in between, flat past the largest
+    ratio; groups at 0 or left out add nothing."""
     sens = {"a": {0.2: 0.1, 0.4: 0.05, 0.6: 0.3}, "b": {0.5: -0.1}, "c": {0.5: 1.0}}
     loss = summed_loss
-    assert loss(sens, {"a": 0.1}) == pytest.approx(0.05)
-    assert loss(sens, {"a": 0.3}) == pytest.approx(0.1)  # the dip at 0.4 does not count
-    assert loss(sens, {"a": 0.5}) == pytest.approx(0.2)
+    assert loss(sens, {"a": 0.1}) == pytest.approx(0.0375)
+    assert loss(sens, {"a": 0.3}) == pytest.approx(0.075)  # 0.1 and the dip at 0.4, averaged
+    assert loss(sens, {"a": 0.5}) == pytest.approx(0.1875)
     assert loss(sens, {"a": 0.8}) == pytest.approx(0.3)
-    assert loss(sens, {"a": 0.5, "b": 0.25, "c": 0.0}) == pytest.approx(0.2)
+    assert loss(sens, {"a": 0.5, "b": 0.25, "c": 0.0}) == pytest.approx(0.1875)
     assert loss(sens, {"c": 0.25}) == pytest.approx(0.5)
+
+
+def test_a_flops_allocation_reads_noisy_flat_curves_by_their_isotonic_fit():
+    """Near zero loss a flat curve's points differ by a few images' flips. The curve the FLOPs
+    allocation reads is the least-squares non-decreasing fit, clipped at 0: one noisy point no
+    longer caps a group (a running maximum carried it to every larger ratio)."""
+    from autoprune.engine.allocate import isotonic, loss_curve, ratio_for_loss, threshold_curve
+
+    assert isotonic([0.1, 0.3, 0.2, 0.4]) == pytest.approx([0.1, 0.25, 0.25, 0.4])
+    assert isotonic([0.5, 0.1, 0.3]) == pytest.approx([0.3, 0.3, 0.3])
+    flat = {0.1: 0.0, 0.2: 0.004, 0.3: -0.002, 0.4: -0.002, 0.5: 0.0, 0.6: 0.05}
+    curve = loss_curve(flat)
+    assert [r for r, _ in curve] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    assert [v for _, v in curve] == pytest.approx([0, 0, 0, 0, 0, 0, 0.05], abs=1e-12)
+    # the 0.004 at 0.2 (four flips of 1,000 images) no longer holds the group near 0.1
+    assert 0.5 <= ratio_for_loss(threshold_curve(flat), 0.001) < 0.6
 
 
 def test_ratios_by_flops_counts_the_unpruned_flops_once(x1, monkeypatch):

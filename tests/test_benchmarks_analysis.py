@@ -46,6 +46,10 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         levers = load_benchmark("bound_levers", on_path=True).main(
             ["--quick", "--replay", str(tmp_path), "--thresholds", "0.02,0.1"])
         printed_levers = capsys.readouterr().out
+        # isotonic_curves.py reads the same folder: both readings of each FLOPs target
+        curves = load_benchmark("isotonic_curves", on_path=True).main(
+            ["--quick", "--replay", str(tmp_path)])
+        printed_curves = capsys.readouterr().out
     finally:
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
@@ -79,6 +83,13 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
     assert re.search(r"^\| resnet18 \(2, 128\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
                      out, re.M)
     assert out.rstrip().splitlines()[-1].startswith("min_fewer=")
+    assert [(r["model"], r["target"]) for r in curves] == [("resnet18", "flops=0.3")]
+    for label in ("running max", "isotonic"):
+        figures = curves[0][label]
+        assert figures["steps_apart"] >= 0 and figures["halves_apart"] >= 0
+        assert -1 <= figures["lost_full"] <= 1 and -1 <= figures["lost_held_out"] <= 1
+    assert re.search(r"^\| resnet18 \| flops=0\.3 \| [\d.]+ / [\d.]+ \|", printed_curves, re.M)
+    assert printed_curves.rstrip().splitlines()[-1].startswith("max_steps_running_max=")
     # --retrain 1: both allocations of each target pruned and trained, their metrics printed
     for r in retrained:
         full, ours = r["retrained"]["full"], r["retrained"]["adaptive"]

@@ -18,24 +18,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .allocate import FlopsModel, loss_curve, ratio_for_loss, read_curve, threshold_curve
+from .allocate import (FlopsModel, isotonic, loss_curve, ratio_for_loss, read_curve,
+                       threshold_curve)
 from .channels import channels_to_keep
 from .store import SensitivityRecord
 
 Step = tuple[str, float, float, float]  # group, ratio, loss added, share of latency saved
 Table = Mapping[str, list[tuple[float, float, float]]]  # what :func:`curves` returns
-
-
-def isotonic(values: list[float]) -> list[float]:
-    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent
-    violators: a run that decreases is replaced by its mean)."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in values:
-        blocks.append([float(v), 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m1, n1), (m2, n2) = blocks.pop(-2), blocks.pop()
-            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    return [m for m, n in blocks for _ in range(int(n))]
 
 
 def curves(record: SensitivityRecord, max_loss: float | None = None
