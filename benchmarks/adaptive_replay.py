@@ -205,6 +205,27 @@ def retrained_cell(row: dict[str, Any]) -> str:
     return f" {full:.4f} / {ours:.4f} ({100 * (ours - full):+.2f}) |"
 
 
+def replay_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a script that reads this script's ``--out`` folder (``bound_levers.py``,
+    ``isotonic_curves.py``): where it is, which models, and the settings their base models were
+    made with (``--quick``: this script's quick ones, see :func:`quick_settings`)."""
+    p.add_argument("--replay", default="runs/replay", help="adaptive_replay.py's --out")
+    p.add_argument("--models", default="resnet18,mobilenetv3_large_100")
+    p.add_argument("--size", type=int, default=32)
+    p.add_argument("--val-images", type=int, default=1000)
+    p.add_argument("--train-images", type=int, default=4000)
+    p.add_argument("--base-epochs", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="adaptive_replay.py --quick's settings")
+
+
+def quick_settings(a: argparse.Namespace) -> argparse.Namespace:
+    """``a`` with this script's ``--quick`` base-model settings when ``a.quick`` is set."""
+    if a.quick:
+        a.models, a.size, a.val_images, a.train_images, a.base_epochs = "resnet18", 32, 128, \
+            128, 1
+    return a
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet18,mobilenetv3_large_100")

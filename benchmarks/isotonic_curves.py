@@ -106,17 +106,8 @@ def compare(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--replay", default="runs/replay", help="adaptive_replay.py's --out")
-    p.add_argument("--models", default="resnet18,mobilenetv3_large_100")
-    p.add_argument("--size", type=int, default=32)
-    p.add_argument("--val-images", type=int, default=1000)
-    p.add_argument("--train-images", type=int, default=4000)
-    p.add_argument("--base-epochs", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="adaptive_replay.py --quick's settings")
-    a = p.parse_args(argv)
-    if a.quick:
-        a.models, a.size, a.val_images, a.train_images, a.base_epochs = "resnet18", 32, 128, \
-            128, 1
+    replay.replay_arguments(p)
+    a = replay.quick_settings(p.parse_args(argv))
     torch.set_num_threads(1)
     rows = [row for name in a.models.split(",") for row in compare(name, a)]
     print("\n| model | target | " + " | ".join(
