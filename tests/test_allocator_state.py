@@ -28,14 +28,15 @@ def mapped_while_held(nbytes):
     return during - before
 
 if sys.argv[1] == "paired":
-    from autoprune.engine.latency import PairedTimer
+    from autoprune.engine.timer import PairedTimer
     model = nn.Sequential(nn.Conv2d(3, 4, 3)).eval()
     PairedTimer(model, torch.rand(1, 3, 8, 8), threads=1, rounds=1, runs=1, warmup=1)
 elif sys.argv[1] == "latency_ms":
     from autoprune.engine.measure import latency_ms
     latency_ms(nn.Sequential(nn.Conv2d(3, 4, 3)), torch.rand(1, 3, 8, 8), warmup=1, repeats=1)
 else:
-    import autoprune.engine.latency  # imported, nothing timed
+    import autoprune.engine.measure, autoprune.engine.timer  # imported, nothing timed
+print("torch_pruning" in sys.modules)  # timing needs no pruning graph (nor timm, dynamo)
 print(mapped_while_held(16 << 20))  # once: freeing a mapped block raises the threshold itself
 """
 
@@ -52,6 +53,7 @@ def test_timing_warms_the_allocator_first():
     def mapped(mode: str) -> int:
         out = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True,
                              text=True, check=True).stdout.split()
+        assert out[-2] == "False", f"{mode}: a process that only times imported torch_pruning"
         return int(out[-1])
 
     assert mapped("imported") == 1, "the premise: a fresh process maps a 16 MiB block"

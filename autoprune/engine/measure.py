@@ -8,7 +8,6 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-from torch_pruning.utils import op_counter
 
 from .data import mapped
 from .fast_copy import fast_copies_in
@@ -73,6 +72,10 @@ def count_flops(model: nn.Module, example_inputs: Any, layer_wise: bool = False)
 
     With ``layer_wise`` returns ``(total, {leaf module: macs})``. The model's mode is kept.
     """
+    # imported here: torch-pruning's counter imports timm, torchvision.ops and torch._dynamo
+    # (4-5 s on these 2-core VMs), which a process that only times a model does not need
+    from torch_pruning.utils import op_counter
+
     was_training = model.training
     try:
         with torch.no_grad(), fast_copies_in(op_counter):
