@@ -30,10 +30,10 @@ Table = Mapping[str, list[tuple[float, float, float]]]  # what :func:`curves` re
 def curves(record: SensitivityRecord, max_loss: float | None = None
            ) -> dict[str, list[tuple[float, float, float]]]:
     """Per group, ``[(ratio, loss, saved)]`` from (0, 0, 0) over the points that have both a loss
-    and a latency; ``saved`` = 1 - pruned / unpruned latency. Losses are made non-decreasing
-    (pruning more never counts as less harmful), savings too (isotonic regression over the
-    group's timed points, at least 0: timing noise is averaged out, not believed); points over
-    ``max_loss`` are left out."""
+    and a latency; ``saved`` = 1 - pruned / unpruned latency. Losses are fitted non-decreasing
+    (:func:`~.allocate.loss_curve`: pruning more never counts as less harmful), savings too
+    (isotonic regression over the group's timed points, at least 0: timing noise is averaged
+    out, not believed); points over ``max_loss`` are left out."""
     out = {}
     for group, losses in record.sensitivities.items():
         timed = {float(r): t for r, t in record.latency.get(group, {}).items()}
