@@ -11,8 +11,10 @@ analysis measures only the points that decide where its curve is read:
   within the tolerance: the points above it are decided over it, most of them far over and
   after a few dozen images. A point still undecided gets more images before the next one down.
 - ``{"flops": 0.5}``: :func:`~autoprune.engine.allocate.ratios_by_flops` bisects one threshold
-  common to all groups and reads curves made non-decreasing (the first point over the threshold
-  ends a curve: pruning more never counts as less harmful). So the analysis finds the *bracket* of
+  common to all groups and reads curves fitted non-decreasing (:func:`~.allocate.loss_curve`:
+  pruning more never counts as less harmful; the analysis measures no point above a group's
+  first point decided over the threshold, so its fit there is that point's, where the full
+  table's may average it with a lower point above). So the analysis finds the *bracket* of
   that threshold on each group's ratio grid: the last point within it and the next grid point,
   decided over it, measured (or every point up to the top ratio within it; where the curve is
   flat, a point over it two grid points above will do: the one between is interpolated across,
