@@ -12,7 +12,8 @@ and the kept per-image scores) and, per model and FLOPs target, under both readi
 - the largest per-group difference, in ratio steps, between the full and the adaptive table's
   allocations, and between the two halves' allocations;
 - the top-1 each allocation really loses (absolute, no retraining): the full table's on every
-  kept image, and the first half's on the second half's images (held out: what generalises).
+  kept image, and the first half's on the second half's images (held out: what generalises);
+  the pruned allocations' per-image scores are kept in ``<model>/allocation_scores.pt``.
 
     python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 ...   # first
     python benchmarks/isotonic_curves.py --replay runs/replay_iso
@@ -71,8 +72,10 @@ def compare(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
     checkpoint, data = cost.base_model(name, args, work)
     adapter, model = cost.adapter_for(name, checkpoint, data, args)
     x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
-    scores = replay.ReplayEval(TaskEval(adapter), work / "scores.pt")
-    base = scores._scores(model)
+    # the unpruned model's kept scores; the pruned allocations' go to a file of their own
+    # (scores.pt holds the full table's points only: bound_levers.py reads every one as a point)
+    base = replay.ReplayEval(TaskEval(adapter), work / "scores.pt")._scores(model)
+    scores = replay.ReplayEval(TaskEval(adapter), work / "allocation_scores.pt")
     n = len(base)
     read = lambda f: autoprune.read_record(work / f).sensitivities  # noqa: E731
     full, halves = read("full.json"), [read(f"full-half{k}.json") for k in (0, 1)]

@@ -46,10 +46,15 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         levers = load_benchmark("bound_levers", on_path=True).main(
             ["--quick", "--replay", str(tmp_path), "--thresholds", "0.02,0.1"])
         printed_levers = capsys.readouterr().out
-        # isotonic_curves.py reads the same folder: both readings of each FLOPs target
+        # isotonic_curves.py reads the same folder: both readings of each FLOPs target; the
+        # allocations' scores go to a file of their own, the full table's stay as they were
+        kept = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)
         curves = load_benchmark("isotonic_curves", on_path=True).main(
             ["--quick", "--replay", str(tmp_path)])
         printed_curves = capsys.readouterr().out
+        assert torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True).keys() == \
+            kept.keys()
+        assert (tmp_path / "resnet18" / "allocation_scores.pt").is_file()
     finally:
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
