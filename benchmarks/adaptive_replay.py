@@ -146,14 +146,21 @@ def allocation(kind: str, value: float, adapter: Any, model: torch.nn.Module,
                                           ignored_layers=adapter.ignored_layers(model)))
 
 
+def base_model(name: str, a: argparse.Namespace, work: Path) -> tuple[Any, torch.nn.Module]:
+    """The adapter and trained base model of ``name`` in ``work`` (trained there once, with
+    ``a``'s size, images and epochs; read back afterwards, also by the scripts that read a
+    replay folder)."""
+    args = argparse.Namespace(size=a.size, val_images=a.val_images, train_images=a.train_images,
+                              base_epochs=a.base_epochs, seg_train=0, seg_val=0, det_val=0)
+    checkpoint, data = cost.base_model(name, args, work)
+    return cost.adapter_for(name, checkpoint, data, args)
+
+
 def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     """The full table of ``name`` (measured once), then one adaptive analysis per target."""
     work = out / name
     work.mkdir(parents=True, exist_ok=True)
-    args = argparse.Namespace(size=a.size, val_images=a.val_images, train_images=a.train_images,
-                              base_epochs=a.base_epochs, seg_train=0, seg_val=0, det_val=0)
-    checkpoint, data = cost.base_model(name, args, work)
-    adapter, model = cost.adapter_for(name, checkpoint, data, args)
+    adapter, model = base_model(name, a, work)
     groups = cost.groups_of(model, adapter, a.groups)
     evaluate = ReplayEval(TaskEval(adapter), work / "scores.pt")
     full, record, _ = analyze(adapter, model, evaluate, groups, work / "full.json")

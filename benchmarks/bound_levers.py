@@ -54,10 +54,7 @@ def base_scores_and_margins(name: str, a: argparse.Namespace, work: Path
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The unpruned model's per-image top-1 and margin, in the evaluation's order (the replay's
     base model, the task's own evaluation, its logits caught on the way)."""
-    args = argparse.Namespace(size=a.size, val_images=a.val_images, train_images=a.train_images,
-                              base_epochs=a.base_epochs, seg_train=0, seg_val=0, det_val=0)
-    checkpoint, data = replay.cost.base_model(name, args, work)
-    adapter, model = replay.cost.adapter_for(name, checkpoint, data, args)
+    adapter, model = replay.base_model(name, a, work)
     logits: list[torch.Tensor] = []
     hook = model.register_forward_hook(lambda m, i, out: logits.append(out.detach().float()))
     try:

@@ -67,10 +67,7 @@ def reading(curve) -> Iterator[None]:
 def compare(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
     """Per FLOPs target of ``name``'s replay folder, both readings' figures."""
     work = Path(a.replay) / name
-    args = argparse.Namespace(size=a.size, val_images=a.val_images, train_images=a.train_images,
-                              base_epochs=a.base_epochs, seg_train=0, seg_val=0, det_val=0)
-    checkpoint, data = cost.base_model(name, args, work)
-    adapter, model = cost.adapter_for(name, checkpoint, data, args)
+    adapter, model = replay.base_model(name, a, work)
     x, ignored = adapter.example_inputs(model), adapter.ignored_layers(model)
     # the unpruned model's kept scores; the pruned allocations' go to a file of their own
     # (scores.pt holds the full table's points only: bound_levers.py reads every one as a point)
