@@ -4,6 +4,7 @@ full analysis (which stays as it was), images counted, the cost said before it s
 import contextlib
 import json
 import math
+import types
 
 import pytest
 import torch
@@ -902,6 +903,32 @@ def test_the_eta_costs_each_predicted_point_at_its_own_share_of_the_model():
     # the bound's arithmetic is charged at each look
     est.adaptive = {**adaptive, "handed_on": {("g", 0.9): 64}, "looks": 7, "look_seconds": 0.1}
     assert est.seconds == pytest.approx((36 + 50) * 0.01 * 0.2 + 2 * 0.5 + 0.7)
+
+
+def test_the_seconds_per_image_are_the_median_of_the_timed_steps(monkeypatch):
+    """The ETA's seconds per image: each step after the first (which warms up) timed on its
+    own and the median taken, so that one step slowed by another process does not set it; the
+    timing stops after ``max_steps`` or ``min_seconds``, and the steps are closed."""
+    from autoprune.engine import cost
+
+    clock = iter([0.0, 0.8, 1.6, 9.6, 10.4, 11.2, 12.0, 99.0])  # the third step: 8 s
+    monkeypatch.setattr(cost, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    closed = []
+
+    def steps():
+        try:
+            while True:
+                yield Step(images=8, scores=torch.ones(8))
+        finally:
+            closed.append(True)
+
+    # five timed steps: 0.1 s an image (0.8 s for 8) but one; the mean would be 0.28
+    assert cost.time_steps(steps(), min_seconds=1e9, max_steps=5) == pytest.approx(0.1)
+    assert closed == [True]
+    clock = iter([0.0, 0.4, 0.9, 50.0])  # stops once min_seconds passed: two steps timed
+    assert cost.time_steps(steps(), min_seconds=0.6) == pytest.approx((0.4 / 8 + 0.5 / 8) / 2)
+    clock = iter([0.0])
+    assert cost.time_steps(iter([Step(images=8, scores=torch.ones(8))])) is None
 
 
 def test_the_eta_counts_the_looks_at_which_the_bound_is_computed():
