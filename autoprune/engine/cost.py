@@ -172,7 +172,7 @@ def adaptive_shares(target_kind: str, bound: str, grid: int,
     return {"points_share": points, "image_share": share}
 
 
-def time_steps(steps: Iterable[Any], min_seconds: float = 0.5, max_steps: int = 6
+def time_steps(steps: Iterable[Any], min_seconds: float = 0.5, max_steps: int = 4
                ) -> float | None:
     """Seconds per image over a few steps of an incremental evaluation (the first, which warms
     up, not timed): the median of the steps' per-image times, so that one step slowed by
