@@ -828,7 +828,8 @@ def test_the_pilot_reads_its_loss_over_the_images_it_evaluated():
     smoothed, under a 2.5 % tolerance (the top ratio is within: one point); read against the
     first 32 images' right ones, as before, it was 3 % and the plan walked down the ratios."""
     from autoprune.engine.adaptive import Thresholds
-    from autoprune.engine.adaptive_eta import PILOT_IMAGES, pilot_loss, predicted_shares, smoothed
+    from autoprune.engine.adaptive_eta import (PILOT_IMAGES, expected_loss, pilot_loss,
+                                               predicted_shares)
     from autoprune.engine.adaptive_meter import PointMeter
 
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
@@ -841,7 +842,7 @@ def test_the_pilot_reads_its_loss_over_the_images_it_evaluated():
         pilot = pilot_loss(meter, None)
     assert pilot.seen == 64 > PILOT_IMAGES and pilot.right == 64.0 and pilot.binary
     assert pilot.loss == pytest.approx(1 / 64)
-    assert smoothed(pilot.loss, pilot.right) == pytest.approx(1.5 / 65)
+    assert expected_loss(pilot.counts) == pytest.approx(1.5 / 65)  # no wrong image: no up
     shares = predicted_shares(meter, scores, None, ["g"], Planner(grid, top_down=True),
                               Thresholds(check_target("loss=0.025"), lambda: None), len(grid))
     plan = shares["predicted"]
@@ -849,6 +850,23 @@ def test_the_pilot_reads_its_loss_over_the_images_it_evaluated():
     # the pilot's 64 images are handed on to the analysis's measurement of the same point
     assert shares["image_share"] * n == pytest.approx(max(plan[("g", 0.9)], 64))
     assert shares["pilots"][("g", 0.9)].before()["counts"]["seen"] == 64
+
+
+def test_a_pilot_that_flips_nothing_either_way_expects_about_no_loss():
+    """A point's loss is net of its up flips: the pilot's expected loss is the down flips' rate
+    less the up flips' (each with half a flip), so 64 images with no flip either way expect
+    about nothing (half a flip down alone read 0.009, and a FLOPs target's play walked such
+    groups down the ratios), and up flips can cancel down flips."""
+    from autoprune.engine.adaptive_eta import expected_loss
+
+    nothing = PairedCounts(seen=64, score=55.0, down=0, up=0, seen1=55, seen0=9)
+    assert expected_loss(nothing) == pytest.approx(0.5 / 56 - 0.5 / 10 * 9 / 55)
+    assert expected_loss(nothing) < 0.001 < 0.5 / 56
+    lossy = PairedCounts(seen=64, score=50.0, down=5, up=0, seen1=55, seen0=9)
+    assert expected_loss(lossy) == pytest.approx(5.5 / 56 - 0.5 / 10 * 9 / 55)
+    both = PairedCounts(seen=64, score=57.0, down=2, up=4, seen1=55, seen0=9)
+    assert expected_loss(both) == 0.0  # 2 of 55 down, 4 of 9 up: more up than down
+    assert expected_loss(PairedCounts(seen=4, score=0.0, seen0=4)) == 0.0  # none right
 
 
 def test_a_pilot_s_images_are_handed_on_to_the_analysis_not_evaluated_again(toy_task, tmp_path,
