@@ -212,17 +212,23 @@ def retrained_cell(row: dict[str, Any]) -> str:
     return f" {full:.4f} / {ours:.4f} ({100 * (ours - full):+.2f}) |"
 
 
-def replay_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of a script that reads this script's ``--out`` folder (``bound_levers.py``,
-    ``isotonic_curves.py``): where it is, which models, and the settings their base models were
-    made with (``--quick``: this script's quick ones, see :func:`quick_settings`)."""
-    p.add_argument("--replay", default="runs/replay", help="adaptive_replay.py's --out")
+def base_model_arguments(p: argparse.ArgumentParser, quick_help: str) -> None:
+    """The options that say which models and how their base models were made (``--quick``:
+    :func:`quick_settings`), shared by this script and those that read its ``--out`` folder."""
     p.add_argument("--models", default="resnet18,mobilenetv3_large_100")
     p.add_argument("--size", type=int, default=32)
     p.add_argument("--val-images", type=int, default=1000)
     p.add_argument("--train-images", type=int, default=4000)
     p.add_argument("--base-epochs", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="adaptive_replay.py --quick's settings")
+    p.add_argument("--quick", action="store_true", help=quick_help)
+
+
+def replay_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a script that reads this script's ``--out`` folder (``bound_levers.py``,
+    ``isotonic_curves.py``): where it is, which models, and the settings their base models were
+    made with."""
+    p.add_argument("--replay", default="runs/replay", help="adaptive_replay.py's --out")
+    base_model_arguments(p, "adaptive_replay.py --quick's settings")
 
 
 def quick_settings(a: argparse.Namespace) -> argparse.Namespace:
@@ -235,12 +241,8 @@ def quick_settings(a: argparse.Namespace) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="resnet18,mobilenetv3_large_100")
+    base_model_arguments(p, "tiny settings (what the test runs)")
     p.add_argument("--targets", default="loss=0.05,flops=0.3,flops=0.5,flops=0.7")
-    p.add_argument("--size", type=int, default=32)
-    p.add_argument("--val-images", type=int, default=1000)
-    p.add_argument("--train-images", type=int, default=4000)
-    p.add_argument("--base-epochs", type=int, default=3)
     p.add_argument("--groups", type=int, default=0, help="first N groups (0: all)")
     p.add_argument("--bound", default="confidence", choices=("confidence", "exact"))
     p.add_argument("--confidence", type=float, default=0.0,
@@ -248,17 +250,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--out", default="runs/replay")
     p.add_argument("--retrain", type=int, default=0, metavar="EPOCHS",
                    help="prune both allocations of each target and train them EPOCHS (0: no)")
-    p.add_argument("--quick", action="store_true", help="tiny settings (what the test runs)")
     p.add_argument("--device", default="cpu", help="where the base model trains and the full "
                    "table's scores are measured (cpu, cuda); the replays read them anywhere")
     p.add_argument("--measure-only", action="store_true",
                    help="stop once the full table's scores are kept (scores.pt)")
-    a = p.parse_args(argv)
+    a = quick_settings(p.parse_args(argv))
     cost.DEVICE = a.device
     cost.REUSE = True  # a retrained allocation's metric.json is read back, not trained again
     if a.quick:
-        a.models, a.size, a.val_images, a.train_images = "resnet18", 32, 128, 128
-        a.base_epochs, a.groups, a.targets = 1, 2, "loss=0.05,flops=0.3"
+        a.groups, a.targets = 2, "loss=0.05,flops=0.3"
     if a.device == "cpu":
         torch.set_num_threads(1)
     rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
