@@ -17,7 +17,7 @@ from autoprune.engine.allocate import threshold_curve
 from autoprune.engine.bounds import (PairedCounts, hypergeom_cdf, look_points, mean_interval,
                                      successes_interval)
 from autoprune.engine.incremental import Step
-from autoprune.engine.store import read_record
+from autoprune.engine.store import SensitivityRecord, read_record
 from autoprune.errors import ConfigError
 from conftest import ToyNet, assert_one_line, needs_fmnist, spawn_ranks
 
@@ -746,6 +746,60 @@ def test_a_bounded_metric_is_predicted_from_the_metric_of_its_pilots_first_image
     assert predicted_shares(meter, meter.eval_fn, model, list(TOPS),
                             Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
                             len(TOPS) * len(grid)) is None
+
+
+@pytest.mark.parametrize("target", ["loss=0.05", "flops=0.5"])
+def test_on_a_set_too_small_for_a_look_each_pilot_is_its_point_handed_on(target, monkeypatch):
+    """32 images or fewer: no look, so no point stops early, and a tenth of the images (YOLOv8n's
+    32 val images: one step of 8) says no mAP. Each group's top ratio is then piloted on every
+    image and handed on as the point itself (the analysis measures every top ratio first), the
+    unpruned metric taken from the analysis's baseline: the plan predicted is the one measured,
+    no image is evaluated for the pilots alone, and the analysis does not evaluate those
+    points again."""
+    from autoprune.engine import adaptive_play
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_eta import predicted_shares
+    from autoprune.engine.adaptive_run import AdaptiveRun
+
+    monkeypatch.setattr(adaptive_play, "ROUGHNESS", 0.0)
+    n, grid = 32, [0.1 * k for k in range(1, 10)]
+    curves, flops = _squares(), _SquareFlops(TOPS)
+    goal = check_target(target)
+    meter, measured = _measured_on_curves(torch.ones(n, dtype=torch.float64), curves, goal,
+                                          lambda: flops, grid, bounded=True)
+    assert not meter.looks and set(measured.values()) == {n}
+    metric, evaluated = meter.eval_fn, []
+    real = metric.incremental
+    monkeypatch.setattr(metric, "incremental",
+                        lambda model, start=0: evaluated.append(metric.point) or real(model, start))
+    shares = predicted_shares(meter, metric, torch.nn.Identity(), list(TOPS),
+                              Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
+                              len(TOPS) * len(grid))
+    tops = {(g, 0.9) for g in TOPS}
+    assert None not in evaluated and tops <= set(evaluated)  # the unpruned model: not again
+    assert shares["predicted"].keys() == measured.keys() and "first 32 images" in shares["pilot"]
+    pilots = shares["pilots"]
+    assert tops <= set(pilots) and all(p.seen == n and p.state is None for p in pilots.values())
+    # images: the points' alone, but a pilot of a point not measured (a saturated group's lowest
+    # ratio, which shapes its curve, where the loss target's scan stops above it)
+    unmeasured = pilots.keys() - measured.keys()
+    assert len(unmeasured) == (target == "loss=0.05")
+    assert shares["image_share"] * len(measured) * n == \
+        pytest.approx(n * (len(measured) + len(unmeasured)))
+    assert shares["handed_on"] == {key: n for key in pilots.keys() & measured.keys()}
+    # the analysis continues from them: each handed-on point is not evaluated again
+    run = AdaptiveRun(None, Thresholds(goal, lambda: flops),
+                      {"bound": "confidence", "confidence": 0.999},
+                      record=SensitivityRecord(model="m", metric="top1"),
+                      own=SensitivityRecord(), names=list(TOPS), grid=grid, write=lambda: None)
+    run.runner, run.meter, run.pilots = metric, meter, dict(pilots)
+    evaluated.clear()
+    run.run()
+    assert set(evaluated) == measured.keys() - pilots.keys() and run.pilots.keys() == unmeasured
+    assert {(g, r) for g, pts in run.record.sensitivities.items() for r in pts} == measured.keys()
+    for (g, r), p in pilots.items():
+        if (g, r) not in unmeasured:
+            assert run.record.sensitivities[g][r] == pytest.approx(1.0 - p.low / 0.8)
 
 
 def test_noise_level_groups_are_predicted_with_their_roughness(monkeypatch):

@@ -383,16 +383,21 @@ def trained(flow, data_yaml):
     return model, adapter, PruningGraph(model, example, ignored), _eval_images(adapter)
 
 
+@pytest.mark.parametrize("looks", [[8], None])
 def test_the_adaptive_estimate_is_piloted_on_the_map_of_the_first_images(flow, data_yaml,
                                                                          tmp_path, capsys,
-                                                                         monkeypatch):
+                                                                         monkeypatch, looks):
     """mAP has no per-image flips: the estimate said before an adaptive analysis (its dry run
     here) reads the unpruned model's and each group's top ratio's mAP over their first images,
-    said at the bound's looks (one after 8 images here), computed only for the pilot."""
-    from autoprune.engine import adaptive_eta
+    said at the bound's looks (one after 8 images here), computed only for the pilot. Without
+    a look (16 images: the first is at 32) each group's top ratio is piloted on every image,
+    to be handed on as the point itself, and the unpruned model is not evaluated again."""
+    from autoprune.engine import adaptive_eta, adaptive_meter
     from autoprune.tasks.detection import incremental
 
-    monkeypatch.setattr(incremental, "look_points", lambda total: [8])
+    if looks:
+        for module in (incremental, adaptive_meter):
+            monkeypatch.setattr(module, "look_points", lambda total: looks)
     pilots, real = [], adaptive_eta.pilot_seen
     monkeypatch.setattr(adaptive_eta, "pilot_seen",
                         lambda *a: pilots.append(real(*a)) or pilots[-1])
@@ -403,8 +408,12 @@ def test_the_adaptive_estimate_is_piloted_on_the_map_of_the_first_images(flow, d
                                                  "target": {"loss": 0.05}},
                             **{k: v for k, v in SMALL.items() if k != "train_args"})
     out = capsys.readouterr().out
-    assert "predicted from a pilot: each group's top ratio, the metric of its first 8 images" in out
-    assert len(pilots) > 10 and all(n == 8 and 0.0 <= v <= 1.0 and p is None for n, v, p in pilots)
+    seen = 8 if looks else 16
+    assert f"predicted from a pilot: each group's top ratio, the metric of its first {seen} " \
+        "images" in out
+    assert len(pilots) > 10 and all(n == seen and 0.0 <= v <= 1.0 for n, v, _ in pilots)
+    assert all(p is None if looks else p.seen == 16 and p.low == p.high == v
+               for _, v, p in pilots)
     assert not (tmp_path / "sens.json").exists()  # a plan measures nothing
 
 

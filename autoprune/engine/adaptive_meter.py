@@ -111,8 +111,9 @@ class PointMeter:
     def _bounded(self, model: nn.Module, thresholds: list[float],
                  before: Mapping[str, Any] | None) -> dict[str, Any]:
         seen, interval, value, state = 0, None, None, None
-        if before and self.resumable and before.get("state") is not None:  # a pilot's steps,
-            seen, state = int(before["seen"]), before["state"]  # looked at as after its last
+        if before and (int(before.get("seen", 0)) >= self.total or  # a pilot of every image,
+                       (self.resumable and before.get("state") is not None)):  # or its steps,
+            seen, state = int(before["seen"]), before.get("state")  # looked at as after its last
             low, high = float(before["low"]), float(before["high"])
             if seen >= self.total:
                 value = low  # it saw every image: low == high, the metric

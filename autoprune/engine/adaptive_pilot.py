@@ -3,7 +3,8 @@ that says its cost (:mod:`autoprune.engine.adaptive_eta` reads their loss), and 
 analysis, which continues each from where its pilot stopped when it measures the same point
 (:meth:`Pilot.before`, :meth:`BoundedPilot.before`, as :meth:`PointMeter.measure` takes them), so
 their images are not evaluated twice: top-1's paired flips (:class:`Pilot`), a bounded metric's
-running state where its evaluation can continue from one (:class:`BoundedPilot`: mIoU)."""
+running state where its evaluation can continue from one (:class:`BoundedPilot`: mIoU), or its
+metric where it saw every image (any bounded metric)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -71,7 +72,8 @@ class BoundedPilot:
     """A point of a bounded metric (mIoU) evaluated on its first ``seen`` images by the estimate:
     its last step's sure ``low``/``high`` of the metric (equal, the metric, where that step was
     the last) and running ``state``, which the analysis continues from when it measures the
-    same point (:meth:`before`)."""
+    same point (:meth:`before`); no state where it saw every image (any bounded metric: mAP on
+    a set too small for a look)."""
 
     seen: int
     low: float
@@ -89,7 +91,8 @@ def pilot_seen(meter: PointMeter, model: nn.Module, images: int
     images, to the first step past them that says the metric of the images seen (``Step.seen``:
     a detection evaluation says it at its looks), or the whole evaluation's value where it ends
     first; the metric None where no step within twice ``images`` says one; ``pilot``: the last
-    step, to continue from, where the evaluation is resumable and that step has a state."""
+    step, to continue from, where the evaluation is resumable and that step has a state, or
+    the point itself where it saw every image (handed on: it is not measured again)."""
     seen, saying, last = 0, None, None  # the last step that says a metric; the last step
     steps = meter.eval_fn.incremental(model, start=0)
     try:
@@ -106,6 +109,8 @@ def pilot_seen(meter: PointMeter, model: nn.Module, images: int
     if meter.resumable and last is not None and last.state is not None and \
             last.low is not None and last.high is not None:
         pilot = BoundedPilot(seen, float(last.low), float(last.high), last.state)
+    elif last is not None and last.value is not None and seen >= meter.total:
+        pilot = BoundedPilot(seen, float(last.value), float(last.value), None)  # the point
     if saying is None:
         return seen, None, pilot
     return seen, float(saying.value if saying.value is not None else saying.seen_metric()), pilot
