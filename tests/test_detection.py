@@ -391,7 +391,8 @@ def test_the_adaptive_estimate_is_piloted_on_the_map_of_the_first_images(flow, d
     here) reads the unpruned model's and each group's top ratio's mAP over their first images,
     said at the bound's looks (one after 8 images here), computed only for the pilot. Without
     a look (16 images: the first is at 32) each group's top ratio is piloted on every image,
-    to be handed on as the point itself, and the unpruned model is not evaluated again."""
+    to be handed on as the point itself (the unit test in test_adaptive_analysis.py checks
+    that the analysis then measures it no more)."""
     from autoprune.engine import adaptive_eta, adaptive_meter
     from autoprune.tasks.detection import incremental
 
