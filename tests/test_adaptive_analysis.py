@@ -648,25 +648,32 @@ class _CurveMetric(_CurveScores):
                        value=value if last else None, seen=value if self.says_seen else None)
 
 
+def _curve_run(scores, meter, goal, flops, names, grid):
+    """An :class:`AdaptiveRun` for ``goal`` of ``names`` measuring with ``meter`` on the
+    points ``scores`` serves (its ``record`` a fresh one, written nowhere)."""
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_run import AdaptiveRun
+
+    run = AdaptiveRun(None, Thresholds(goal, flops), {"bound": "confidence", "confidence": 0.999},
+                      record=SensitivityRecord(model="m", metric="top1"),
+                      own=SensitivityRecord(), names=names, grid=grid, write=lambda: None)
+    run.runner, run.meter = scores, meter
+    return run
+
+
 def _measured_on_curves(base, curves, goal, flops, grid, rounds=None, bounded=False):
     """``(meter, {(group, ratio): images})``: the points a real :class:`AdaptiveRun` for
     ``goal`` measures on per-image scores that follow ``curves`` (:class:`_CurveScores`; a
     ``bounded`` metric: :class:`_CurveMetric`), and the images each ended with (every image:
     ``len(base)``); ``rounds``, a list, gets each round's planned points and the points it
     measured."""
-    from autoprune.engine.adaptive import Thresholds
     from autoprune.engine.adaptive_meter import PointMeter
-    from autoprune.engine.adaptive_run import AdaptiveRun
-    from autoprune.engine.store import SensitivityRecord
 
     n, scores = len(base), (_CurveMetric if bounded else _CurveScores)(base, curves)
     meter = PointMeter(scores, None if bounded else base, n, 0.8, True, bound="confidence",
                        confidence=0.999, resumable=not bounded, random_order=not bounded)
-    record = SensitivityRecord(model="m", metric="top1")
-    run = AdaptiveRun(None, Thresholds(goal, flops), {"bound": "confidence", "confidence": 0.999},
-                      record=record, own=SensitivityRecord(), names=list(curves), grid=grid,
-                      write=lambda: None)
-    run.runner, run.meter = scores, meter
+    run = _curve_run(scores, meter, goal, flops, list(curves), grid)
+    record = run.record
     if rounds is not None:
         save, pruned = run._save, scores.pruned
 
@@ -759,7 +766,6 @@ def test_on_a_set_too_small_for_a_look_each_pilot_is_its_point_handed_on(target,
     from autoprune.engine import adaptive_play
     from autoprune.engine.adaptive import Thresholds
     from autoprune.engine.adaptive_eta import predicted_shares
-    from autoprune.engine.adaptive_run import AdaptiveRun
 
     monkeypatch.setattr(adaptive_play, "ROUGHNESS", 0.0)
     n, grid = 32, [0.1 * k for k in range(1, 10)]
@@ -785,11 +791,8 @@ def test_on_a_set_too_small_for_a_look_each_pilot_is_its_point_handed_on(target,
     assert shares["image_share"] * len(measured) * n == pytest.approx(n * len(measured))
     assert shares["handed_on"] == {key: n for key in tops}
     # the analysis continues from them: each handed-on point is not evaluated again
-    run = AdaptiveRun(None, Thresholds(goal, lambda: flops),
-                      {"bound": "confidence", "confidence": 0.999},
-                      record=SensitivityRecord(model="m", metric="top1"),
-                      own=SensitivityRecord(), names=list(TOPS), grid=grid, write=lambda: None)
-    run.runner, run.meter, run.pilots = metric, meter, dict(pilots)
+    run = _curve_run(metric, meter, goal, lambda: flops, list(TOPS), grid)
+    run.pilots = dict(pilots)
     evaluated.clear()
     run.run()
     assert set(evaluated) == measured.keys() - tops and not run.pilots

@@ -262,8 +262,9 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
     tenth of them, and its loss target's ETA fell back on a prior that expected 54 points for
     77. None where the steps say no metric, or it is 0 unpruned."""
     images = min(PILOT_IMAGES, max(1, meter.total // 10))
-    if not meter.looks:  # a set too small for a look: every point sees every image, so a pilot
-        images, spent, base = meter.total, 0, meter.baseline  # of all is the point, handed on
+    whole = not meter.looks  # a set too small for a look: every point sees every image, so a
+    if whole:  # pilot of all is the point, handed on, and the unpruned metric the baseline
+        images, spent, base = meter.total, 0, meter.baseline
     else:
         with eval_mode(model), runner.folded():
             spent, base, _ = pilot_seen(meter, model, images)
@@ -283,11 +284,12 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
         return max(0.0, relative_loss(base, value, meter.higher_is_better)) \
             if value is not None else 0.0
 
-    # on a set without a look a pilot is a whole point: a saturated group's lowest ratio, which
-    # a loss target's scan may not reach, is not piloted (YOLOv8n: 5 to 8 points for nothing)
-    curves, _ = pilot_curves(names, planner, pilot, pilot_lows=bool(meter.looks))
-    plans = rough_rounds(curves, planner, thresholds,  # played rough: noise-level groups
-                         lambda loss, ts: (meter.total, (loss, loss)), known)  # walk
+    # a whole-set pilot is a whole point: a saturated group's lowest ratio, which a loss
+    # target's scan may not reach, is not piloted (YOLOv8n: 5 to 8 points for nothing)
+    curves, _ = pilot_curves(names, planner, pilot, pilot_lows=not whole)
+    # played rough: noise-level groups walk point by point
+    plans = rough_rounds(curves, planner, thresholds,
+                         lambda loss, ts: (meter.total, (loss, loss)), known)
     seen = max([*evaluated, *(p.seen for p in pilots.values())])
     return {**averaged(plans, points, meter.total, {key: p.seen for key, p in pilots.items()},
                        sum(evaluated), lambda plan, given: 0),
