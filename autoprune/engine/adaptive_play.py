@@ -21,7 +21,8 @@ from __future__ import annotations
 import random
 from typing import Callable, Mapping
 
-from .adaptive import LADDER, MAX_ROUNDS, Interval, Planner, Thresholds, next_round, round_points
+from .adaptive import (COARSE, MAX_ROUNDS, Interval, Planner, Thresholds, next_round,
+                       round_points)
 from .store import ratio_key
 
 ROUGHNESS = 0.003  # the sd of a point's loss about its group's smooth curve (a few images' loss)
@@ -37,11 +38,10 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
     """The points an adaptive analysis measures if each group's loss at ratio ``r`` is
     ``curves[group](r)``, and the images each ends with (``measure(loss, thresholds)``, or
     ``measure[group](...)``: the images and the interval a point of that loss is decided
-    with): the rounds of
-    :class:`~autoprune.engine.adaptive_run.AdaptiveRun` (a FLOPs / latency target's coarse probe
-    against the ladder, then thresholds estimated from the table of interval middles, or of
-    upper ends once those leave no work, widened while they move; one point per group a round,
-    a point an interval no longer decides refined), from the points already ``known``."""
+    with): the rounds of :class:`~autoprune.engine.adaptive_run.AdaptiveRun` (a FLOPs / latency
+    target's coarse probe against :data:`~.adaptive.COARSE`, then thresholds estimated from the
+    table of interval middles, or of upper ends once those leave no work, widened while they
+    move; one point per group a round, a point an interval no longer decides refined), from the points already ``known``."""
     table = {g: dict((known or {}).get(g, {})) for g in curves}
     images: dict[tuple[str, float], int] = {}
 
@@ -53,7 +53,7 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
     if thresholds.target.kind != "loss":
         for name in curves:
             if not table[name]:
-                point(name, planner.first(), list(LADDER))
+                point(name, planner.first(), list(COARSE))
     previous: list[float] = []
     for _ in range(MAX_ROUNDS):
         now, work = next_round(thresholds, planner, table)

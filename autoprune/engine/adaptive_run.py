@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch.nn as nn
 
-from .adaptive import (LADDER, MAX_ROUNDS, Planner, Thresholds, known_points, next_round,
+from .adaptive import (COARSE, MAX_ROUNDS, Planner, Thresholds, known_points, next_round,
                        round_points, undecided)
 from .adaptive_meter import PointMeter
 from .distributed import gather, rank_and_world, shard
@@ -109,9 +109,9 @@ class AdaptiveRun:
         """The next round: the thresholds it measures against and each group's one point; None
         when no group needs one."""
         if self.thresholds.target.kind != "loss" and index == 0 and \
-                any(not self.known(n) for n in self.names):  # one probe per group: a ladder
+                any(not self.known(n) for n in self.names):  # one probe per group, coarse
             points = {n: self.planner.first() for n in self.names if not self.known(n)}
-            return {"index": index, "coarse": True, "thresholds": list(LADDER),
+            return {"index": index, "coarse": True, "thresholds": list(COARSE),
                     "now": [], "previous": [], "points": points}
         known = {n: self.known(n) for n in self.names}
         now, work = next_round(self.thresholds, self.planner, known)
