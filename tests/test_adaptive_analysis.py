@@ -685,8 +685,8 @@ def _curve_run(scores, meter, goal, flops, names, grid):
 def _measured_on_curves(base, curves, goal, flops, grid, rounds=None, bounded=False,
                         scores_class=_CurveScores):
     """``(meter, {(group, ratio): images})``: the points a real :class:`AdaptiveRun` for
-    ``goal`` measures on per-image scores that follow ``curves`` (:class:`_CurveScores`; a
-    ``bounded`` metric: :class:`_CurveMetric`; else ``scores_class``), and the images each ended with (every image:
+    ``goal`` measures on per-image scores that follow ``curves`` (``scores_class``; a
+    ``bounded`` metric: :class:`_CurveMetric`), and the images each ended with (every image:
     ``len(base)``); ``rounds``, a list, gets each round's planned points and the points it
     measured."""
     from autoprune.engine.adaptive_meter import PointMeter

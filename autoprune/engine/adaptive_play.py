@@ -41,7 +41,8 @@ def play_rounds(curves: Mapping[str, Callable[[float], float]], planner: Planner
     with): the rounds of :class:`~autoprune.engine.adaptive_run.AdaptiveRun` (a FLOPs / latency
     target's coarse probe against :data:`~.adaptive.COARSE`, then thresholds estimated from the
     table of interval middles, or of upper ends once those leave no work, widened while they
-    move; one point per group a round, a point an interval no longer decides refined), from the points already ``known``."""
+    move; one point per group a round, a point an interval no longer decides refined), from
+    the points already ``known``."""
     table = {g: dict((known or {}).get(g, {})) for g in curves}
     images: dict[tuple[str, float], int] = {}
 
