@@ -875,7 +875,7 @@ def test_the_coarse_pass_reads_a_sensitive_top_only_as_over():
     """A FLOPs target's coarse pass decides each group's top ratio against 1 % loss only: a top
     losing 12 %, 30 % or 45 % is over it within its first looks, where the former ladder (2, 5,
     10, 20 and 50 %) spent 1,856, 384 and 1,280 of 2,000 images placing each between two rungs
-    no FLOPs threshold reads; the rounds then go on as before."""
+    no FLOPs threshold reads. A top that loses nothing is still proven within it."""
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     curves = _squares({"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0, "e": 0.45})
     flops, rounds = _SquareFlops(curves), []
