@@ -604,20 +604,25 @@ class _CurveScores:
         return torch.linspace(0, right - 1, flips).round().long()
 
 
+def _at_rate(count, total):
+    """A mask of ``total`` entries, ``count`` of them True, the first ``j`` holding
+    ``round(count * j / total)``: arrivals at exactly the rate a prediction assumes."""
+    spread = torch.round(count * torch.arange(total + 1, dtype=torch.float64) / total)
+    return spread[1:] > spread[:-1]
+
+
 class _RateScores(_CurveScores):
-    """:class:`_CurveScores` whose first ``j`` right images hold ``round(flips * j / right)``
-    flips: exactly the rate a prediction assumes."""
+    """:class:`_CurveScores` whose flips arrive among the right images at exactly their rate
+    (:func:`_at_rate`)."""
 
     def flipped(self, flips, right):
-        spread = torch.round(flips * torch.arange(right + 1, dtype=torch.float64) / right)
-        return spread[1:] > spread[:-1]
+        return _at_rate(flips, right)
 
 
 def _evenly_right(n, share):
-    """An unpruned model's per-image scores: ``share`` of ``n`` right, spread so that the first
-    ``k`` images hold ``round(share * k)`` right ones (the composition a prediction assumes)."""
-    k = torch.round(share * torch.arange(n + 1, dtype=torch.float64))
-    return (k[1:] > k[:-1]).double()
+    """An unpruned model's per-image scores: ``share`` of ``n`` right, at exactly that rate
+    (:func:`_at_rate`: the composition a prediction assumes)."""
+    return _at_rate(share * n, n).double()
 
 
 TOPS = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}  # each group's top-ratio loss
