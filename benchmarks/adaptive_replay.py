@@ -17,7 +17,12 @@ threshold can sit at a few images' loss, where the full table's choice on noise-
 rests on single images), and the summed loss of both allocations read on the full table. With
 ``--retrain N`` both allocations of each target are pruned from the base model and trained N
 epochs (seed 0, the same data), and their metrics on the validation set compared (kept in
-``<out>/<model>/retrain-<target>-<full|adaptive>/metric.json``, read back on a rerun).
+``<out>/<model>/retrain-<target>-<full|adaptive>/metric.json``, read back on a rerun). A latency
+target is read as a FLOPs target of the same value, unless ``--latency``: then every grid point
+is timed once on this machine (``<out>/<model>/latency.json``, one thread, batch 1) and both
+tables are allocated by ``ratios_by_latency`` (pruned copies timed until the target is
+measured), printed with the measured reductions and the FLOPs each removes, against the band of
+FLOPs targets the analysis brackets (``target`` to ``target / 0.7``).
 
     python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 \\
         --targets flops=0.3,flops=0.5,flops=0.7,loss=0.05 --out runs/replay
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import re
@@ -43,8 +49,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import autoprune  # noqa: E402
-from autoprune.engine.allocate import summed_loss  # noqa: E402
+from autoprune.engine.adaptive import LATENCY_EFFICIENCY  # noqa: E402
+from autoprune.engine.allocate import FlopsModel, ignored_names, summed_loss  # noqa: E402
+from autoprune.engine.groups import PruningGraph  # noqa: E402
 from autoprune.engine.incremental import Step  # noqa: E402
+from autoprune.engine.timing import Timing  # noqa: E402
 from autoprune.flow.sensitivities import TaskEval  # noqa: E402
 
 
@@ -138,8 +147,40 @@ def analyze(adapter: Any, model: torch.nn.Module, evaluate: ReplayEval, groups: 
         int(said.group(1).replace(",", "")) if said else None
 
 
+TIMING = Timing(threads=1)  # where --latency times: the CPU, one thread, batch 1, eager
+
+
+def timed_grid(adapter: Any, model: torch.nn.Module, table: dict, work: Path) -> Any:
+    """Every point of the full ``table`` timed once on this machine (``work/latency.json``,
+    resumable, read back afterwards): the latencies every table's latency allocation reads."""
+    deployed = adapter.deploy_module(model)
+    return autoprune.measure_latencies(deployed, adapter.example_inputs(deployed), table,
+                                       path=work / "latency.json", timing=TIMING,
+                                       ignored_layers=adapter.ignored_layers(deployed),
+                                       progress=False)
+
+
+def latency_allocation(value: float, adapter: Any, model: torch.nn.Module, table: dict,
+                       timed: Any) -> dict[str, Any]:
+    """The real latency allocation of ``table`` (``ratios_by_latency``: its points' latencies
+    read from ``timed``, pruned copies timed until ``value`` is measured): its ratios, the
+    measured reduction and the FLOPs it removes."""
+    deployed = adapter.deploy_module(model)
+    example, ignored = adapter.example_inputs(deployed), adapter.ignored_layers(deployed)
+    record = dataclasses.replace(
+        timed, sensitivities={g: dict(p) for g, p in table.items()}, intervals={},
+        latency={g: {r: timed.latency[g][r] for r in p} for g, p in table.items()})
+    ratios = autoprune.ratios_by_latency(deployed, example, record, value, timing=TIMING,
+                                         ignored_layers=ignored, search={"tolerance": 0.05})
+    flops = FlopsModel(PruningGraph(deployed, example, ignored_names(deployed, ignored)), example)
+    return {"ratios": dict(ratios), "achieved": ratios.achieved, "method": ratios.method,
+            "flops_removed": 1.0 - flops.predict(ratios) / flops.total}
+
+
 def allocation(kind: str, value: float, adapter: Any, model: torch.nn.Module,
                table: dict) -> dict[str, float]:
+    """The ratios ``table`` gives for a loss or FLOPs target (a latency one read as FLOPs: the
+    replay times nothing without ``--latency``)."""
     if kind == "loss":
         return dict(autoprune.ratios_by_loss(table, value))
     return dict(autoprune.ratios_by_flops(model, adapter.example_inputs(model), table, value,
@@ -170,6 +211,7 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     full_images = record.extra["evaluation"]["images_evaluated"]
     halves = [analyze(adapter, model, HalfEval(TaskEval(adapter), work / "scores.pt", k), groups,
                       work / f"full-half{k}.json")[0] for k in (0, 1)]
+    timed = timed_grid(adapter, model, full, work) if a.latency else None
     rows = []
     for target in a.targets.split(","):
         kind, value = target.split("=")
@@ -177,8 +219,14 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                                    work / f"adaptive-{target}.json", adaptive=True,
                                    target=target, bound=a.bound,
                                    **({"confidence": a.confidence} if a.confidence else {}))
-        ours = allocation(kind, float(value), adapter, model, table)
-        theirs = allocation(kind, float(value), adapter, model, full)
+        measured = {}
+        if kind == "latency" and timed is not None:
+            measured = {which: latency_allocation(float(value), adapter, model, t, timed)
+                        for which, t in (("full", full), ("adaptive", table))}
+            theirs, ours = measured["full"]["ratios"], measured["adaptive"]["ratios"]
+        else:
+            ours = allocation(kind, float(value), adapter, model, table)
+            theirs = allocation(kind, float(value), adapter, model, full)
         ev = rec.extra["evaluation"]
         rows.append({"model": name, "groups": len(groups), "images": evaluate.images,
                      "target": target, "full_images": full_images,
@@ -193,7 +241,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                      "halves_apart": cost.steps_apart(*(allocation(kind, float(value), adapter,
                                                                    model, t) for t in halves)),
                      "loss_full": summed_loss(full, theirs),
-                     "loss_adaptive": summed_loss(full, ours)})
+                     "loss_adaptive": summed_loss(full, ours),
+                     **({"latency": measured} if measured else {})})
         if a.retrain:
             rows[-1]["retrained"] = {
                 which: cost.retrain(adapter, model, ratios, a.retrain,
@@ -242,7 +291,8 @@ def quick_settings(a: argparse.Namespace) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     base_model_arguments(p, "tiny settings (what the test runs)")
-    p.add_argument("--targets", default="loss=0.05,flops=0.3,flops=0.5,flops=0.7")
+    p.add_argument("--targets", default=None,
+                   help="loss=0.05,flops=0.3,flops=0.5,flops=0.7 (with --quick: the first two)")
     p.add_argument("--groups", type=int, default=0, help="first N groups (0: all)")
     p.add_argument("--bound", default="confidence", choices=("confidence", "exact"))
     p.add_argument("--confidence", type=float, default=0.0,
@@ -252,13 +302,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                    help="prune both allocations of each target and train them EPOCHS (0: no)")
     p.add_argument("--device", default="cpu", help="where the base model trains and the full "
                    "table's scores are measured (cpu, cuda); the replays read them anywhere")
+    p.add_argument("--latency", action="store_true",
+                   help="time every grid point once (kept in latency.json) and allocate latency "
+                        "targets by measurement (ratios_by_latency) on both tables, instead of "
+                        "reading them as FLOPs targets")
     p.add_argument("--measure-only", action="store_true",
                    help="stop once the full table's scores are kept (scores.pt)")
     a = quick_settings(p.parse_args(argv))
     cost.DEVICE = a.device
     cost.REUSE = True  # a retrained allocation's metric.json is read back, not trained again
     if a.quick:
-        a.groups, a.targets = 2, "loss=0.05,flops=0.3"
+        a.groups, a.targets = 2, a.targets or "loss=0.05,flops=0.3"
+    a.targets = a.targets or "loss=0.05,flops=0.3,flops=0.5,flops=0.7"
     if a.device == "cpu":
         torch.set_num_threads(1)
     rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
@@ -277,6 +332,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
               f"{r['halves_apart']:.2f} | "
               f"{r['loss_full']:.4f} / {r['loss_adaptive']:.4f} | {r['said_images']:,} "
               f"({r['said_images'] / r['adaptive_images'] - 1:+.0%}) |" + retrained_cell(r))
+    for r in rows:
+        if "latency" in r:
+            full, ours = r["latency"]["full"], r["latency"]["adaptive"]
+            goal = float(r["target"].split("=")[1])
+            print(f"{r['model']} {r['target']}: measured {-full['achieved']:+.1%} / "
+                  f"{-ours['achieved']:+.1%} ({full['method']} / {ours['method']}), FLOPs "
+                  f"removed {full['flops_removed']:.1%} / {ours['flops_removed']:.1%}, the "
+                  f"analysis's band {goal:.0%}-{min(0.95, goal / LATENCY_EFFICIENCY):.0%}")
     print(f"min_fewer={min(r['fewer'] for r in rows):.2f} "
           f"max_steps={max(r['steps_apart'] for r in rows):.2f} "
           f"max_halves_apart={max(r['halves_apart'] for r in rows):.2f} "

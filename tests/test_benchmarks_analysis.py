@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import autoprune
-from conftest import load_benchmark, needs_fmnist
+from autoprune.engine import latency as latency_module
+from autoprune.engine.latency import PairedTimer
+from conftest import flops_ratio, load_benchmark, needs_fmnist
 
 pytestmark = needs_fmnist
 
@@ -55,6 +57,20 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True).keys() == \
             kept.keys()
         assert (tmp_path / "resnet18" / "allocation_scores.pt").is_file()
+        # --latency: every grid point timed once (FLOPs stand in for the clock), a latency
+        # target allocated by ratios_by_latency on both tables; a rerun times no point again
+        counted_saves = list(computed)
+        monkeypatch.undo()
+        monkeypatch.setattr(PairedTimer, "compare", flops_ratio)
+        timed_now, time_points = [], latency_module.measure_point_latencies
+        monkeypatch.setattr(latency_module, "measure_point_latencies", lambda *a, **k: (
+            timed_now.append(len(a[4])), time_points(*a, **k)))
+        timing = ["--quick", "--out", str(tmp_path), "--latency", "--targets", "latency=0.2"]
+        timed = bench.main(timing)
+        printed_latency = capsys.readouterr().out
+        assert bench.main(timing) == timed and timed_now == [18, 0]
+        capsys.readouterr()
+        kept_timings = tmp_path / "resnet18" / "latency.json"
     finally:
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
@@ -67,7 +83,7 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert r["loss_full"] >= 0 and r["steps_apart"] >= 0 and r["halves_apart"] >= 0
         assert r["said_images"] > 0  # the estimate said before the points, in images
     # the second, third and fourth runs served every point from the kept scores
-    assert computed == [0, 0, 0]
+    assert counted_saves == [0, 0, 0]
     assert [{k: v for k, v in r.items()} for r in again] == rows
     for half in (0, 1):  # the full analysis on each half: 64 images a point, from the kept scores
         record = autoprune.read_record(tmp_path / "resnet18" / f"full-half{half}.json")
@@ -95,6 +111,20 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert -1 <= figures["lost_full"] <= 1 and -1 <= figures["lost_held_out"] <= 1
     assert re.search(r"^\| resnet18 \| flops=0\.3 \| [\d.]+ / [\d.]+ \|", printed_curves, re.M)
     assert printed_curves.rstrip().splitlines()[-1].startswith("max_steps_running_max=")
+    # --latency: each table's allocation lands on the target as measured (here: in FLOPs, so
+    # the FLOPs it removes are that reduction), from the timings of every full-table point
+    full_table = autoprune.read_record(tmp_path / "resnet18" / "full.json").sensitivities
+    timed_points = autoprune.read_record(kept_timings).latency
+    assert {g: set(p) for g, p in timed_points.items()} == \
+        {g: set(p) for g, p in full_table.items()}
+    assert [r["target"] for r in timed] == ["latency=0.2"]
+    for which in ("full", "adaptive"):
+        landed = timed[0]["latency"][which]
+        assert abs(landed["achieved"] - 0.2) <= 0.05, landed
+        assert abs(landed["flops_removed"] - landed["achieved"]) <= 0.03, landed
+    assert re.search(r"^resnet18 latency=0\.2: measured -\d+\.\d% / -\d+\.\d% \((greedy|"
+                     r"threshold) / (greedy|threshold)\), FLOPs removed [\d.]+% / [\d.]+%, the "
+                     r"analysis's band 20%-29%$", printed_latency, re.M), printed_latency
     # --retrain 1: both allocations of each target pruned and trained, their metrics printed
     for r in retrained:
         full, ours = r["retrained"]["full"], r["retrained"]["adaptive"]
