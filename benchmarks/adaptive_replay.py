@@ -22,7 +22,10 @@ target is read as a FLOPs target of the same value, unless ``--latency``: then e
 is timed once on this machine (``<out>/<model>/latency.json``, one thread, batch 1) and both
 tables are allocated by ``ratios_by_latency`` (pruned copies timed until the target is
 measured), printed with the measured reductions and the FLOPs each removes, against the band of
-FLOPs targets the analysis brackets (``target`` to ``target / 0.7``).
+FLOPs targets the analysis brackets (``target`` to ``target / 0.7``). Timed at 32 px, one
+table's allocation lands anywhere within the tolerance and its summed loss moved by 20 % between
+two runs; ``--latency-clock E`` reads every timing as ``1 - E x`` the FLOPs removed instead
+(deterministic: both allocations land on the target, their losses compare exactly).
 
     python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 \\
         --targets flops=0.3,flops=0.5,flops=0.7,loss=0.05 --out runs/replay
@@ -68,6 +71,7 @@ def _cost_module() -> Any:
 
 cost = _cost_module()
 RATIOS = cost.RATIOS
+TIMING = Timing(threads=1)  # where --latency times: the CPU, one thread, batch 1, eager
 
 
 class ReplayEval:
@@ -147,31 +151,53 @@ def analyze(adapter: Any, model: torch.nn.Module, evaluate: ReplayEval, groups: 
         int(said.group(1).replace(",", "")) if said else None
 
 
-TIMING = Timing(threads=1)  # where --latency times: the CPU, one thread, batch 1, eager
+@contextlib.contextmanager
+def flops_clock(efficiency: float) -> Iterator[None]:
+    """Every paired timing reads, instead of the clock, ``1 - efficiency x`` the share of the
+    FLOPs the pruned copy removed (a fixed share of the latency that no pruning saves):
+    deterministic, so two allocations of a latency target land exactly on it and their losses
+    compare without timing noise (timed for real at 32 px, one table's allocation measured a
+    summed loss 20 % apart from one run to the next)."""
+    from autoprune.engine.measure import count_flops
+    from autoprune.engine.timer import PairedTimer
+
+    def compare(timer: PairedTimer, candidate: torch.nn.Module) -> float:
+        timer.base_rounds.append(1.0)  # the timer's own bookkeeping of unpruned rounds
+        if getattr(timer, "_base_flops", None) is None:
+            timer._base_flops = count_flops(timer.base, timer.inputs)
+        return 1.0 - efficiency * (1.0 - count_flops(candidate, timer.inputs) / timer._base_flops)
+
+    real = PairedTimer.compare
+    PairedTimer.compare = compare
+    try:
+        yield
+    finally:
+        PairedTimer.compare = real
 
 
-def timed_grid(adapter: Any, model: torch.nn.Module, table: dict, work: Path) -> Any:
-    """Every point of the full ``table`` timed once on this machine (``work/latency.json``,
+def timed_grid(adapter: Any, model: torch.nn.Module, table: dict, path: Path) -> Any:
+    """Every point of the full ``table`` timed once on this machine (kept in ``path``,
     resumable, read back afterwards): the latencies every table's latency allocation reads."""
     deployed = adapter.deploy_module(model)
     return autoprune.measure_latencies(deployed, adapter.example_inputs(deployed), table,
-                                       path=work / "latency.json", timing=TIMING,
+                                       path=path, timing=TIMING,
                                        ignored_layers=adapter.ignored_layers(deployed),
                                        progress=False)
 
 
 def latency_allocation(value: float, adapter: Any, model: torch.nn.Module, table: dict,
-                       timed: Any) -> dict[str, Any]:
+                       timed: Any, tolerance: float = 0.05) -> dict[str, Any]:
     """The real latency allocation of ``table`` (``ratios_by_latency``: its points' latencies
-    read from ``timed``, pruned copies timed until ``value`` is measured): its ratios, the
-    measured reduction and the FLOPs it removes."""
+    read from ``timed``, pruned copies timed until ``value`` is measured within ``tolerance``):
+    its ratios, the measured reduction and the FLOPs it removes."""
     deployed = adapter.deploy_module(model)
     example, ignored = adapter.example_inputs(deployed), adapter.ignored_layers(deployed)
     record = dataclasses.replace(
         timed, sensitivities={g: dict(p) for g, p in table.items()}, intervals={},
         latency={g: {r: timed.latency[g][r] for r in p} for g, p in table.items()})
     ratios = autoprune.ratios_by_latency(deployed, example, record, value, timing=TIMING,
-                                         ignored_layers=ignored, search={"tolerance": 0.05})
+                                         ignored_layers=ignored,
+                                         search={"tolerance": tolerance})
     flops = FlopsModel(PruningGraph(deployed, example, ignored_names(deployed, ignored)), example)
     return {"ratios": dict(ratios), "achieved": ratios.achieved, "method": ratios.method,
             "flops_removed": 1.0 - flops.predict(ratios) / flops.total}
@@ -211,7 +237,9 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     full_images = record.extra["evaluation"]["images_evaluated"]
     halves = [analyze(adapter, model, HalfEval(TaskEval(adapter), work / "scores.pt", k), groups,
                       work / f"full-half{k}.json")[0] for k in (0, 1)]
-    timed = timed_grid(adapter, model, full, work) if a.latency else None
+    kept = "latency.json" if a.latency_clock is None else \
+        f"latency-clock-{a.latency_clock:g}.json"
+    timed = timed_grid(adapter, model, full, work / kept) if a.latency else None
     rows = []
     for target in a.targets.split(","):
         kind, value = target.split("=")
@@ -221,7 +249,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                                    **({"confidence": a.confidence} if a.confidence else {}))
         measured = {}
         if kind == "latency" and timed is not None:
-            measured = {which: latency_allocation(float(value), adapter, model, t, timed)
+            measured = {which: latency_allocation(float(value), adapter, model, t, timed,
+                                                  a.latency_tolerance)
                         for which, t in (("full", full), ("adaptive", table))}
             theirs, ours = measured["full"]["ratios"], measured["adaptive"]["ratios"]
         else:
@@ -306,6 +335,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                    help="time every grid point once (kept in latency.json) and allocate latency "
                         "targets by measurement (ratios_by_latency) on both tables, instead of "
                         "reading them as FLOPs targets")
+    p.add_argument("--latency-clock", type=float, default=None, metavar="EFFICIENCY",
+                   help="with --latency: read each timing as 1 - EFFICIENCY x the FLOPs removed "
+                        "instead of the clock (deterministic; its grid kept in "
+                        "latency-clock-EFFICIENCY.json)")
+    p.add_argument("--latency-tolerance", type=float, default=0.05,
+                   help="how close to a latency target each allocation must measure (its "
+                        "summed loss depends on where it lands: with 0.05 two allocations of "
+                        "one table landed up to 2.6 points apart)")
     p.add_argument("--measure-only", action="store_true",
                    help="stop once the full table's scores are kept (scores.pt)")
     a = quick_settings(p.parse_args(argv))
@@ -316,7 +353,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     a.targets = a.targets or "loss=0.05,flops=0.3,flops=0.5,flops=0.7"
     if a.device == "cpu":
         torch.set_num_threads(1)
-    rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
+    with flops_clock(a.latency_clock) if a.latency_clock is not None else \
+            contextlib.nullcontext():
+        rows = [row for name in a.models.split(",") for row in replay(name, a, Path(a.out))]
     if not rows:
         return rows
     print("| model (groups, val images) | target | images full | images adaptive | fewer | "
@@ -339,7 +378,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             print(f"{r['model']} {r['target']}: measured {-full['achieved']:+.1%} / "
                   f"{-ours['achieved']:+.1%} ({full['method']} / {ours['method']}), FLOPs "
                   f"removed {full['flops_removed']:.1%} / {ours['flops_removed']:.1%}, the "
-                  f"analysis's band {goal:.0%}-{min(0.95, goal / LATENCY_EFFICIENCY):.0%}")
+                  f"analysis's band of FLOPs goals {goal:.0%}-"
+                  f"{min(0.95, goal / LATENCY_EFFICIENCY):.0%}")
     print(f"min_fewer={min(r['fewer'] for r in rows):.2f} "
           f"max_steps={max(r['steps_apart'] for r in rows):.2f} "
           f"max_halves_apart={max(r['halves_apart'] for r in rows):.2f} "

@@ -14,7 +14,7 @@ import torch
 import autoprune
 from autoprune.engine import latency as latency_module
 from autoprune.engine.latency import PairedTimer
-from conftest import flops_ratio, load_benchmark, needs_fmnist
+from conftest import load_benchmark, needs_fmnist
 
 pytestmark = needs_fmnist
 
@@ -26,7 +26,7 @@ def _bench():
 def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, capsys,
                                                                        monkeypatch):
     bench = _bench()
-    threads = torch.get_num_threads()
+    threads, real_compare = torch.get_num_threads(), PairedTimer.compare
     try:
         rows = bench.main(["--quick", "--out", str(tmp_path)])
         out = capsys.readouterr().out
@@ -57,20 +57,22 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True).keys() == \
             kept.keys()
         assert (tmp_path / "resnet18" / "allocation_scores.pt").is_file()
-        # --latency: every grid point timed once (FLOPs stand in for the clock), a latency
-        # target allocated by ratios_by_latency on both tables; a rerun times no point again
+        # --latency: every grid point timed once (--latency-clock: a latency of 1 - 0.5 x the
+        # FLOPs removed stands in for the clock), a latency target allocated by
+        # ratios_by_latency on both tables; a rerun times no point again
         counted_saves = list(computed)
         monkeypatch.undo()
-        monkeypatch.setattr(PairedTimer, "compare", flops_ratio)
         timed_now, time_points = [], latency_module.measure_point_latencies
         monkeypatch.setattr(latency_module, "measure_point_latencies", lambda *a, **k: (
             timed_now.append(len(a[4])), time_points(*a, **k)))
-        timing = ["--quick", "--out", str(tmp_path), "--latency", "--targets", "latency=0.2"]
+        timing = ["--quick", "--out", str(tmp_path), "--latency", "--targets", "latency=0.1",
+                  "--latency-clock", "0.5", "--latency-tolerance", "0.005"]
         timed = bench.main(timing)
         printed_latency = capsys.readouterr().out
         assert bench.main(timing) == timed and timed_now == [18, 0]
         capsys.readouterr()
-        kept_timings = tmp_path / "resnet18" / "latency.json"
+        kept_timings = tmp_path / "resnet18" / "latency-clock-0.5.json"
+        assert PairedTimer.compare is real_compare  # the clock is back
     finally:
         torch.set_num_threads(threads)
     assert [r["target"] for r in rows] == ["loss=0.05", "flops=0.3"]
@@ -111,20 +113,21 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert -1 <= figures["lost_full"] <= 1 and -1 <= figures["lost_held_out"] <= 1
     assert re.search(r"^\| resnet18 \| flops=0\.3 \| [\d.]+ / [\d.]+ \|", printed_curves, re.M)
     assert printed_curves.rstrip().splitlines()[-1].startswith("max_steps_running_max=")
-    # --latency: each table's allocation lands on the target as measured (here: in FLOPs, so
-    # the FLOPs it removes are that reduction), from the timings of every full-table point
+    # --latency: each table's allocation lands on the target as measured (here: as the clock
+    # reads FLOPs, so it removes twice the target's FLOPs), from every full-table point's timing
     full_table = autoprune.read_record(tmp_path / "resnet18" / "full.json").sensitivities
     timed_points = autoprune.read_record(kept_timings).latency
     assert {g: set(p) for g, p in timed_points.items()} == \
         {g: set(p) for g, p in full_table.items()}
-    assert [r["target"] for r in timed] == ["latency=0.2"]
+    assert [r["target"] for r in timed] == ["latency=0.1"]
     for which in ("full", "adaptive"):
         landed = timed[0]["latency"][which]
-        assert abs(landed["achieved"] - 0.2) <= 0.05, landed
-        assert abs(landed["flops_removed"] - landed["achieved"]) <= 0.03, landed
-    assert re.search(r"^resnet18 latency=0\.2: measured -\d+\.\d% / -\d+\.\d% \((greedy|"
+        assert abs(landed["achieved"] - 0.1) <= 0.005, landed
+        assert abs(landed["flops_removed"] - 2 * landed["achieved"]) <= 0.01, landed
+    assert re.search(r"^resnet18 latency=0\.1: measured -\d+\.\d% / -\d+\.\d% \((greedy|"
                      r"threshold) / (greedy|threshold)\), FLOPs removed [\d.]+% / [\d.]+%, the "
-                     r"analysis's band 20%-29%$", printed_latency, re.M), printed_latency
+                     r"analysis's band of FLOPs goals 10%-14%$", printed_latency, re.M), \
+        printed_latency
     # --retrain 1: both allocations of each target pruned and trained, their metrics printed
     for r in retrained:
         full, ours = r["retrained"]["full"], r["retrained"]["adaptive"]
