@@ -25,7 +25,8 @@ measured), printed with the measured reductions and the FLOPs each removes, agai
 FLOPs targets the analysis brackets (``target`` to ``target / 0.7``). Timed at 32 px, one
 table's allocation lands anywhere within the tolerance and its summed loss moved by 20 % between
 two runs; ``--latency-clock E`` reads every timing as ``1 - E x`` the FLOPs removed instead
-(deterministic: both allocations land on the target, their losses compare exactly).
+(deterministic: both allocations land on the target, their losses compare exactly). The halves'
+column reads a latency target as a FLOPs target either way.
 
     python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 \\
         --targets flops=0.3,flops=0.5,flops=0.7,loss=0.05 --out runs/replay
