@@ -46,7 +46,7 @@ import io
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import torch
 
@@ -176,30 +176,43 @@ def flops_clock(efficiency: float) -> Iterator[None]:
         PairedTimer.compare = real
 
 
-def timed_grid(adapter: Any, model: torch.nn.Module, table: dict, path: Path) -> Any:
+class Deployed(NamedTuple):
+    """A model as the task deploys it (what a latency timing times), made once per model: its
+    example inputs, ignored layers and FLOPs model."""
+
+    model: torch.nn.Module
+    example: Any
+    ignored: Any
+    flops: FlopsModel
+
+    @classmethod
+    def of(cls, adapter: Any, model: torch.nn.Module) -> "Deployed":
+        deployed = adapter.deploy_module(model)
+        example, ignored = adapter.example_inputs(deployed), adapter.ignored_layers(deployed)
+        graph = PruningGraph(deployed, example, ignored_names(deployed, ignored))
+        return cls(deployed, example, ignored, FlopsModel(graph, example))
+
+
+def timed_grid(deployed: Deployed, table: dict, path: Path) -> Any:
     """Every point of the full ``table`` timed once on this machine (kept in ``path``,
     resumable, read back afterwards): the latencies every table's latency allocation reads."""
-    deployed = adapter.deploy_module(model)
-    return autoprune.measure_latencies(deployed, adapter.example_inputs(deployed), table,
-                                       path=path, timing=TIMING,
-                                       ignored_layers=adapter.ignored_layers(deployed),
+    return autoprune.measure_latencies(deployed.model, deployed.example, table, path=path,
+                                       timing=TIMING, ignored_layers=deployed.ignored,
                                        progress=False)
 
 
-def latency_allocation(value: float, adapter: Any, model: torch.nn.Module, table: dict,
-                       timed: Any, tolerance: float = 0.05) -> dict[str, Any]:
+def latency_allocation(value: float, deployed: Deployed, table: dict, timed: Any,
+                       tolerance: float = 0.05) -> dict[str, Any]:
     """The real latency allocation of ``table`` (``ratios_by_latency``: its points' latencies
     read from ``timed``, pruned copies timed until ``value`` is measured within ``tolerance``):
     its ratios, the measured reduction and the FLOPs it removes."""
-    deployed = adapter.deploy_module(model)
-    example, ignored = adapter.example_inputs(deployed), adapter.ignored_layers(deployed)
     record = dataclasses.replace(
         timed, sensitivities={g: dict(p) for g, p in table.items()}, intervals={},
         latency={g: {r: timed.latency[g][r] for r in p} for g, p in table.items()})
-    ratios = autoprune.ratios_by_latency(deployed, example, record, value, timing=TIMING,
-                                         ignored_layers=ignored,
+    ratios = autoprune.ratios_by_latency(deployed.model, deployed.example, record, value,
+                                         timing=TIMING, ignored_layers=deployed.ignored,
                                          search={"tolerance": tolerance})
-    flops = FlopsModel(PruningGraph(deployed, example, ignored_names(deployed, ignored)), example)
+    flops = deployed.flops
     return {"ratios": dict(ratios), "achieved": ratios.achieved, "method": ratios.method,
             "flops_removed": 1.0 - flops.predict(ratios) / flops.total}
 
@@ -240,7 +253,8 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                       work / f"full-half{k}.json")[0] for k in (0, 1)]
     kept = "latency.json" if a.latency_clock is None else \
         f"latency-clock-{a.latency_clock:g}.json"
-    timed = timed_grid(adapter, model, full, work / kept) if a.latency else None
+    deployed = Deployed.of(adapter, model) if a.latency else None
+    timed = timed_grid(deployed, full, work / kept) if deployed is not None else None
     rows = []
     for target in a.targets.split(","):
         kind, value = target.split("=")
@@ -250,7 +264,7 @@ def replay(name: str, a: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                                    **({"confidence": a.confidence} if a.confidence else {}))
         measured = {}
         if kind == "latency" and timed is not None:
-            measured = {which: latency_allocation(float(value), adapter, model, t, timed,
+            measured = {which: latency_allocation(float(value), deployed, t, timed,
                                                   a.latency_tolerance)
                         for which, t in (("full", full), ("adaptive", table))}
             theirs, ours = measured["full"]["ratios"], measured["adaptive"]["ratios"]
