@@ -383,16 +383,18 @@ def trained(flow, data_yaml):
     return model, adapter, PruningGraph(model, example, ignored), _eval_images(adapter)
 
 
-@pytest.mark.parametrize("looks", [[8], None])
+@pytest.mark.parametrize("looks", [[8], None, [12]])
 def test_the_adaptive_estimate_is_piloted_on_the_map_of_the_first_images(flow, data_yaml,
                                                                          tmp_path, capsys,
                                                                          monkeypatch, looks):
     """mAP has no per-image flips: the estimate said before an adaptive analysis (its dry run
     here) reads the unpruned model's and each group's top ratio's mAP over their first images,
     said at the bound's looks (one after 8 images here), computed only for the pilot. Without
-    a look (16 images: the first is at 32) each group's top ratio is piloted on every image,
-    to be handed on as the point itself (the unit test in test_adaptive_analysis.py checks
-    that the analysis then measures it no more)."""
+    a look (16 images: the first is at 32), or with one the pilot's steps do not reach (at 12:
+    a tenth of 16 images ends with the first step of 8, as a tenth of 33-159 ends before 32),
+    each group's top ratio is piloted on every image, to be handed on as the point itself (the
+    unit test in test_adaptive_analysis.py checks that the analysis then measures it no more);
+    the unpruned pilot that said nothing is not mistaken for a metric."""
     from autoprune.engine import adaptive_eta, adaptive_meter
     from autoprune.tasks.detection import incremental
 
@@ -409,11 +411,14 @@ def test_the_adaptive_estimate_is_piloted_on_the_map_of_the_first_images(flow, d
                                                  "target": {"loss": 0.05}},
                             **{k: v for k, v in SMALL.items() if k != "train_args"})
     out = capsys.readouterr().out
-    seen = 8 if looks else 16
+    seen = 8 if looks == [8] else 16
     assert f"predicted from a pilot: each group's top ratio, the metric of its first {seen} " \
         "images" in out
+    if looks == [12]:
+        assert pilots[0] == (8, None, None)  # the unpruned pilot: one step, no look in it
+        pilots = pilots[1:]
     assert len(pilots) > 10 and all(n == seen and 0.0 <= v <= 1.0 for n, v, _ in pilots)
-    assert all(p is None if looks else p.seen == 16 and p.low == p.high == v
+    assert all(p is None if seen == 8 else p.seen == 16 and p.low == p.high == v
                for _, v, p in pilots)
     assert not (tmp_path / "sens.json").exists()  # a plan measures nothing
 

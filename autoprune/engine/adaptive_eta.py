@@ -257,10 +257,13 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
     pruned pilots handed on where the evaluation continues from a step's state (mIoU; else
     such an evaluation starts from its first image: they cost at most a tenth of a point a
     group, a hundredth on 5,000 images). On a set too small for a look (32 images or fewer:
-    no point stops early) each pilot sees every image and is handed on as the point itself,
-    the unpruned metric the analysis's baseline: YOLOv8n's 32 val images said no metric at a
-    tenth of them, and its loss target's ETA fell back on a prior that expected 54 points for
-    77. None where the steps say no metric, or it is 0 unpruned."""
+    no point stops early), or where the unpruned pilot stopped before the first look (at 32)
+    without a metric (33-159 images: twice a tenth of them is under 32; such pilots said
+    nothing and the ETA fell back on a fixed prior), each pilot sees every image and is
+    handed on as the point itself, the unpruned metric the analysis's baseline: YOLOv8n's 32
+    val images said no metric at a tenth of them, and its loss target's ETA fell back on a
+    prior that expected 54 points for 77. None where the steps of a larger set say no metric,
+    or it is 0 unpruned."""
     images = min(PILOT_IMAGES, max(1, meter.total // 10))
     whole = not meter.looks  # a set too small for a look: every point sees every image, so a
     if whole:  # pilot of all is the point, handed on, and the unpruned metric the baseline
@@ -268,6 +271,8 @@ def _from_seen_metric(meter: PointMeter, runner: Any, model: nn.Module, names: l
     else:
         with eval_mode(model), runner.folded():
             spent, base, _ = pilot_seen(meter, model, images)
+        if base is None and 2 * images < meter.looks[0]:  # a pilot too short for a look
+            whole, images, base = True, meter.total, meter.baseline  # (33-159 images)
     if not base:
         return None
     evaluated, pilots = [spent], {}  # images not handed on; pilots handed on
