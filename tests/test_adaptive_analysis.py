@@ -79,9 +79,9 @@ class Top1:
             yield Step(len(idx), scores=(model(self.x[idx]).argmax(1) == self.y[idx]).double())
 
 
-def _run(model, x, eval_fn, path=None, **options):
+def _run(model, x, eval_fn, path=None, progress=False, **options):
     return autoprune.sensitivity(model, x[:1], eval_fn, ratios=RATIOS, sensitivities_file=path,
-                                 progress=False, options=options)
+                                 progress=progress, options=options)
 
 
 def _within_a_step(a, b):
@@ -444,7 +444,7 @@ def _worker(rank, world, init_file, path, state, goal):
         model = ToyNet()
         model.load_state_dict(state)
         x, y = _patterns_data(512, 2)
-        _run(model.eval(), x, Top1(x, y), path, adaptive=True, target=goal)
+        _run(model.eval(), x, Top1(x, y), path, progress=True, adaptive=True, target=goal)
     finally:
         dist.destroy_process_group()
 
@@ -454,7 +454,8 @@ def _worker(rank, world, init_file, path, state, goal):
 def test_two_ranks_merge_to_the_single_process_analysis(toy_task, tmp_path):
     model, x, y = toy_task
     goal = {"flops": 0.5}
-    single = _run(model, x, Top1(x, y), tmp_path / "one.json", adaptive=True, target=goal)
+    single = _run(model, x, Top1(x, y), tmp_path / "one.json", progress=True, adaptive=True,
+                  target=goal)
     path = tmp_path / "two.json"
     spawn_ranks(_worker, (2, str(tmp_path / "init"), str(path), model.state_dict(), goal))
     merged = read_record(path)
@@ -462,7 +463,12 @@ def test_two_ranks_merge_to_the_single_process_analysis(toy_task, tmp_path):
     assert merged.sensitivities == {g: p for g, p in one.sensitivities.items()} == \
         {g: dict(sorted(p.items())) for g, p in single.items()}
     assert merged.intervals == one.intervals
-    assert merged.extra["evaluation"]["decided_early"] == one.extra["evaluation"]["decided_early"]
+    counts = [r.extra["evaluation"] for r in (merged, one)]
+    assert counts[0]["decided_early"] == counts[1]["decided_early"]
+    # rank 0's pilots (the estimate's, on each group's top ratio) are handed to the rank that
+    # measures the point: no point's image is evaluated twice; rank 1 evaluates only its own
+    # unpruned model twice more (its per-image scores, and the prefix cache's check)
+    assert counts[0]["images_evaluated"] - counts[1]["images_evaluated"] == 2 * 512
     assert not list(tmp_path.glob("two.json.rank*.json"))
 
 

@@ -15,7 +15,7 @@ from .adaptive_eta import predicted_shares
 from .adaptive_run import AdaptiveRun
 from .allocate import FlopsModel
 from .cost import adaptive_shares, announce, wall
-from .distributed import rank_and_world, shard
+from .distributed import broadcast, rank_and_world, shard
 from .fused_eval import pays_at
 from .groups import PruningGraph
 from .incremental import CountingEval
@@ -97,6 +97,8 @@ def _run_adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval,
                            enabled=progress and not opts["plan"])
     if opts["plan"]:
         return None, own
+    if world > 1 and todo:  # rank 0's pilots, so a rank measuring a piloted point continues it
+        run.pilots = broadcast(run.pilots if rank == 0 else None) or {}
     start = time.perf_counter()
     run.run()
     bar.close()
