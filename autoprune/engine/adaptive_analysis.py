@@ -98,7 +98,9 @@ def _run_adaptive(model: nn.Module, example_inputs: Any, eval_fn: CountingEval,
     if opts["plan"]:
         return None, own
     if world > 1 and todo:  # rank 0's pilots, so a rank measuring a piloted point continues it
-        run.pilots = broadcast(run.pilots if rank == 0 else None) or {}
+        shared = broadcast({k: p for k, p in run.pilots.items()  # not an evaluation's state:
+                            if getattr(p, "state", None) is None} if rank == 0 else None)
+        run.pilots = run.pilots if rank == 0 else shared  # on rank 0's device (mIoU's matrix)
     start = time.perf_counter()
     run.run()
     bar.close()
