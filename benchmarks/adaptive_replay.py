@@ -212,9 +212,8 @@ def latency_allocation(value: float, deployed: Deployed, table: dict, timed: Any
     ratios = autoprune.ratios_by_latency(deployed.model, deployed.example, record, value,
                                          timing=TIMING, ignored_layers=deployed.ignored,
                                          search={"tolerance": tolerance})
-    flops = deployed.flops
     return {"ratios": dict(ratios), "achieved": ratios.achieved, "method": ratios.method,
-            "flops_removed": 1.0 - flops.predict(ratios) / flops.total}
+            "flops_removed": 1.0 - deployed.flops.predict(ratios) / deployed.flops.total}
 
 
 def allocation(kind: str, value: float, adapter: Any, model: torch.nn.Module,
