@@ -14,7 +14,9 @@ nothing); then the rounds of :class:`~autoprune.engine.adaptive_run.AdaptiveRun`
 against those curves with the real :class:`~autoprune.engine.adaptive.Planner` and
 :class:`~autoprune.engine.adaptive.Thresholds`, each point charged the images the bound needs to
 decide a point of its loss against the round's thresholds, its flips arriving at their expected
-rate (:func:`expected_measure`). It returns which points and how many images each, so the ETA
+rate (:func:`expected_measure`), and each point's roughness added (:mod:`.adaptive_play`: a
+measured curve moves by a few images' loss from one ratio to the next, and a FLOPs threshold of
+that size walks such groups point by point, which a smooth curve does not). It returns which points and how many images each, so the ETA
 also weighs each point's own cost (a top ratio computes less than the unpruned model), and the
 pilots themselves (:mod:`.adaptive_pilot`), which the analysis continues when it measures
 those points.
@@ -22,9 +24,8 @@ A metric that is not a mean over images (mAP, mIoU: sure bounds, no flips to cou
 by its value on the first look's images, pruned against unpruned (:func:`pilot_seen`; the
 pruned pilots handed on where the evaluation continues from a step's state: mIoU), and
 its points charged every image: what a fixed prior missed there was how many points (YOLOv8n's
-loss target measured 77 of 108 where the prior expected half). Its rounds are played with each
-point's roughness (:mod:`.adaptive_play`): a barely trained Unet's groups lose nothing but
-noise, which a FLOPs target walks point by point.
+loss target measured 77 of 108 where the prior expected half). Its rounds are played rough
+too: a barely trained Unet's groups lose nothing but noise.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ import torch.nn as nn
 from .adaptive import Interval, Planner, Thresholds, undecided
 from .adaptive_meter import PointMeter
 from .adaptive_pilot import PILOT_IMAGES, Pilot, pilot_loss, pilot_seen
-from .adaptive_play import play_rounds, rough_rounds
+from .adaptive_play import rough_rounds
 from .bounds import PairedCounts, mean_interval
 from .points import eval_mode, relative_loss
 
@@ -48,7 +49,8 @@ LOW_EVIDENCE = 0.1  # ...whose loss, if at least this (3 of 32 images), shapes i
 
 
 def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterable[float],
-                     first: Iterable[tuple[float, Interval, int]] = (), step: int = 1
+                     first: Iterable[tuple[float, Interval, int]] = (), step: int = 1,
+                     memo: dict[tuple[int, int], Interval] | None = None
                      ) -> tuple[int, Interval]:
     """``(images, interval)``: where ``meter``'s bound stops a point of true relative ``loss``
     against ``thresholds`` and the loss interval it then records, its flips (baseline right,
@@ -57,7 +59,9 @@ def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterabl
     (the meter looks at the end of a step that passes a look). ``first``: ``(loss, interval,
     images)`` of pilots of the point's group (:func:`first_looks`); at the looks within their
     images the interval is that of the pilot nearest in loss (every point sees the same first
-    images)."""
+    images). ``memo``: the intervals computed so far, by images seen and down flips (the
+    bound's arithmetic is most of a play's time, and its looks' counts recur across a play's
+    points and rounds)."""
     thresholds = [thresholds] if isinstance(thresholds, (int, float)) else list(thresholds)
     early = min(first, key=lambda f: abs(f[0] - loss), default=None)
     base = meter.base
@@ -72,11 +76,15 @@ def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterabl
         else:
             seen1 = round(n * share_right)
             down = round(flips * seen1 / right)
-            counts = PairedCounts(seen=n, score=float(seen1 - down), down=down, up=0,
-                                  seen1=seen1, seen0=n - seen1)
-            low, high = mean_interval(counts, base, bound=meter.bound, alpha=meter.alpha,
-                                      binary=meter.binary)
-            interval = meter.loss_interval(low, high)
+            interval = memo.get((n, down)) if memo is not None else None
+            if interval is None:
+                counts = PairedCounts(seen=n, score=float(seen1 - down), down=down, up=0,
+                                      seen1=seen1, seen0=n - seen1)
+                low, high = mean_interval(counts, base, bound=meter.bound, alpha=meter.alpha,
+                                          binary=meter.binary)
+                interval = meter.loss_interval(low, high)
+                if memo is not None:
+                    memo[(n, down)] = interval
         if not undecided(interval, thresholds):
             return n, interval
     return meter.total, (loss, loss)
@@ -199,12 +207,14 @@ def _from_flips(meter: PointMeter, runner: Any, model: nn.Module, names: list[st
     step = min((p.step for p in pilots.values() if p.step), default=1)  # images a step
     first = {n: first_looks(meter, [pilots[(n, top)], pilots[(n, low)]]) for n in lows
              if (n, top) in pilots and (n, low) in pilots}  # a saturated group's first step
-    measure = {n: functools.partial(expected_measure, meter, step=step, first=first.get(n, ()))
-               for n in names}
+    memo: dict[tuple[int, int], Interval] = {}  # a look's interval by its counts, shared
+    measure = {n: functools.partial(expected_measure, meter, step=step, first=first.get(n, ()),
+                                    memo=memo) for n in names}
     step_of = {key: p.seen for key, p in pilots.items()}  # handed on where measured
-    # smooth curves: roughness changed these estimates by 1-6 % (resnet18, mobilenetv3 at
-    # 32 px) and cost 5-8 s, the bound computed at every look of every play
-    shares = averaged([play_rounds(curves, planner, thresholds, measure, known)], points,
+    # played rough: a FLOPs threshold of a few images' loss walks noise-level groups point by
+    # point, which smooth curves miss (replayed, 25 FLOPs and latency rows: the images said
+    # within +-30 % on 20 rows, not 17; mean error 17 %, not 20 %; loss targets as before)
+    shares = averaged(rough_rounds(curves, planner, thresholds, measure, known), points,
                       meter.total, step_of, 0,
                       lambda plan, given: sum(bound_looks(meter.looks, given.get(key, 0), n,
                                                           step, meter.total)
