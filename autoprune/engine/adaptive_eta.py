@@ -16,10 +16,10 @@ against those curves with the real :class:`~autoprune.engine.adaptive.Planner` a
 decide a point of its loss against the round's thresholds, its flips arriving at their expected
 rate (:func:`expected_measure`), and each point's roughness added (:mod:`.adaptive_play`: a
 measured curve moves by a few images' loss from one ratio to the next, and a FLOPs threshold of
-that size walks such groups point by point, which a smooth curve does not). It returns which points and how many images each, so the ETA
-also weighs each point's own cost (a top ratio computes less than the unpruned model), and the
-pilots themselves (:mod:`.adaptive_pilot`), which the analysis continues when it measures
-those points.
+that size walks such groups point by point, which a smooth curve does not). It returns which
+points and how many images each, so the ETA also weighs each point's own cost (a top ratio
+computes less than the unpruned model), and the pilots themselves (:mod:`.adaptive_pilot`),
+which the analysis continues when it measures those points.
 A metric that is not a mean over images (mAP, mIoU: sure bounds, no flips to count) is piloted
 by its value on the first look's images, pruned against unpruned (:func:`pilot_seen`; the
 pruned pilots handed on where the evaluation continues from a step's state: mIoU), and
