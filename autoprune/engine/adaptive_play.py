@@ -16,8 +16,8 @@ measured 16.7 / 21.4 points, smooth curves said 14.2 / 17.8, rough ones 19.7 / 2
 that really lose (YOLOv8n on 160 images) the noise changes the count by 0-1 point of 31-77.
 Top-1 curves are played rough too since 2026-11-30: replayed on 25 FLOPs and latency rows of
 resnet18 and mobilenetv3 (32 and 224 px, 1,000 and 2,000 images), the images said came within
-+-30 % on 20 rows instead of 17 (mean error 17 % instead of 20 %), loss targets unchanged; the
-eight plays cost less than one had, each look's interval computed once
++-30 % on 20 rows instead of 17 (mean error 17 % instead of 20 %), loss targets' errors within
+9 points of before; the eight plays cost less than one had, each look's interval computed once
 (:func:`~.adaptive_eta.expected_measure`'s memo).
 """
 from __future__ import annotations
