@@ -834,6 +834,40 @@ def test_on_a_set_too_small_for_a_look_each_pilot_is_its_point_handed_on(target,
         assert run.record.sensitivities[g][r] == pytest.approx(1.0 - p.low / 0.8)
 
 
+def _noise_walks_said(monkeypatch, base, offset, scale, **scores):
+    """Four phases of eight groups whose loss is ``offset + scale * sin(...)`` at every ratio,
+    beside a stem growing as the ratio squared, -50 % FLOPs: the real analysis's points and
+    images (measured on scores following the curves, ``scores`` as for
+    :func:`_measured_on_curves`), and the points and images the estimate said played smooth
+    (ROUGHNESS 0: one play) and rough (the default), each summed over the phases."""
+    from autoprune.engine import adaptive_play
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_eta import predicted_shares
+
+    grid, goal = [0.1 * k for k in range(1, 10)], check_target("flops=0.5")
+    real = {"points": 0, "images": 0}
+    said = {(name, of): 0.0 for name in ("smooth", "rough") for of in ("points", "images")}
+    for phase in range(4):
+        curves = {"stem": lambda r: 0.3 * (r / 0.9) ** 2,
+                  **{f"n{k}": (lambda r, k=k, p=phase:
+                               offset + scale * math.sin(37 * k + 101 * r + 7.3 * p))
+                     for k in range(8)}}
+        flops = _SquareFlops(curves)
+        meter, measured = _measured_on_curves(base, curves, goal, lambda: flops, grid,
+                                              **scores)
+        real["points"] += len(measured)
+        real["images"] += sum(measured.values())
+        for name, sigma in (("smooth", 0.0), ("rough", adaptive_play.ROUGHNESS)):
+            monkeypatch.setattr(adaptive_play, "ROUGHNESS", sigma)
+            shares = predicted_shares(
+                meter, meter.eval_fn, torch.nn.Identity(), list(curves),
+                Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
+                len(curves) * len(grid))
+            said[(name, "points")] += shares["points_expected"]
+            said[(name, "images")] += sum(shares["predicted"].values())
+    return real, said
+
+
 def test_noise_level_groups_are_predicted_with_their_roughness(monkeypatch):
     """A barely trained model's groups lose nothing but noise (a few images' loss, either sign,
     at every ratio): a FLOPs target's threshold then lies in that noise and the analysis walks
@@ -841,28 +875,10 @@ def test_noise_level_groups_are_predicted_with_their_roughness(monkeypatch):
     fewer points than the real analysis measures (four phases of such noise, -50 % FLOPs); the
     same curves played with each point's roughness (seeded noise but at the top ratio, averaged
     over plays) predict within a tenth of them."""
-    from autoprune.engine import adaptive_play
-    from autoprune.engine.adaptive import Thresholds
-    from autoprune.engine.adaptive_eta import predicted_shares
-
-    n, grid = 2000, [0.1 * k for k in range(1, 10)]
-    base = torch.ones(n, dtype=torch.float64)
-    goal = check_target("flops=0.5")
-    real, said = 0.0, {"smooth": 0.0, "rough": 0.0}
-    for phase in range(4):
-        curves = {"stem": lambda r: 0.3 * (r / 0.9) ** 2,
-                  **{f"n{k}": (lambda r, k=k, p=phase: 0.004 * math.sin(37 * k + 101 * r + 7.3 * p))
-                     for k in range(8)}}
-        flops = _SquareFlops(curves)
-        meter, measured = _measured_on_curves(base, curves, goal, lambda: flops, grid,
-                                              bounded=True)
-        real += len(measured)
-        for name, sigma in (("smooth", 0.0), ("rough", adaptive_play.ROUGHNESS)):
-            monkeypatch.setattr(adaptive_play, "ROUGHNESS", sigma)
-            said[name] += predicted_shares(
-                meter, meter.eval_fn, torch.nn.Identity(), list(curves),
-                Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
-                len(curves) * len(grid))["points_expected"]
+    base = torch.ones(2000, dtype=torch.float64)
+    real, said = _noise_walks_said(monkeypatch, base, 0.0, 0.004, bounded=True)
+    real = real["points"]
+    said = {name: said[(name, "points")] for name in ("smooth", "rough")}
     assert abs(said["rough"] - real) <= 0.1 * real
     assert real - said["smooth"] >= 0.2 * real
 
@@ -872,31 +888,11 @@ def test_top1_noise_level_groups_are_predicted_with_their_roughness(monkeypatch)
     noise, -50 % FLOPs) walk point by point around a threshold in that noise. The smooth
     curves through their pilots (no flip in 64 images) miss that walk, and the images they
     said were 61 % over the real analysis's; played with each point's roughness (averaged over
-    the plays, each look's interval computed once) 29 %. The plays give back the smooth play
-    without roughness."""
-    from autoprune.engine import adaptive_play
-    from autoprune.engine.adaptive import Thresholds
-    from autoprune.engine.adaptive_eta import predicted_shares
-
-    n, grid = 2000, [0.1 * k for k in range(1, 10)]
-    base = _evenly_right(n, 0.8)
-    goal = check_target("flops=0.5")
-    real, said = 0, {"smooth": 0.0, "rough": 0.0}
-    for phase in range(4):
-        curves = {"stem": lambda r: 0.3 * (r / 0.9) ** 2,
-                  **{f"n{k}": (lambda r, k=k, p=phase:
-                               0.002 + 0.002 * math.sin(37 * k + 101 * r + 7.3 * p))
-                     for k in range(8)}}
-        flops = _SquareFlops(curves)
-        meter, measured = _measured_on_curves(base, curves, goal, lambda: flops, grid,
-                                              scores_class=_RateScores)
-        real += sum(measured.values())
-        for name, sigma in (("smooth", 0.0), ("rough", adaptive_play.ROUGHNESS)):
-            monkeypatch.setattr(adaptive_play, "ROUGHNESS", sigma)
-            said[name] += sum(predicted_shares(
-                meter, meter.eval_fn, torch.nn.Identity(), list(curves),
-                Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
-                len(curves) * len(grid))["predicted"].values())
+    the plays, each look's interval computed once) 29 %."""
+    real, said = _noise_walks_said(monkeypatch, _evenly_right(2000, 0.8), 0.002, 0.002,
+                                   scores_class=_RateScores)
+    real = real["images"]
+    said = {name: said[(name, "images")] for name in ("smooth", "rough")}
     assert abs(said["rough"] - real) <= 0.35 * real
     assert said["smooth"] - real >= 0.5 * real
 
