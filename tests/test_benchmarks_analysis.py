@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import autoprune
+from autoprune.engine import adaptive as adaptive_module
 from autoprune.engine import latency as latency_module
 from autoprune.engine.latency import PairedTimer
 from conftest import load_benchmark, needs_fmnist
@@ -48,6 +49,13 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         levers = load_benchmark("bound_levers", on_path=True).main(
             ["--quick", "--replay", str(tmp_path), "--thresholds", "0.02,0.1"])
         printed_levers = capsys.readouterr().out
+        # adaptive_oracle.py reads the same folder: a FLOPs target as run, with its threshold
+        # known from the start, and only the brackets at that threshold
+        estimate = adaptive_module.Thresholds.estimate
+        oracle = load_benchmark("adaptive_oracle", on_path=True).main(
+            ["--quick", "--replay", str(tmp_path), "--targets", "flops=0.3"])
+        printed_oracle = capsys.readouterr().out
+        assert adaptive_module.Thresholds.estimate is estimate  # put back
         # isotonic_curves.py reads the same folder: both readings of each FLOPs target; the
         # allocations' scores go to a file of their own, the full table's stay as they were
         kept = torch.load(tmp_path / "resnet18" / "scores.pt", weights_only=True)
@@ -103,6 +111,14 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
     assert re.search(r"^\| resnet18 \| 0\.02 \| [\d,]+ \| [\d,]+ \([\d.]+x\) \|",
                      printed_levers, re.M)
     assert "share in lowest 10 % / 20 % / 50 % margins" in printed_levers
+    [o] = oracle
+    assert o["threshold_used"] == [o["threshold"]]  # the known threshold, every round
+    assert o["as_run"] == rows[1]["adaptive_images"]  # the replay's flops=0.3 analysis
+    assert 1 <= o["points"] <= 4 and o["full"] == rows[1]["full_images"]
+    assert o["points"] * 32 <= o["bracket"] <= o["points"] * 128  # each decided, first look on
+    assert 0 < o["known"] <= o["full"]
+    assert re.search(r"^\| resnet18 \| flops=0\.3 \| [\d.]+ \([\d., ]+\) \| [\d,]+ \| [\d,]+ "
+                     r"\([\d.]+x\) \|", printed_oracle, re.M), printed_oracle
     assert re.search(r"^\| resnet18 \(2, 128\) \| loss=0\.05 \| [\d,]+ \| [\d,]+ \| [\d.]+x \|",
                      out, re.M)
     assert out.rstrip().splitlines()[-1].startswith("min_fewer=")
