@@ -75,7 +75,7 @@ class Oracle:
         if not (self.work / "full.json").is_file():
             raise SystemExit(f"{self.work / 'full.json'} is missing: run adaptive_replay.py "
                              f"with the same settings and --out {a.replay} first")
-        self.name, self.a = name, a
+        self.name = name
         self.adapter, self.model = replay.base_model(name, a, self.work)
         kept = json.loads((self.work / "full.json").read_text())
         self.groups = [g for g in replay.cost.groups_of(self.model, self.adapter, 0)
@@ -115,11 +115,11 @@ class Oracle:
         """The three counts of one FLOPs target."""
         goal = float(target.split("=")[1])
         t = adaptive.threshold_for(self.flops, self.full, goal)
-        as_run, said = self.analysis_images(target, "as-run")
+        as_run, reached = self.analysis_images(target, "as-run")
         with known_threshold(t):
             known, used = self.analysis_images(target, "threshold-known")
         points = {(g, r) for g in self.groups for r in bracket(self.full[g], t)}
-        return {"model": self.name, "target": target, "threshold": t, "estimated": said,
+        return {"model": self.name, "target": target, "threshold": t, "estimated": reached,
                 "threshold_used": used, "full": self.full_images, "as_run": as_run,
                 "known": known, "points": len(points),
                 "bracket": sum(self.point_images(g, r, t) for g, r in sorted(points))}
@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for name in a.models.split(","):
         oracle = Oracle(name, a)
         rows += [oracle.row(t) for t in a.targets.split(",")]
-    print("\n| model | target | threshold (estimated) | images full | as run | threshold known | "
-          "bracket only (points) |")
+    print("\n| model | target | threshold: full table's (the analysis's) | images full | as run | "
+          "threshold known | bracket only (points) |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         x = lambda n: f"{n:,} ({r['full'] / max(1, n):.2f}x)"
