@@ -63,6 +63,7 @@ def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterabl
     bound's arithmetic is most of a play's time, and its looks' counts recur across a play's
     points and rounds)."""
     thresholds = [thresholds] if isinstance(thresholds, (int, float)) else list(thresholds)
+    memo = {} if memo is None else memo
     early = min(first, key=lambda f: abs(f[0] - loss), default=None)
     base = meter.base
     right = float((base > 0.5).sum()) if base is not None else 0.0
@@ -76,15 +77,13 @@ def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterabl
         else:
             seen1 = round(n * share_right)
             down = round(flips * seen1 / right)
-            interval = memo.get((n, down)) if memo is not None else None
+            interval = memo.get((n, down))
             if interval is None:
                 counts = PairedCounts(seen=n, score=float(seen1 - down), down=down, up=0,
                                       seen1=seen1, seen0=n - seen1)
                 low, high = mean_interval(counts, base, bound=meter.bound, alpha=meter.alpha,
                                           binary=meter.binary)
-                interval = meter.loss_interval(low, high)
-                if memo is not None:
-                    memo[(n, down)] = interval
+                interval = memo[(n, down)] = meter.loss_interval(low, high)
         if not undecided(interval, thresholds):
             return n, interval
     return meter.total, (loss, loss)
