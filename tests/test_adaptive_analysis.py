@@ -634,9 +634,12 @@ def _evenly_right(n, share):
 TOPS = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}  # each group's top-ratio loss
 
 
-def _squares(tops=TOPS):
-    """Each group's loss growing as the ratio squared to its top ratio's (0.9)."""
-    return {g: (lambda r, top=top: top * (r / 0.9) ** 2) for g, top in tops.items()}
+def _power_curves(tops=TOPS):
+    """Each group's loss growing to its top ratio's (0.9) as the estimate assumes: as the ratio
+    to the power :data:`~autoprune.engine.adaptive_eta.CURVE_POWER`."""
+    from autoprune.engine.adaptive_eta import CURVE_POWER
+
+    return {g: (lambda r, top=top: top * (r / 0.9) ** CURVE_POWER) for g, top in tops.items()}
 
 
 class _SquareFlops:
@@ -737,7 +740,7 @@ def test_the_predicted_plan_is_what_the_analysis_measures_on_the_curves_it_assum
 
     n, grid = 2000, [0.1 * k for k in range(1, 10)]  # 0.7000000000000001 is stored as 0.7
     base = _evenly_right(n, 0.8)
-    curves = _squares()
+    curves = _power_curves()
     flops = _SquareFlops(curves, {"stem": 1.0, "a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0})
 
     goal = check_target(target)
@@ -768,7 +771,7 @@ def test_a_bounded_metric_is_predicted_from_the_metric_of_its_pilots_first_image
     monkeypatch.setattr(adaptive_play, "ROUGHNESS", 0.0)
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
-    curves, flops = _squares(), _SquareFlops(TOPS)
+    curves, flops = _power_curves(), _SquareFlops(TOPS)
     goal = check_target(target)
     meter, measured = _measured_on_curves(base, curves, goal, lambda: flops, grid, bounded=True)
     assert meter.base is None and set(measured.values()) == {n}
@@ -802,7 +805,7 @@ def test_on_a_set_too_small_for_a_look_each_pilot_is_its_point_handed_on(target,
 
     monkeypatch.setattr(adaptive_play, "ROUGHNESS", 0.0)
     n, grid = 32, [0.1 * k for k in range(1, 10)]
-    curves, flops = _squares(), _SquareFlops(TOPS)
+    curves, flops = _power_curves(), _SquareFlops(TOPS)
     goal = check_target(target)
     meter, measured = _measured_on_curves(torch.ones(n, dtype=torch.float64), curves, goal,
                                           lambda: flops, grid, bounded=True)
@@ -934,7 +937,7 @@ def test_a_flops_round_measures_one_point_per_group_planned_as_it_starts():
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0
     flops, rounds = _SquareFlops(TOPS), []
-    _measured_on_curves(base, _squares(), check_target("flops=0.5"), lambda: flops, grid, rounds)
+    _measured_on_curves(base, _power_curves(), check_target("flops=0.5"), lambda: flops, grid, rounds)
     assert len(rounds) >= 3 and rounds[0][0] == {g: 0.9 for g in TOPS}
     for planned, measured in rounds:
         assert measured == list(planned.items())  # one each, the planned one
@@ -946,7 +949,7 @@ def test_the_coarse_pass_reads_a_sensitive_top_only_as_over():
     10, 20 and 50 %) spent 1,856, 384 and 1,280 of 2,000 images placing each between two rungs
     no FLOPs threshold reads. A top that loses nothing is still proven within it."""
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
-    curves = _squares({"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0, "e": 0.45})
+    curves = _power_curves({"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0, "e": 0.45})
     flops, rounds = _SquareFlops(curves), []
     _, measured = _measured_on_curves(_evenly_right(n, 0.8), curves, check_target("flops=0.5"),
                                       lambda: flops, grid, rounds, scores_class=_RateScores)
@@ -956,18 +959,18 @@ def test_the_coarse_pass_reads_a_sensitive_top_only_as_over():
 
 
 def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_points():
-    """A stem that loses 60 % at every ratio: the ratio-squared curve through its top ratio
-    would expect its loss to cross the 5 % tolerance near 0.26 (points near it, every image);
+    """A stem that loses 60 % at every ratio: the power curve through its top ratio would
+    expect its loss to cross the 5 % tolerance near 0.33 (points near it, every image);
     the analysis measures all nine points over it, each decided within the first looks. A group
     losing half its metric at the top is piloted at the lowest ratio too, so the plan is the
-    measured one; a group below that keeps the ratio-squared curve."""
+    measured one; a group below that keeps the curve of :data:`CURVE_POWER`."""
     from autoprune.engine.adaptive import Thresholds
-    from autoprune.engine.adaptive_eta import curve, predicted_shares
+    from autoprune.engine.adaptive_eta import CURVE_POWER, curve, predicted_shares
 
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0
-    curves = {"stem": lambda r: 0.6, "a": lambda r: 0.3 * (r / 0.9) ** 2}
+    curves = {"stem": lambda r: 0.6, "a": lambda r: 0.3 * (r / 0.9) ** CURVE_POWER}
     goal = check_target("loss=0.05")
     meter, measured = _measured_on_curves(base, curves, goal, lambda: None, grid)
     plan = predicted_shares(meter, meter.eval_fn, None, list(curves), Planner(grid, top_down=True),
@@ -975,8 +978,8 @@ def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_poin
     assert set(plan) == set(measured)
     assert sum(measured.values()) / 1.5 <= sum(plan.values()) <= sum(measured.values()) * 1.5
     assert len([p for p in plan if p[0] == "stem"]) == 9
-    assert curve(0.3, 0.9)(0.45) == pytest.approx(0.075)  # the square through the top
-    assert curve(0.6, 0.9, 0.05, 0.1)(0.45) == pytest.approx(0.15)  # too few flips at 0.1
+    assert curve(0.3, 0.9)(0.45) == pytest.approx(0.3 * 0.5 ** CURVE_POWER)  # through the top
+    assert curve(0.6, 0.9, 0.05, 0.1)(0.45) == pytest.approx(0.6 * 0.5 ** CURVE_POWER)  # 0.1: noise
     assert curve(0.6, 0.9, 0.5, 0.1)(0.45) > 0.5  # nearly flat
 
 
