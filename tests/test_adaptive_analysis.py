@@ -634,12 +634,13 @@ def _evenly_right(n, share):
 TOPS = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}  # each group's top-ratio loss
 
 
-def _power_curves(tops=TOPS):
-    """Each group's loss growing to its top ratio's (0.9) as the estimate assumes: as the ratio
-    to the power :data:`~autoprune.engine.adaptive_eta.CURVE_POWER`."""
+def _power_curves(tops=TOPS, power=None):
+    """Each group's loss growing to its top ratio's (0.9) as the ratio to ``power``; by default
+    as the estimate assumes (:data:`~autoprune.engine.adaptive_eta.CURVE_POWER`)."""
     from autoprune.engine.adaptive_eta import CURVE_POWER
 
-    return {g: (lambda r, top=top: top * (r / 0.9) ** CURVE_POWER) for g, top in tops.items()}
+    power = CURVE_POWER if power is None else power
+    return {g: (lambda r, top=top: top * (r / 0.9) ** power) for g, top in tops.items()}
 
 
 class _SquareFlops:
@@ -937,7 +938,8 @@ def test_a_flops_round_measures_one_point_per_group_planned_as_it_starts():
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0
     flops, rounds = _SquareFlops(TOPS), []
-    _measured_on_curves(base, _power_curves(), check_target("flops=0.5"), lambda: flops, grid, rounds)
+    _measured_on_curves(base, _power_curves(power=2), check_target("flops=0.5"), lambda: flops,
+                        grid, rounds)
     assert len(rounds) >= 3 and rounds[0][0] == {g: 0.9 for g in TOPS}
     for planned, measured in rounds:
         assert measured == list(planned.items())  # one each, the planned one
@@ -949,7 +951,8 @@ def test_the_coarse_pass_reads_a_sensitive_top_only_as_over():
     10, 20 and 50 %) spent 1,856, 384 and 1,280 of 2,000 images placing each between two rungs
     no FLOPs threshold reads. A top that loses nothing is still proven within it."""
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
-    curves = _power_curves({"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0, "e": 0.45})
+    curves = _power_curves({"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0, "e": 0.45},
+                           power=2)
     flops, rounds = _SquareFlops(curves), []
     _, measured = _measured_on_curves(_evenly_right(n, 0.8), curves, check_target("flops=0.5"),
                                       lambda: flops, grid, rounds, scores_class=_RateScores)

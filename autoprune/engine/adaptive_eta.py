@@ -52,7 +52,8 @@ LOW_EVIDENCE = 0.1  # ...whose loss, if at least this (3 of 32 images), shapes i
 # and mobilenetv3, 3 and 8 epochs, 1,000-10,000 images); replayed on 26 target rows of them, 2.5
 # brought the images said from 14.1 % off on average (largest 45 %) to 12.0 % (36 %), the square
 # having said too few on 21 of 26 (trained resnet18's FLOPs rows -10 % to -27 %); 3 said 10.4 %
-# on average but put a second row outside +-30 % (benchmarks/README.md, "The curve's power")
+# on average but put a second row outside +-30 % (benchmarks/README.md, "The estimate's curve
+# power")
 CURVE_POWER = 2.5
 
 
@@ -132,9 +133,9 @@ def curve(top_loss: float, top: float, low_loss: float | None = None, low: float
     ``low`` (it loses :data:`SATURATED` or more at the top) and lost at least
     :data:`LOW_EVIDENCE` there (``low_loss``: a stem that loses nearly as much at every ratio;
     less is within a few flips of noise on 32 images), a power of the ratio through both
-    points, never steeper. It only
-    predicts the cost: resnet50's stem at 224 px (86 % lost at every ratio) made the
-    ratio-squared guess expect points near the tolerance and twice the time."""
+    points, never steeper. It only predicts the cost: resnet50's stem at 224 px (86 % lost at
+    every ratio) made the ratio-squared guess expect points near the tolerance and twice the
+    time."""
     power = CURVE_POWER
     if low_loss is not None and low_loss >= LOW_EVIDENCE and 0 < low < top:
         power = math.log(top_loss / low_loss) / math.log(top / low) if 0 < low_loss < top_loss \
