@@ -973,7 +973,7 @@ def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_poin
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
     base[::5] = 0.0
-    curves = {"stem": lambda r: 0.6, "a": lambda r: 0.3 * (r / 0.9) ** CURVE_POWER}
+    curves = {"stem": lambda r: 0.6, **_power_curves({"a": 0.3})}
     goal = check_target("loss=0.05")
     meter, measured = _measured_on_curves(base, curves, goal, lambda: None, grid)
     plan = predicted_shares(meter, meter.eval_fn, None, list(curves), Planner(grid, top_down=True),
