@@ -1,5 +1,5 @@
 """What else could stop a point's images sooner (issue 41): the adaptive analysis's bound against
-four changes to it, each point of a replayed full table decided against each threshold.
+five changes to it, each point of a replayed full table decided against each threshold.
 
 An adaptive analysis spends most of its images on points whose loss lies near a threshold (they
 need every image) and on points it proves within a threshold (about ``-ln(alpha) / threshold``
@@ -18,18 +18,32 @@ decides it, as :class:`~autoprune.engine.adaptive_meter.PointMeter` looks (``now
   the rest, ``B``; the points' flips concentrate in ``A``, printed first), visited ``A`` first
   (``uncertain first``) or in proportion (``proportional``), each stratum uniformly at random,
   the two bounded apart (``A``: the joint bound on its own, ``B``: its down-flips, the error
-  split between them) and summed.
+  split between them) and summed;
+- ``neighbour as reference``: paired with the point one ratio step below in the same group
+  (measured on every image, so its per-image scores are known) instead of the unpruned model:
+  its exact loss plus a bound on the net flips between the two pruned models, which disagree
+  on 2-4x fewer images than either does with the unpruned model. The first ratio keeps the
+  unpruned model.
 
 These count every point of the table, not the points a planner would choose, so they compare
 bounds, not analyses; each looks at the exact image counts of its schedule (a real analysis
-looks at the end of the evaluation step that passes one).
+looks at the end of the evaluation step that passes one). ``--points adaptive-flops=0.5.json,...``
+counts instead only the points each of those analyses (their files in the replay folder, as
+``adaptive_replay.py`` left them) measured, each against that analysis's final threshold alone.
+That is a bound's best case, not an analysis: the rounds decide points against thresholds that
+move, and a change of order changes which points they measure. The margin strata read 1.3-1.9x
+fewer images on the FLOPs targets' points so; built into the analysis and replayed, they saved
+-10 % to +27 % (benchmarks/README.md, "Uncertain first").
 
     python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 ...   # first
     python benchmarks/bound_levers.py --replay runs/replay --models resnet18,mobilenetv3_large_100
+    python benchmarks/bound_levers.py --replay runs/replay --models resnet18 \
+        --points adaptive-flops=0.5.json,adaptive-loss=0.05.json
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -79,6 +93,7 @@ class Levers:
         uncertain = ~right | (margin <= cut)
         self.a, self.b = torch.nonzero(uncertain).flatten(), torch.nonzero(~uncertain).flatten()
         self.seen: dict[tuple, tuple[float, float]] = {}  # intervals, shared by the thresholds
+        self.below: dict[int, torch.Tensor] = {}  # each point's neighbour a ratio step below
 
     def _first(self, looks: list[int], interval: Callable[[int], tuple[float, float]],
                decided: Callable[[tuple[float, float]], bool]) -> int:
@@ -103,6 +118,21 @@ class Levers:
                                       binary=True)
             return self.meter.loss_interval(low, high)
         return self._kept((id(scores), n, alpha), interval)
+
+    def against(self, scores: torch.Tensor, reference: torch.Tensor, t: float) -> int:
+        """As :meth:`now`, the flips counted against ``reference``'s per-image scores (a point
+        known on every image): the loss interval is the reference's exact loss plus the bound
+        on the net flips between the two."""
+        def interval(n: int) -> tuple[float, float]:
+            def compute() -> tuple[float, float]:
+                counts = PairedCounts()
+                counts.add(scores[:n], reference[:n])
+                low, high = mean_interval(counts, reference, bound="confidence",
+                                          alpha=self.meter.alpha, binary=True)
+                return self.meter.loss_interval(low, high)
+            return self._kept((id(scores), n, "against", id(reference)), compute)
+
+        return self._first(self.meter.looks, interval, lambda iv: not iv[0] <= t < iv[1])
 
     def now(self, scores: torch.Tensor, t: float, zone: float = 0.0) -> int:
         """As :class:`PointMeter` decides (``zone``: also within ``t * (1 +- zone)``)."""
@@ -154,6 +184,15 @@ class Levers:
                            lambda iv: not iv[0] <= t < iv[1])
 
 
+def neighbours(points: list[torch.Tensor], grid: int) -> dict[int, torch.Tensor] | None:
+    """Each point's neighbour one ratio step below (by ``id``; the first ratio of a group has
+    none): the kept scores hold each group's ``grid`` ratios in a row, as the full analysis
+    measured them. None when they do not (another count of points)."""
+    if not points or len(points) % grid:
+        return None
+    return {id(p): points[i - 1] for i, p in enumerate(points) if i % grid}
+
+
 VARIANTS: dict[str, Callable[[Levers, torch.Tensor, float], int]] = {
     "now": lambda lv, s, t: lv.now(s, t),
     "zone +-25 %": lambda lv, s, t: lv.now(s, t, zone=0.25),
@@ -162,6 +201,8 @@ VARIANTS: dict[str, Callable[[Levers, torch.Tensor, float], int]] = {
     "looks x1.25": lambda lv, s, t: lv.spent(s, t, growth=1.25),
     "margin strata, uncertain first": lambda lv, s, t: lv.strata(s, t, uncertain_first=True),
     "margin strata, proportional": lambda lv, s, t: lv.strata(s, t, uncertain_first=False),
+    "neighbour as reference": lambda lv, s, t: lv.against(s, lv.below[id(s)], t)
+    if id(s) in lv.below else lv.now(s, t),
 }
 
 
@@ -195,6 +236,11 @@ def levers(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
                          f"run adaptive_replay.py with the same settings first")
     points = [v for k, v in scores.items() if k != key[0]]
     lv = Levers(base, margin, a.confidence)
+    below = neighbours(points, len(replay.RATIOS))
+    if below is None:
+        raise SystemExit(f"{work / 'scores.pt'} holds {len(points)} pruned points, not "
+                         f"{len(replay.RATIOS)} a group: run adaptive_replay.py first")
+    lv.below = below
     print(f"\n{name}: {len(points)} points, {len(base):,} images, stratum A "
           f"{len(lv.a):,} images; flips by the unpruned model's margin:")
     print("| loss band | points | flips a point | share in lowest 10 % / 20 % / 50 % margins |")
@@ -203,10 +249,38 @@ def levers(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"| {row['band']} | {row['points']} | {row['flips']:.0f} | "
               + " / ".join(f"{v:.2f}" for v in row["shares"]) + " |")
     out = []
+    if a.points:
+        for file in a.points.split(","):
+            t, measured = analysis_points(work, file, points, float(base.mean()))
+            images = {v: sum(fn(lv, s, t) for s in measured) for v, fn in VARIANTS.items()}
+            out.append({"model": name, "threshold": t, "images": images, "points": file})
+        return out
     for t in [float(x) for x in a.thresholds.split(",")]:
         images = {v: sum(fn(lv, s, t) for s in points) for v, fn in VARIANTS.items()}
         out.append({"model": name, "threshold": t, "images": images})
     return out
+
+
+def analysis_points(work: Path, file: str, points: list[torch.Tensor], baseline: float
+                    ) -> tuple[float, list[torch.Tensor]]:
+    """The final threshold of the adaptive analysis in ``work / file`` and the kept scores of
+    every point it measured (the full table's groups in order, each its grid of ratios in a row:
+    checked against the full table's losses)."""
+    full = json.loads((work / "full.json").read_text())["sensitivities"]
+    record = json.loads((work / file).read_text())
+    grid = [f"{r:.2f}" for r in replay.RATIOS]
+    groups = list(full)
+    index = lambda g, r: groups.index(g) * len(grid) + grid.index(f"{float(r):.2f}")
+    for g, table in full.items():
+        for r, loss in table.items():
+            mine = (baseline - float(points[index(g, r)].mean())) / baseline
+            if abs(mine - loss) > 1e-9:
+                raise SystemExit(f"{work / 'scores.pt'} does not hold {g} at {r} where "
+                                 f"expected: run adaptive_replay.py again")
+    thresholds = record["extra"]["adaptive"].get("thresholds") or \
+        [float(v) for v in record["extra"]["adaptive"]["target"].values()]
+    return float(thresholds[-1]), [points[index(g, r)] for g, table in
+                                   record["sensitivities"].items() for r in table]
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -214,6 +288,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     replay.replay_arguments(p)
     p.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
     p.add_argument("--confidence", type=float, default=0.999)
+    p.add_argument("--points", default="",
+                   help="adaptive-*.json files of each model's replay folder: only their points")
     a = replay.quick_settings(p.parse_args(argv))
     torch.set_num_threads(1)
     rows = [row for name in a.models.split(",") for row in levers(name, a)]
@@ -221,7 +297,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print("|---|---:|" + "---:|" * len(VARIANTS))
     for r in rows:
         now = r["images"]["now"]
-        print(f"| {r['model']} | {r['threshold']:g} | " + " | ".join(
+        label = f"{r['model']} ({r['points']})" if "points" in r else r["model"]
+        print(f"| {label} | {r['threshold']:.4g} | " + " | ".join(
             f"{n:,}" + ("" if v == "now" else f" ({now / max(1, n):.2f}x)")
             for v, n in r["images"].items()) + " |")
     return rows

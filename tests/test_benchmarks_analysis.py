@@ -49,6 +49,11 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         levers = load_benchmark("bound_levers", on_path=True).main(
             ["--quick", "--replay", str(tmp_path), "--thresholds", "0.02,0.1"])
         printed_levers = capsys.readouterr().out
+        # --points: only the points each named analysis measured, against its final threshold
+        levers_points = load_benchmark("bound_levers", on_path=True).main(
+            ["--quick", "--replay", str(tmp_path), "--points",
+             "adaptive-flops=0.3.json,adaptive-loss=0.05.json"])
+        printed_points = capsys.readouterr().out
         # adaptive_oracle.py reads the same folder: a FLOPs target as run, with its threshold
         # known from the start, and only the brackets at that threshold
         estimate = adaptive_module.Thresholds.estimate
@@ -111,6 +116,22 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
     assert re.search(r"^\| resnet18 \| 0\.02 \| [\d,]+ \| [\d,]+ \([\d.]+x\) \|",
                      printed_levers, re.M)
     assert "share in lowest 10 % / 20 % / 50 % margins" in printed_levers
+    for r in levers_points:  # the replay's flops=0.3, then loss=0.05, analyses
+        record = autoprune.read_record(tmp_path / "resnet18" / r["points"])
+        assert r["threshold"] == record.extra["adaptive"]["thresholds"][-1]
+        measured = sum(len(p) for p in record.sensitivities.values())
+        assert all(measured * 32 <= n <= measured * 128 for n in r["images"].values())
+    assert [r["points"] for r in levers_points] == ["adaptive-flops=0.3.json",
+                                                    "adaptive-loss=0.05.json"]
+    assert levers_points[1]["threshold"] == 0.05
+    assert "| resnet18 (adaptive-flops=0.3.json) |" in printed_points
+    # each point's neighbour a ratio step below, within its group; none for a group's first
+    neighbours = load_benchmark("bound_levers", on_path=True).neighbours
+    tables = [torch.full((4,), float(i)) for i in range(18)]
+    below = neighbours(tables, 9)
+    assert sorted(below) == sorted(id(t) for i, t in enumerate(tables) if i % 9)
+    assert all(below[id(tables[i])] is tables[i - 1] for i in range(18) if i % 9)
+    assert neighbours(tables[:17], 9) is None
     [o] = oracle
     assert o["threshold_used"] == [o["threshold"]]  # the known threshold, every round
     assert o["as_run"] == rows[1]["adaptive_images"]  # the replay's flops=0.3 analysis
