@@ -31,9 +31,9 @@ looks at the end of the evaluation step that passes one). ``--points adaptive-fl
 counts instead only the points each of those analyses (their files in the replay folder, as
 ``adaptive_replay.py`` left them) measured, each against that analysis's final threshold alone.
 That is a bound's best case, not an analysis: the rounds decide points against thresholds that
-move, and a change of order changes which points they measure. The margin strata read 1.3-1.9x
-fewer images on the FLOPs targets' points so; built into the analysis and replayed, they saved
--10 % to +27 % (benchmarks/README.md, "Uncertain first").
+move, and a change of order changes which points they measure. The margin strata read 1.1-1.9x
+fewer images on the FLOPs targets' points so; built into the analysis and replayed, they moved
+its images by -21 % to +11 %, 6 % fewer on average (benchmarks/README.md, "Uncertain first").
 
     python benchmarks/adaptive_replay.py --models resnet18,mobilenetv3_large_100 ...   # first
     python benchmarks/bound_levers.py --replay runs/replay --models resnet18,mobilenetv3_large_100
