@@ -986,6 +986,58 @@ def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_poin
     assert curve(0.6, 0.9, 0.5, 0.1)(0.45) > 0.5  # nearly flat
 
 
+def test_a_group_that_loses_little_until_its_last_ratios_is_piloted_two_ratios_lower():
+    """A group losing 0.4 % up to ratio 0.6, then 4 / 10 / 30 % (a trained resnet18's later
+    groups): the power curve through its top ratio alone expects its loss to cross the 5 %
+    tolerance near 0.44, and a loss target's scan to walk down to there, the points near it on
+    every image; the analysis measures 0.9, 0.8 and 0.7. A group losing 5-50 % at its top is
+    piloted two ratios lower too, and its curve bends through both pilots (between
+    :data:`CURVE_POWER` and :data:`MID_POWER`): the plan is the measured one. Saturated groups
+    keep their lowest-ratio pilot; bounded metrics (``pilot_mids`` off) get no second pilot."""
+    from autoprune.engine import adaptive_eta
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_eta import (CURVE_POWER, MID_POWER, bent_curve,
+                                               pilot_curves, predicted_shares)
+
+    n, grid = 2000, [0.1 * k for k in range(1, 10)]
+    base = torch.ones(n, dtype=torch.float64)
+    base[::5] = 0.0
+    late = {0.7: 0.04, 0.8: 0.1, 0.9: 0.3}
+    curves = {"late": lambda r: late.get(round(r, 1), 0.004)}
+    goal = check_target("loss=0.05")
+    meter, measured = _measured_on_curves(base, curves, goal, lambda: None, grid)
+
+    def plan() -> dict:
+        return predicted_shares(meter, meter.eval_fn, None, ["late"],
+                                Planner(grid, top_down=True), Thresholds(goal, lambda: None),
+                                len(grid))["predicted"]
+
+    assert {round(r, 1) for _, r in measured} == {0.7, 0.8, 0.9}
+    assert set(plan()) == set(measured)
+    with pytest.MonkeyPatch.context() as mp:  # the top's pilot alone: a walk down to 0.4
+        mp.setattr(adaptive_eta, "MID_FROM", 1.0)
+        assert min(r for _, r in plan()) < 0.5
+
+    calls = []
+    losses = {("late", 0.9): 0.3, ("late", 0.7): 0.04, ("sat", 0.9): 0.6, ("sat", 0.1): 0.55,
+              ("small", 0.9): 0.02}
+
+    def loss_at(name, ratio):
+        calls.append((name, round(ratio, 1)))
+        return losses[(name, round(ratio, 1))]
+
+    bent, lows = pilot_curves(["late", "sat", "small"], Planner(grid), loss_at, pilot_mids=True)
+    assert sorted(calls) == [("late", 0.7), ("late", 0.9), ("sat", 0.1), ("sat", 0.9),
+                             ("small", 0.9)]
+    assert bent["late"](0.9) == pytest.approx(0.3) and bent["late"](0.7) == pytest.approx(0.04)
+    assert set(lows) == {"sat"}
+    calls.clear()
+    pilot_curves(["late", "sat", "small"], Planner(grid), loss_at)  # a bounded metric's
+    assert ("late", 0.7) not in calls
+    assert bent_curve(0.3, 0.9, 0.0, 0.7)(0.7) == pytest.approx(0.3 * (7 / 9) ** MID_POWER)
+    assert bent_curve(0.3, 0.9, 0.29, 0.7)(0.7) == pytest.approx(0.3 * (7 / 9) ** CURVE_POWER)
+
+
 def test_the_pilot_reads_its_loss_over_the_images_it_evaluated():
     """The pilot evaluates whole steps (64 images here, for a first look of 32): its loss, the
     images its unpruned model gets right (what half a flip is added against) and the images the
