@@ -217,8 +217,8 @@ def bent_curve(top_loss: float, top: float, mid_loss: float, mid: float
                ) -> Callable[[float], float]:
     """A group's expected loss at ratio ``r`` through its two pilots, ``top_loss`` at ``top``
     and ``mid_loss`` at ``mid``: a power of the ratio between :data:`CURVE_POWER` and
-    :data:`MID_POWER` (a group losing 0.05-0.5 at its top ratio often loses little until
-    two steps below it: :data:`MID_FROM`)."""
+    :data:`MID_POWER` (a group losing :data:`MID_FROM` to :data:`SATURATED` at its top ratio
+    often loses little but at its last two or three ratios)."""
     power = math.log(top_loss / max(mid_loss, 1e-6)) / math.log(top / mid)
     power = min(MID_POWER, max(CURVE_POWER, power))
     return lambda r: top_loss * (r / top) ** power
