@@ -332,6 +332,11 @@ def _edit_text(path: Path, old: str, new: str, count: int = 1) -> None:
     path.write_text(text.replace(old, new, count))
 
 
+_LAUGHS = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+           + "".join(f'<!ENTITY lol{k} "' + f"&lol{k - 1 if k > 1 else ''};" * 10 + '">'
+                     for k in range(1, 10))
+           + "]><annotation><filename>&lol9;</filename></annotation>")
+
 VOC_BAD = {
     "box outside the image": (lambda r: _edit_text(r / "Annotations/val_00000.xml", "<xmax>",
                                                    "<xmax>9"), "lies outside the 64x64 image"),
@@ -351,6 +356,13 @@ VOC_BAD = {
                                                          "<ymin>", "<ymin>x"), "not a number"),
     "labels.txt with an empty line": (lambda r: _edit_text(r / "labels.txt", "Trouser\n", "\n"),
                                       "an empty line"),
+    # input from strangers: entity expansion (a billion laughs) and an external entity are
+    # refused by the parser (expat's amplification limit; no entity is fetched), one line
+    "entity expansion bomb": (lambda r: (r / "Annotations/val_00000.xml").write_text(
+        _LAUGHS), "is not valid XML"),
+    "external entity": (lambda r: (r / "Annotations/val_00000.xml").write_text(
+        '<?xml version="1.0"?><!DOCTYPE a [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+        '<annotation><filename>&x;</filename></annotation>'), "is not valid XML"),
 }
 
 
