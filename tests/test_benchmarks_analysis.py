@@ -54,6 +54,10 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
             ["--quick", "--replay", str(tmp_path), "--points",
              "adaptive-flops=0.3.json,adaptive-loss=0.05.json"])
         printed_points = capsys.readouterr().out
+        # eta_groups.py replays the flops=0.3 analysis again: the estimate's plan group by group
+        eta = load_benchmark("eta_groups", on_path=True).main(
+            ["--quick", "--replay", str(tmp_path), "--targets", "flops=0.3"])
+        printed_eta = capsys.readouterr().out
         # adaptive_oracle.py reads the same folder: a FLOPs target as run, with its threshold
         # known from the start, and only the brackets at that threshold
         estimate = adaptive_module.Thresholds.estimate
@@ -125,6 +129,13 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
                                                     "adaptive-loss=0.05.json"]
     assert levers_points[1]["threshold"] == 0.05
     assert "| resnet18 (adaptive-flops=0.3.json) |" in printed_points
+    [e] = eta  # the same analysis as the replay's: the same images said and evaluated
+    assert (e["said"], e["real"]) == (rows[1]["said_images"], rows[1]["adaptive_images"])
+    flops_record = autoprune.read_record(tmp_path / "resnet18" / "adaptive-flops=0.3.json")
+    assert {g["group"]: set(g["measured"]) for g in e["groups"]} == {
+        g: {float(r) for r in points} for g, points in flops_record.sensitivities.items()}
+    assert all(g["top_pilot"] is not None and g["predicted"] for g in e["groups"])
+    assert f"said {e['said']:,} images, evaluated {e['real']:,}" in printed_eta
     # each point's neighbour a ratio step below, within its group; none for a group's first
     neighbours = load_benchmark("bound_levers", on_path=True).neighbours
     tables = [torch.full((4,), float(i)) for i in range(18)]
