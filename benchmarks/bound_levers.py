@@ -110,29 +110,27 @@ class Levers:
             self.seen[key] = interval()
         return self.seen[key]
 
-    def _paired(self, scores: torch.Tensor, n: int, alpha: float) -> tuple[float, float]:
+    def _paired(self, scores: torch.Tensor, n: int, alpha: float,
+                reference: torch.Tensor | None = None) -> tuple[float, float]:
+        """The loss interval after ``n`` images, the flips counted against ``reference``'s
+        per-image scores (a point known on every image; by default the unpruned model's)."""
+        reference = self.base if reference is None else reference
+
         def interval() -> tuple[float, float]:
             counts = PairedCounts()
-            counts.add(scores[:n], self.base[:n])
-            low, high = mean_interval(counts, self.base, bound="confidence", alpha=alpha,
+            counts.add(scores[:n], reference[:n])
+            low, high = mean_interval(counts, reference, bound="confidence", alpha=alpha,
                                       binary=True)
             return self.meter.loss_interval(low, high)
-        return self._kept((id(scores), n, alpha), interval)
+        return self._kept((id(scores), n, alpha, id(reference)), interval)
 
     def against(self, scores: torch.Tensor, reference: torch.Tensor, t: float) -> int:
-        """As :meth:`now`, the flips counted against ``reference``'s per-image scores (a point
-        known on every image): the loss interval is the reference's exact loss plus the bound
-        on the net flips between the two."""
-        def interval(n: int) -> tuple[float, float]:
-            def compute() -> tuple[float, float]:
-                counts = PairedCounts()
-                counts.add(scores[:n], reference[:n])
-                low, high = mean_interval(counts, reference, bound="confidence",
-                                          alpha=self.meter.alpha, binary=True)
-                return self.meter.loss_interval(low, high)
-            return self._kept((id(scores), n, "against", id(reference)), compute)
-
-        return self._first(self.meter.looks, interval, lambda iv: not iv[0] <= t < iv[1])
+        """As :meth:`now`, paired with ``reference`` instead of the unpruned model: the loss
+        interval is the reference's exact loss plus the bound on the net flips between the
+        two."""
+        return self._first(self.meter.looks,
+                           lambda n: self._paired(scores, n, self.meter.alpha, reference),
+                           lambda iv: not iv[0] <= t < iv[1])
 
     def now(self, scores: torch.Tensor, t: float, zone: float = 0.0) -> int:
         """As :class:`PointMeter` decides (``zone``: also within ``t * (1 +- zone)``)."""

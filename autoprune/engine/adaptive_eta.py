@@ -147,9 +147,18 @@ def curve(top_loss: float, top: float, low_loss: float | None = None, low: float
     time."""
     power = CURVE_POWER
     if low_loss is not None and low_loss >= LOW_EVIDENCE and 0 < low < top:
-        power = math.log(top_loss / low_loss) / math.log(top / low) if 0 < low_loss < top_loss \
-            else 0.0
-        power = min(CURVE_POWER, max(0.0, power))
+        power = min(CURVE_POWER, max(0.0, _power_through(top_loss, top, low_loss, low)))
+    return _power_curve(top_loss, top, power)
+
+
+def _power_through(top_loss: float, top: float, loss: float, ratio: float) -> float:
+    """The power of the ratio whose curve through ``top_loss`` at ``top`` passes ``loss`` at
+    ``ratio`` (negative where ``loss`` is the larger; a loss of 0 read as 1e-6)."""
+    return math.log(top_loss / max(loss, 1e-6)) / math.log(top / ratio)
+
+
+def _power_curve(top_loss: float, top: float, power: float) -> Callable[[float], float]:
+    """The loss at ratio ``r``: ``top_loss`` at ``top``, growing as the ratio to ``power``."""
     return lambda r: top_loss * (r / top) ** power
 
 
@@ -208,9 +217,8 @@ def pilot_curves(names: list[str], planner: Planner, loss_at: Callable[[str, flo
                 if pilot_lows and losses[name] >= SATURATED and low < top}
         mids = {name: loss_at(name, mid) for name in names  # a curve that may bend late
                 if pilot_mids and mid is not None and MID_FROM <= losses[name] < SATURATED}
-    curves = {n: curve(losses[n], top, lows.get(n), low) for n in names}
-    curves.update({n: bent_curve(losses[n], top, loss, mid) for n, loss in mids.items()})
-    return curves, lows
+    return {n: bent_curve(losses[n], top, mids[n], mid) if n in mids else
+            curve(losses[n], top, lows.get(n), low) for n in names}, lows
 
 
 def bent_curve(top_loss: float, top: float, mid_loss: float, mid: float
@@ -219,9 +227,8 @@ def bent_curve(top_loss: float, top: float, mid_loss: float, mid: float
     and ``mid_loss`` at ``mid``: a power of the ratio between :data:`CURVE_POWER` and
     :data:`MID_POWER` (a group losing :data:`MID_FROM` to :data:`SATURATED` at its top ratio
     often loses little but at its last two or three ratios)."""
-    power = math.log(top_loss / max(mid_loss, 1e-6)) / math.log(top / mid)
-    power = min(MID_POWER, max(CURVE_POWER, power))
-    return lambda r: top_loss * (r / top) ** power
+    power = min(MID_POWER, max(CURVE_POWER, _power_through(top_loss, top, mid_loss, mid)))
+    return _power_curve(top_loss, top, power)
 
 
 def _from_flips(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],
