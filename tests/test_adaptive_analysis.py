@@ -636,8 +636,8 @@ TOPS = {"stem": 0.8, "a": 0.3, "b": 0.12, "c": 0.04, "d": 0.0}  # each group's t
 
 def _power_curves(tops=TOPS, power=None):
     """Each group's loss growing to its top ratio's (0.9) as the ratio to ``power``; by default
-    as the estimate assumes (:data:`~autoprune.engine.adaptive_eta.CURVE_POWER`)."""
-    from autoprune.engine.adaptive_eta import CURVE_POWER
+    as the estimate assumes (:data:`~autoprune.engine.adaptive_curves.CURVE_POWER`)."""
+    from autoprune.engine.adaptive_curves import CURVE_POWER
 
     power = CURVE_POWER if power is None else power
     return {g: (lambda r, top=top: top * (r / 0.9) ** power) for g, top in tops.items()}
@@ -968,7 +968,8 @@ def test_a_group_that_loses_much_at_every_ratio_is_predicted_from_two_pilot_poin
     losing half its metric at the top is piloted at the lowest ratio too, so the plan is the
     measured one; a group below that keeps the curve of :data:`CURVE_POWER`."""
     from autoprune.engine.adaptive import Thresholds
-    from autoprune.engine.adaptive_eta import CURVE_POWER, curve, predicted_shares
+    from autoprune.engine.adaptive_curves import CURVE_POWER, curve
+    from autoprune.engine.adaptive_eta import predicted_shares
 
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
@@ -994,10 +995,10 @@ def test_a_group_that_loses_little_until_its_last_ratios_is_piloted_two_ratios_l
     piloted two ratios lower too, and its curve bends through both pilots (between
     :data:`CURVE_POWER` and :data:`MID_POWER`): the plan is the measured one. Saturated groups
     keep their lowest-ratio pilot; bounded metrics (``pilot_mids`` off) get no second pilot."""
-    from autoprune.engine import adaptive_eta
+    from autoprune.engine import adaptive_curves
     from autoprune.engine.adaptive import Thresholds
-    from autoprune.engine.adaptive_eta import (CURVE_POWER, MID_POWER, bent_curve,
-                                               pilot_curves, predicted_shares)
+    from autoprune.engine.adaptive_curves import CURVE_POWER, MID_POWER, bent_curve, pilot_curves
+    from autoprune.engine.adaptive_eta import predicted_shares
 
     n, grid = 2000, [0.1 * k for k in range(1, 10)]
     base = torch.ones(n, dtype=torch.float64)
@@ -1015,7 +1016,7 @@ def test_a_group_that_loses_little_until_its_last_ratios_is_piloted_two_ratios_l
     assert {round(r, 1) for _, r in measured} == {0.7, 0.8, 0.9}
     assert set(plan()) == set(measured)
     with pytest.MonkeyPatch.context() as mp:  # the top's pilot alone: a walk down to 0.4
-        mp.setattr(adaptive_eta, "MID_FROM", 1.0)
+        mp.setattr(adaptive_curves, "MID_FROM", 1.0)
         assert min(r for _, r in plan()) < 0.5
 
     calls = []
@@ -1036,6 +1037,57 @@ def test_a_group_that_loses_little_until_its_last_ratios_is_piloted_two_ratios_l
     assert ("late", 0.7) not in calls
     assert bent_curve(0.3, 0.9, 0.0, 0.7)(0.7) == pytest.approx(0.3 * (7 / 9) ** MID_POWER)
     assert bent_curve(0.3, 0.9, 0.29, 0.7)(0.7) == pytest.approx(0.3 * (7 / 9) ** CURVE_POWER)
+
+
+def test_a_flops_target_bisects_a_saturated_group_s_pilots_where_its_curve_turns(monkeypatch):
+    """Two groups that lose little until a step (4 % up to ratio 0.4, then 60 %; 1 % up to 0.8,
+    then 75 %: mobilenetv3's conv_stem and blocks.1.0.conv_pw at 32 px) and carry most of the
+    FLOPs: one power through their lowest and top pilots reads them as losing tens of % at the
+    ratios a -50 % FLOPs threshold takes, and the images said were under half of what the
+    analysis evaluates. Bisected where neighbouring pilots lose 20 % or more apart, their
+    curves turn where the steps are, and the images said come within 30 %. Loss targets keep
+    the two pilots."""
+    from autoprune.engine import adaptive_curves
+    from autoprune.engine.adaptive import Thresholds
+    from autoprune.engine.adaptive_curves import pilot_curves
+    from autoprune.engine.adaptive_eta import predicted_shares
+
+    def stepped(low, high, at):
+        return lambda r: low if r < at - 1e-9 else high
+
+    grid, goal = [0.1 * k for k in range(1, 10)], check_target("flops=0.5")
+    curves = {"stem": stepped(0.04, 0.6, 0.5), "late": stepped(0.01, 0.75, 0.9),
+              **_power_curves({"a": 0.3, "b": 0.12, "c": 0.04})}
+    flops = _SquareFlops(curves, {"stem": 3.0, "late": 3.0})
+    meter, measured = _measured_on_curves(_evenly_right(2000, 0.8), curves, goal,
+                                          lambda: flops, grid, scores_class=_RateScores)
+
+    def said() -> float:
+        shares = predicted_shares(meter, meter.eval_fn, torch.nn.Identity(), list(curves),
+                                  Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
+                                  len(curves) * len(grid))
+        return sum(shares["predicted"].values())
+
+    real = sum(measured.values())
+    assert abs(said() - real) <= 0.3 * real
+    monkeypatch.setattr(adaptive_curves, "STEP_PILOTS", 0)  # the lowest and top pilots alone
+    assert said() < 0.6 * real
+
+    monkeypatch.setattr(adaptive_curves, "STEP_PILOTS", 3)
+    calls = []
+
+    def loss_at(name, ratio):
+        calls.append(round(ratio, 1))
+        return curves[name](ratio)
+
+    pieced, _ = pilot_curves(["stem"], Planner(grid), loss_at, pilot_mids=True,
+                             pilot_steps=True)
+    assert calls == [0.9, 0.1, 0.5, 0.3, 0.4]  # the widest gap halved, three times
+    assert pieced["stem"](0.4) == pytest.approx(0.04) and pieced["stem"](0.5) == \
+        pytest.approx(0.6)
+    calls.clear()
+    pilot_curves(["stem"], Planner(grid), loss_at, pilot_mids=True)  # a loss target's
+    assert calls == [0.9, 0.1]
 
 
 def test_the_pilot_reads_its_loss_over_the_images_it_evaluated():

@@ -8,12 +8,11 @@ nothing even at the top ratio costs one point, a sensitive one a point for every
 tolerance); a FLOPs or latency target finds each group's bracket of a common threshold that the
 table itself sets (:mod:`autoprune.engine.adaptive`). A fixed prior misses that by up to 2x
 between models and sizes (resnet18 against mobilenetv3_large_100, 1,000 against 5,000 images).
-So, per group, the pilot's flips give the top ratio's loss and the curve below it is taken to
-grow as the ratio to the power :data:`CURVE_POWER` (sensitivity curves bend upward: it only
-predicts the cost, it decides nothing; a group losing 5-50 % at its top ratio is piloted two
-ratios lower too, its curve a power through both: :func:`bent_curve`); then the rounds of
-:class:`~autoprune.engine.adaptive_run.AdaptiveRun` are played against those curves with the real
-:class:`~autoprune.engine.adaptive.Planner` and
+So, per group, the pilots' flips give the top ratio's loss and a curve below it
+(:mod:`.adaptive_curves`: a power of the ratio through the top, bent or pieced through more
+pilots where the top loses 5 % or more; it only predicts the cost, it decides nothing); then
+the rounds of :class:`~autoprune.engine.adaptive_run.AdaptiveRun` are played against those
+curves with the real :class:`~autoprune.engine.adaptive.Planner` and
 :class:`~autoprune.engine.adaptive.Thresholds`, each point charged the images the bound needs to
 decide a point of its loss against the round's thresholds, its flips arriving at their expected
 rate (:func:`expected_measure`), and each point's roughness added (:mod:`.adaptive_play`: a
@@ -36,34 +35,16 @@ import math
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-import torch
 import torch.nn as nn
 
 from .adaptive import Interval, Planner, Thresholds, undecided
+from .adaptive_curves import pilot_curves
 from .adaptive_meter import PointMeter
 from .adaptive_pilot import PILOT_IMAGES, Pilot, pilot_loss, pilot_seen
 from .adaptive_play import rough_rounds
 from .bounds import PairedCounts, mean_interval
 from .points import eval_mode, relative_loss
 
-# a group losing MID_FROM to SATURATED at its top ratio is also piloted MID_STEPS below it, its
-# curve a power through both (CURVE_POWER to MID_POWER): such groups often lose little until
-# the last two or three ratios (trained resnet18: 0.002-0.008 up to 0.6, then 0.04 / 0.10 /
-# 0.34), where one power from the top put their crossing of a 5 % tolerance at 0.45 instead of
-# 0.72. Replayed on 26 target rows (benchmarks/README.md, "The estimate's second pilot"): the
-# images said 12.0 % off on average -> 10.1 %, largest 36 % -> 29 %, none outside +-30 %
-# (one before); the extra pilots cost 0-1 % of the analyses' images
-MID_FROM, MID_STEPS, MID_POWER = 0.05, 2, 9.0
-SATURATED = 0.5  # a group losing this much at its top ratio is also piloted at its lowest...
-LOW_EVIDENCE = 0.1  # ...whose loss, if at least this (3 of 32 images), shapes its curve
-# how a group's loss grows with the ratio below its top (loss ~ ratio ** CURVE_POWER): measured
-# curves through their top ratio grow with a median exponent of 2.1-4.4 (six tables of resnet18
-# and mobilenetv3, 3 and 8 epochs, 1,000-10,000 images); replayed on 26 target rows of them, 2.5
-# brought the images said from 14.1 % off on average (largest 45 %) to 12.0 % (36 %), the square
-# having said too few on 21 of 26 (trained resnet18's FLOPs rows -10 % to -27 %); 3 said 10.4 %
-# on average but put a second row outside +-30 % (benchmarks/README.md, "The estimate's curve
-# power")
-CURVE_POWER = 2.5
 
 
 def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterable[float],
@@ -135,42 +116,15 @@ def expected_loss(counts: PairedCounts) -> float:
     return max(0.0, down - up)
 
 
-def curve(top_loss: float, top: float, low_loss: float | None = None, low: float = 0.0
-          ) -> Callable[[float], float]:
-    """A group's expected loss at ratio ``r`` from its pilot: through ``top_loss`` at ``top``,
-    growing as the ratio to the power :data:`CURVE_POWER`; where the group was also piloted at
-    ``low`` (it loses :data:`SATURATED` or more at the top) and lost at least
-    :data:`LOW_EVIDENCE` there (``low_loss``: a stem that loses nearly as much at every ratio;
-    less is within a few flips of noise on 32 images), a power of the ratio through both
-    points, never steeper. It only predicts the cost: resnet50's stem at 224 px (86 % lost at
-    every ratio) made the ratio-squared guess expect points near the tolerance and twice the
-    time."""
-    power = CURVE_POWER
-    if low_loss is not None and low_loss >= LOW_EVIDENCE and 0 < low < top:
-        power = min(CURVE_POWER, max(0.0, _power_through(top_loss, top, low_loss, low)))
-    return _power_curve(top_loss, top, power)
-
-
-def _power_through(top_loss: float, top: float, loss: float, ratio: float) -> float:
-    """The power of the ratio whose curve through ``top_loss`` at ``top`` passes ``loss`` at
-    ``ratio`` (negative where ``loss`` is the larger; a loss of 0 read as 1e-6)."""
-    return math.log(top_loss / max(loss, 1e-6)) / math.log(top / ratio)
-
-
-def _power_curve(top_loss: float, top: float, power: float) -> Callable[[float], float]:
-    """The loss at ratio ``r``: ``top_loss`` at ``top``, growing as the ratio to ``power``."""
-    return lambda r: top_loss * (r / top) ** power
-
-
 def first_looks(meter: PointMeter, pilots: Iterable[Pilot]
                 ) -> list[tuple[float, Interval, int]]:
     """``(loss, interval, images)`` of each of a group's ``pilots``: for a group losing
-    :data:`SATURATED` or more at its top ratio, whose curve is taken as nearly flat between its
-    two pilots, the intervals its points will have on the same first images. Expected counts
-    there miss what those images hold: resnet50's stem at 224 px on a 44 %-accurate base
-    model lost 0.69 at every ratio, yet on the first 64 images its points flipped 19 images
-    down and 6 up, undecided against a 5 % tolerance (as its low pilot was), and each needed a
-    second evaluation step where expected down flips decide at the first."""
+    :data:`~.adaptive_curves.SATURATED` or more at its top ratio, whose curve is taken as
+    nearly flat between its two pilots, the intervals its points will have on the same first
+    images. Expected counts there miss what those images hold: resnet50's stem at 224 px on a
+    44 %-accurate base model lost 0.69 at every ratio, yet on the first 64 images its points
+    flipped 19 images down and 6 up, undecided against a 5 % tolerance (as its low pilot was),
+    and each needed a second evaluation step where expected down flips decide at the first."""
     return [(expected_loss(p.counts), meter.interval(p.counts, p.binary), p.seen)
             for p in pilots]
 
@@ -201,36 +155,6 @@ def predicted_shares(meter: PointMeter, runner: Any, model: nn.Module, names: li
     return None
 
 
-def pilot_curves(names: list[str], planner: Planner, loss_at: Callable[[str, float], float],
-                 pilot_lows: bool = True, pilot_mids: bool = False
-                 ) -> tuple[dict[str, Callable[[float], float]], dict[str, float]]:
-    """Each group's expected loss curve (:func:`curve`) from ``loss_at(group, ratio)``, a pilot
-    of its top ratio, and of its lowest where the top loses :data:`SATURATED` or more (and
-    ``pilot_lows``), or of the ratio :data:`MID_STEPS` below the top where it loses
-    :data:`MID_FROM` to :data:`SATURATED` (and ``pilot_mids``: :func:`bent_curve`); and the
-    saturated groups' low losses."""
-    low, top = planner.grid[0], planner.grid[-1]
-    mid = planner.grid[-1 - MID_STEPS] if len(planner.grid) > MID_STEPS else None
-    with torch.no_grad():
-        losses = {name: loss_at(name, top) for name in names}
-        lows = {name: loss_at(name, low) for name in names  # a curve that may be flat
-                if pilot_lows and losses[name] >= SATURATED and low < top}
-        mids = {name: loss_at(name, mid) for name in names  # a curve that may bend late
-                if pilot_mids and mid is not None and MID_FROM <= losses[name] < SATURATED}
-    return {n: bent_curve(losses[n], top, mids[n], mid) if n in mids else
-            curve(losses[n], top, lows.get(n), low) for n in names}, lows
-
-
-def bent_curve(top_loss: float, top: float, mid_loss: float, mid: float
-               ) -> Callable[[float], float]:
-    """A group's expected loss at ratio ``r`` through its two pilots, ``top_loss`` at ``top``
-    and ``mid_loss`` at ``mid``: a power of the ratio between :data:`CURVE_POWER` and
-    :data:`MID_POWER` (a group losing :data:`MID_FROM` to :data:`SATURATED` at its top ratio
-    often loses little but at its last two or three ratios)."""
-    power = min(MID_POWER, max(CURVE_POWER, _power_through(top_loss, top, mid_loss, mid)))
-    return _power_curve(top_loss, top, power)
-
-
 def _from_flips(meter: PointMeter, runner: Any, model: nn.Module, names: list[str],
                 planner: Planner, thresholds: Thresholds, points: int,
                 known: Mapping[str, Mapping[float, Interval]] | None) -> dict[str, Any]:
@@ -246,7 +170,8 @@ def _from_flips(meter: PointMeter, runner: Any, model: nn.Module, names: list[st
             done = pilots[(name, ratio)] = pilot_loss(meter, model)
             return expected_loss(done.counts)
 
-    curves, lows = pilot_curves(names, planner, pilot, pilot_mids=True)
+    curves, lows = pilot_curves(names, planner, pilot, pilot_mids=True,
+                                pilot_steps=thresholds.target.kind != "loss")
     step = min((p.step for p in pilots.values() if p.step), default=1)  # images a step
     first = {n: first_looks(meter, [pilots[(n, top)], pilots[(n, low)]]) for n in lows
              if (n, top) in pilots and (n, low) in pilots}  # a saturated group's first step
