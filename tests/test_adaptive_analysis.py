@@ -4,6 +4,7 @@ full analysis (which stays as it was), images counted, the cost said before it s
 import contextlib
 import json
 import math
+import re
 import types
 
 import pytest
@@ -1066,6 +1067,8 @@ def test_a_flops_target_bisects_a_saturated_group_s_pilots_where_its_curve_turns
         shares = predicted_shares(meter, meter.eval_fn, torch.nn.Identity(), list(curves),
                                   Planner.for_target(grid, goal), Thresholds(goal, lambda: flops),
                                   len(curves) * len(grid))
+        assert re.search(r"top ratio on 64 images, \d+ lower ratios of the groups losing 5% or "
+                         r"more$", shares["pilot"])  # what the ETA's line says it was read from
         return sum(shares["predicted"].values())
 
     real = sum(measured.values())

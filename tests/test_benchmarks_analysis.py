@@ -58,6 +58,16 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         eta = load_benchmark("eta_groups", on_path=True).main(
             ["--quick", "--replay", str(tmp_path), "--targets", "flops=0.3"])
         printed_eta = capsys.readouterr().out
+        # eta_rows.py: the same replays on a copy of the folder (the original's analyses left
+        # as they were), the images said against those evaluated, summed up
+        kept_analysis = tmp_path / "resnet18" / "adaptive-flops=0.3.json"
+        written = kept_analysis.stat().st_mtime_ns
+        eta_rows = load_benchmark("eta_rows", on_path=True)
+        checked = eta_rows.main(["--quick", "--runs", str(tmp_path)])
+        printed_check = capsys.readouterr().out
+        assert kept_analysis.stat().st_mtime_ns == written
+        with pytest.raises(SystemExit, match="no replay folder m12 under"):
+            eta_rows.main(["--runs", str(tmp_path), "--only", "m12"])
         # adaptive_oracle.py reads the same folder: a FLOPs target as run, with its threshold
         # known from the start, and only the brackets at that threshold
         estimate = adaptive_module.Thresholds.estimate
@@ -136,6 +146,13 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         g: {float(r) for r in points} for g, points in flops_record.sensitivities.items()}
     assert all(g["top_pilot"] is not None and g["predicted"] for g in e["groups"])
     assert f"said {e['said']:,} images, evaluated {e['real']:,}" in printed_eta
+    assert [(r["target"], r["said"], r["evaluated"]) for r in checked["rows"]] == \
+        [(r["target"], r["said_images"], r["adaptive_images"]) for r in rows]
+    summed = checked["summary"]
+    assert summed["rows"] == 2 and summed["evaluated"] == sum(r["adaptive_images"] for r in rows)
+    assert summed["largest"] >= summed["mean"] >= abs(summed["signed"])
+    assert re.search(r"^2 rows: mean error [\d.]+%, largest \d+%, [012] outside \+-30 %, mean "
+                     r"signed [+-][\d.]+%, [\d,]+ images evaluated$", printed_check, re.M)
     # each point's neighbour a ratio step below, within its group; none for a group's first
     neighbours = load_benchmark("bound_levers", on_path=True).neighbours
     tables = [torch.full((4,), float(i)) for i in range(18)]

@@ -38,13 +38,12 @@ from typing import Any, Callable, Iterable, Mapping
 import torch.nn as nn
 
 from .adaptive import Interval, Planner, Thresholds, undecided
-from .adaptive_curves import pilot_curves
+from .adaptive_curves import MID_FROM, pilot_curves
 from .adaptive_meter import PointMeter
 from .adaptive_pilot import PILOT_IMAGES, Pilot, pilot_loss, pilot_seen
 from .adaptive_play import rough_rounds
 from .bounds import PairedCounts, mean_interval
 from .points import eval_mode, relative_loss
-
 
 
 def expected_measure(meter: PointMeter, loss: float, thresholds: float | Iterable[float],
@@ -188,8 +187,11 @@ def _from_flips(meter: PointMeter, runner: Any, model: nn.Module, names: list[st
                                                           step, meter.total)
                                               for key, n in plan.items()))
     seen = max((p.seen for p in pilots.values()), default=PILOT_IMAGES)
-    return {**shares, "pilot": f"each group's top ratio on {seen} images", "pilots": pilots,
-            "look_seconds": look_seconds(meter)}
+    lower = sum(ratio != top for _, ratio in pilots)  # a bent or turning curve's
+    more = f", {lower} lower ratio{'s' * (lower != 1)} of the groups losing {MID_FROM:.0%} or " \
+        "more" if lower else ""
+    return {**shares, "pilot": f"each group's top ratio on {seen} images{more}",
+            "pilots": pilots, "look_seconds": look_seconds(meter)}
 
 
 def averaged(plans: list[dict[tuple[str, float], int]], points: int, total: int,
