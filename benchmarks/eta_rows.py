@@ -11,6 +11,8 @@ rows outside +-30 %, the mean signed error and the images evaluated (what more p
 
     python benchmarks/eta_rows.py                    # every set under runs/ (4 min, one core)
     python benchmarks/eta_rows.py --only m12,r1k     # some of them
+    python benchmarks/eta_rows.py --only none --extra "r224: --models mobilenetv3_large_100 \\
+        --size 224 --groups 12 --targets loss=0.05,flops=0.2"    # another folder, its settings
 
 Making the folders once (about 40 min of two cores; each command as ``ROW_SETS`` lists its
 settings, with ``--out runs/<folder>``; ``--measure-only`` stops after the full table):
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shlex
 import shutil
 import sys
 import tempfile
@@ -84,12 +87,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--runs", default="runs", help="where adaptive_replay.py's folders are")
     p.add_argument("--work", default=None, help="where they are copied and replayed (default: "
                    "a temporary folder, removed after)")
-    p.add_argument("--only", default="", help="the folders to replay (default: every set)")
+    p.add_argument("--only", default="", help="the folders of ROW_SETS to replay (default: "
+                   "every set; none: only --extra's)")
+    p.add_argument("--extra", action="append", default=[], metavar="'FOLDER: SETTINGS'",
+                   help="one more set: a folder under --runs and adaptive_replay.py's settings "
+                   "for it (e.g. a GPU-measured 224 px table; repeatable)")
     p.add_argument("--quick", action="store_true", help="--runs is one folder that "
                    "adaptive_replay.py --quick made: its rows alone (what the test runs)")
     a = p.parse_args(argv)
     sets = [("quick", ".", ["--quick"])] if a.quick else \
         [s for s in ROW_SETS if not a.only or s[1] in a.only.split(",")]
+    for extra in a.extra:
+        folder, _, settings = extra.partition(":")
+        sets.append((folder.strip(), folder.strip(), shlex.split(settings)))
     missing = sorted({f for _, f, _ in sets if not (Path(a.runs) / f).is_dir()})
     if missing:
         raise SystemExit(f"no replay folder {', '.join(missing)} under {a.runs}: make it with "

@@ -68,6 +68,9 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert kept_analysis.stat().st_mtime_ns == written
         with pytest.raises(SystemExit, match="no replay folder m12 under"):
             eta_rows.main(["--runs", str(tmp_path), "--only", "m12"])
+        named = eta_rows.main(["--runs", str(tmp_path.parent), "--only", "none", "--extra",
+                               f"{tmp_path.name}: --quick --targets flops=0.3"])  # a folder
+        capsys.readouterr()
         # adaptive_oracle.py reads the same folder: a FLOPs target as run, with its threshold
         # known from the start, and only the brackets at that threshold
         estimate = adaptive_module.Thresholds.estimate
@@ -148,6 +151,8 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
     assert f"said {e['said']:,} images, evaluated {e['real']:,}" in printed_eta
     assert [(r["target"], r["said"], r["evaluated"]) for r in checked["rows"]] == \
         [(r["target"], r["said_images"], r["adaptive_images"]) for r in rows]
+    assert [(r["set"], r["target"], r["said"]) for r in named["rows"]] == \
+        [(tmp_path.name, "flops=0.3", rows[1]["said_images"])]
     summed = checked["summary"]
     assert summed["rows"] == 2 and summed["evaluated"] == sum(r["adaptive_images"] for r in rows)
     assert summed["largest"] >= summed["mean"] >= abs(summed["signed"])
