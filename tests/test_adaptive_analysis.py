@@ -1044,8 +1044,8 @@ def test_a_flops_target_bisects_a_saturated_group_s_pilots_where_its_curve_turns
     """Two groups that lose little until a step (4 % up to ratio 0.4, then 60 %; 1 % up to 0.8,
     then 75 %: mobilenetv3's conv_stem and blocks.1.0.conv_pw at 32 px) and carry most of the
     FLOPs: one power through their lowest and top pilots reads them as losing tens of % at the
-    ratios a -50 % FLOPs threshold takes, and the images said were under half of what the
-    analysis evaluates. Bisected where neighbouring pilots lose 20 % or more apart, their
+    ratios a -50 % FLOPs threshold takes, and the images said were about half (under 60 %) of
+    what the analysis evaluates. Bisected where neighbouring pilots lose 20 % or more apart, their
     curves turn where the steps are, and the images said come within 30 %. Loss targets keep
     the two pilots."""
     from autoprune.engine import adaptive_curves
