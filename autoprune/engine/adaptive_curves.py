@@ -68,7 +68,7 @@ def curve(top_loss: float, top: float, low_loss: float | None = None, low: float
     time."""
     power = CURVE_POWER
     if low_loss is not None and low_loss >= LOW_EVIDENCE and 0 < low < top:
-        power = min(CURVE_POWER, max(0.0, _power_through(top_loss, top, low_loss, low)))
+        power = _power_through(top_loss, top, low_loss, low, 0.0, CURVE_POWER)
     return _power_curve(top_loss, top, power)
 
 
@@ -77,7 +77,7 @@ def bent_curve(top_loss: float, top: float, mid_loss: float, mid: float) -> Curv
     and ``mid_loss`` at ``mid``: a power of the ratio between :data:`CURVE_POWER` and
     :data:`MID_POWER` (a group losing :data:`MID_FROM` to :data:`SATURATED` at its top ratio
     often loses little but at its last two or three ratios)."""
-    power = min(MID_POWER, max(CURVE_POWER, _power_through(top_loss, top, mid_loss, mid)))
+    power = _power_through(top_loss, top, mid_loss, mid, CURVE_POWER, MID_POWER)
     return _power_curve(top_loss, top, power)
 
 
@@ -105,8 +105,9 @@ def pieced_curve(known: Mapping[float, float]) -> Curve:
     between two neighbours a power of the ratio (0 to :data:`MID_POWER`: never falling, a loss
     of 0 read as 1e-6), outside them the nearest pilot's loss."""
     ratios = sorted(known)
-    pieces = [(a, b, _power_curve(known[b], b, min(MID_POWER, max(0.0, _power_through(
-        max(known[b], 1e-6), b, known[a], a))))) for a, b in zip(ratios, ratios[1:])]
+    pieces = [(a, b, _power_curve(known[b], b, _power_through(known[b], b, known[a], a, 0.0,
+                                                              MID_POWER)))
+              for a, b in zip(ratios, ratios[1:])]
 
     def loss(r: float) -> float:
         for a, b, piece in pieces:
@@ -141,10 +142,12 @@ def pilot_curves(names: list[str], planner: Planner, loss_at: Callable[[str, flo
             curve(losses[n], top, lows.get(n), low) for n in names}, lows
 
 
-def _power_through(top_loss: float, top: float, loss: float, ratio: float) -> float:
+def _power_through(top_loss: float, top: float, loss: float, ratio: float, lowest: float,
+                   highest: float) -> float:
     """The power of the ratio whose curve through ``top_loss`` at ``top`` passes ``loss`` at
-    ``ratio`` (negative where ``loss`` is the larger; a loss of 0 read as 1e-6)."""
-    return math.log(top_loss / max(loss, 1e-6)) / math.log(top / ratio)
+    ``ratio`` (a loss of 0 read as 1e-6), clamped to ``lowest`` ... ``highest``."""
+    power = math.log(max(top_loss, 1e-6) / max(loss, 1e-6)) / math.log(top / ratio)
+    return min(highest, max(lowest, power))
 
 
 def _power_curve(top_loss: float, top: float, power: float) -> Curve:
