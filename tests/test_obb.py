@@ -11,7 +11,7 @@ from autoprune.tasks.obb import OBBAdapter
 from autoprune.tasks.obb import models as rot
 
 import yolo_subtask_checks as checks
-from conftest import needs_fmnist, scenes_validated_on_train
+from conftest import check_flow_bounded_map, needs_fmnist, scenes_validated_on_train
 
 OBB = checks.Subtask("obb", obb, OBBAdapter, "yolov8n-obb", ("map50_95_obb", "map50_obb"),
                      rot.KeepModuleOBBTrainer, {"num_classes": 10})
@@ -165,3 +165,9 @@ def test_rotated_nms_class_by_class_keeps_exactly_what_ultralytics_keeps():
     with validator.patient_nms():
         assert nms.TorchNMS.fast_nms is real  # swapped only while Ultralytics' NMS runs
     assert nms.TorchNMS.fast_nms is real
+
+
+def test_map_batch_by_batch_bounds_the_final_value(flow, data_yaml, monkeypatch):
+    """The adaptive analysis's evaluation of this task's own mAP (Ultralytics' rotated-box
+    statistics under its (B) keys): see conftest.check_bounded_map."""
+    check_flow_bounded_map(OBBAdapter, obb.load_model, flow, data_yaml, monkeypatch)
