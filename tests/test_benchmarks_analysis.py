@@ -68,6 +68,8 @@ def test_the_replayed_adaptive_analysis_counts_images_as_the_real_one(tmp_path, 
         assert kept_analysis.stat().st_mtime_ns == written
         with pytest.raises(SystemExit, match="no replay folder m12 under"):
             eta_rows.main(["--runs", str(tmp_path), "--only", "m12"])
+        with pytest.raises(SystemExit, match="no replay folder r224_2k_g4 under"):
+            eta_rows.main(["--runs", str(tmp_path), "--only", "r224_2k_g4"])  # AT_224's
         named = eta_rows.main(["--runs", str(tmp_path.parent), "--only", "none", "--extra",
                                f"{tmp_path.name}: --quick --targets flops=0.3"])  # a folder
         capsys.readouterr()
