@@ -194,6 +194,19 @@ def state_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
+def params(model: nn.Module) -> int:
+    """The model's parameter count."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def ort_session(path: Path | str) -> Any:
+    """An ONNX Runtime CPU session of the file at ``path``, on one thread."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

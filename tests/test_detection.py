@@ -18,8 +18,9 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks.detection import models as yolo
 from autoprune.tasks.detection import DetectionAdapter
 
-from conftest import (check_bounded_map, needs_fmnist, randomize_norms, run_offline_child,
-                      scenes_validated_on_train, state_shapes, stop_after_first_save)
+from conftest import (check_bounded_map, needs_fmnist, params, randomize_norms,
+                      run_offline_child, scenes_validated_on_train, state_shapes,
+                      stop_after_first_save)
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
@@ -27,11 +28,6 @@ SMALL = dict(input_size=64, batch_size=8, num_workers=0, progress=False,
 ARCHS = ["yolov8n", "yolov8s", "yolo11n", "yolo11s"]
 
 pytestmark = needs_fmnist
-
-
-def _params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
 
 
 def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -140,7 +136,7 @@ def test_one_call_flow_new_file(flow, data_yaml):
                 want = copy.deepcopy(pruned).half().float()(x)[0]
                 assert _rel_diff(ul.float().eval()(x)[0], want) <= 1e-5
         assert state_shapes(yolo.patch_model(ul)) == state_shapes(pruned), name
-    assert _params(pruned) < _params(det.load_model(result.baseline_path))
+    assert params(pruned) < params(det.load_model(result.baseline_path))
     # the run's list of outputs names Ultralytics' best.pt of each stage
     assert DetectionAdapter().deployables(run / "pruned") == \
         [("Ultralytics model", run / "pruned" / "ultralytics" / "weights" / "best.pt")]
@@ -196,7 +192,7 @@ def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yam
                                                                   monkeypatch):
     result, _ = flow
     model = det.load_model(result.pruned_path)
-    shapes, n = state_shapes(model), _params(model)
+    shapes, n = state_shapes(model), params(model)
     adapter = DetectionAdapter(data_yaml, input_size=64, batch_size=8, progress=False,
                                train_args=SMALL["train_args"])
     stop_after_first_save(monkeypatch, yolo.KeepModuleTrainer)  # a Ctrl-C after epoch 1 of 2
@@ -206,7 +202,7 @@ def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yam
     monkeypatch.undo()
     last = tmp_path / "run" / "ultralytics" / "weights" / "last.pt"
     resumed = det.resume(last, progress=False)
-    assert state_shapes(resumed) == shapes and _params(resumed) == n
+    assert state_shapes(resumed) == shapes and params(resumed) == n
     rows = (tmp_path / "run" / "ultralytics" / "results.csv").read_text().strip().splitlines()
     assert len(rows) == 3  # header + epoch 1 + the resumed epoch 2
     assert state_shapes(det.load_model(tmp_path / "run" / "best.pt")) == shapes
@@ -218,7 +214,7 @@ def test_stays_pruned_through_interrupted_training_resume_and_val(flow, data_yam
         wrapper = YOLO(str(ul_best))
         metrics = wrapper.val(data=str(data_yaml), imgsz=64, batch=8, plots=False, verbose=False)
     # the native blocks' zero padding adds a few parameters, far from the unpruned model's
-    assert _params(wrapper.model) < 1.1 * n and 0.0 <= metrics.box.map <= 1.0
+    assert params(wrapper.model) < 1.1 * n and 0.0 <= metrics.box.map <= 1.0
 
 
 def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, tmp_path):
@@ -253,7 +249,7 @@ def test_fresh_process_reload_predict_val_train_export_offline(flow, data_yaml, 
     assert child["attempts"] == []
     assert torch.equal(torch.load(tmp_path / "y.pt", weights_only=True), expected)
     assert (tmp_path / "config" / "autoprune" / "Ultralytics" / "Arial.ttf").is_file()
-    assert child["tuned_params"] == _params(result.model)  # fine-tuning kept the pruned shapes
+    assert child["tuned_params"] == params(result.model)  # fine-tuning kept the pruned shapes
     tuned = tmp_path / "tune" / "baseline"  # training only: the same stage folder as the flow's
     assert child["baseline"] == str(tuned / "best.pt")
     assert (tuned / "ultralytics" / "weights" / "best.pt").is_file()
@@ -276,7 +272,7 @@ def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     onnx.checker.check_model(graph)
     pruned = det.load_model(result.pruned_path)
     stored = sum(int(np.prod(i.dims)) for i in graph.graph.initializer)
-    assert stored <= _params(pruned) + 100  # the graph holds the pruned (smaller) convolutions
+    assert stored <= params(pruned) + 100  # the graph holds the pruned (smaller) convolutions
     x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         expected = pruned(x)[0].numpy()

@@ -17,7 +17,8 @@ from autoprune.tasks.instance_segmentation import InstanceSegmentationAdapter
 from autoprune.tasks.instance_segmentation import models as seg
 
 import yolo_subtask_checks as checks
-from conftest import check_flow_bounded_map, needs_fmnist, scenes_validated_on_train
+from conftest import (check_flow_bounded_map, needs_fmnist, ort_session,
+                      scenes_validated_on_train)
 
 ISEG = checks.Subtask("instance_segmentation", iseg, InstanceSegmentationAdapter, "yolov8n-seg",
                       ("map50_95_mask", "map50_mask", "map50_95_box", "map50_box"),
@@ -125,7 +126,6 @@ def test_fresh_process_reload_predict_and_export_offline(flow, data_yaml, tmp_pa
 def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     """The pruned model's ONNX file (boxes with mask coefficients, and the prototypes) run in
     ONNX Runtime at batch 1 and 3: both outputs equal the export-mode module's in torch."""
-    import onnxruntime as ort
     path, graph, pruned = checks.exported_pruned(ISEG, flow, tmp_path)
     assert [o.name for o in graph.graph.output] == ["output0", "output1"]
     assert all(o.type.tensor_type.shape.dim[0].dim_param == "batch" for o in graph.graph.output)
@@ -133,9 +133,7 @@ def test_export_onnx_pruned_matches_torch(flow, tmp_path):
     for m in net.modules():
         if isinstance(m, yolo.Detect):
             m.export, m.format = True, "onnx"
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort_session(path)
     for batch in (1, 3):
         x = torch.rand(batch, 3, 64, 64, generator=torch.Generator().manual_seed(4 + batch))
         with torch.no_grad():

@@ -2,9 +2,7 @@
 torch; ``--static`` / ``dynamic_batch=False`` fixes batch 1."""
 from __future__ import annotations
 
-
 import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
 
@@ -12,12 +10,7 @@ import autoprune
 from autoprune.cli import main
 from autoprune.tasks import TASKS, get_adapter, get_task
 
-
-
-def _session(path):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+from conftest import ort_session
 
 
 def _pruned_example(name):
@@ -36,7 +29,7 @@ def _pruned_example(name):
 def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
     adapter, model = _pruned_example(name)
     path = adapter.export_onnx(model, tmp_path / "m.onnx")
-    session = _session(path)
+    session = ort_session(path)
     assert session.get_inputs()[0].shape[0] == "batch"
     for batch in (1, 4):
         x = torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
@@ -58,7 +51,7 @@ def test_dynamic_batch_runs_at_batch_1_and_4_and_equals_torch(name, tmp_path):
 def test_static_export_takes_batch_1_only(tmp_path):
     adapter, model = _pruned_example("classification")
     path = adapter.export_onnx(model, tmp_path / "m.onnx", dynamic_batch=False)
-    session = _session(path)
+    session = ort_session(path)
     assert session.get_inputs()[0].shape == [1, 3, 64, 64]
     session.run(None, {"input": np.zeros((1, 3, 64, 64), np.float32)})
     with pytest.raises(Exception, match="(?i)dimension|shape"):
@@ -72,10 +65,10 @@ def test_cli_export_is_dynamic_unless_static(tmp_path):
                                  input_size=64)
     assert main(["export", str(ckpt), str(tmp_path / "d.onnx")]) == 0
     assert main(["export", str(ckpt), str(tmp_path / "s.onnx"), "--static"]) == 0
-    assert _session(tmp_path / "d.onnx").get_inputs()[0].shape[0] == "batch"
-    assert _session(tmp_path / "s.onnx").get_inputs()[0].shape[0] == 1
+    assert ort_session(tmp_path / "d.onnx").get_inputs()[0].shape[0] == "batch"
+    assert ort_session(tmp_path / "s.onnx").get_inputs()[0].shape[0] == 1
     x = np.random.default_rng(0).standard_normal((4, 3, 64, 64)).astype(np.float32)
     with torch.no_grad():
         expected = model(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(_session(tmp_path / "d.onnx").run(None, {"input": x})[0], expected,
-                               rtol=1e-3, atol=1e-3)
+    got = ort_session(tmp_path / "d.onnx").run(None, {"input": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)

@@ -20,8 +20,8 @@ from autoprune.datasets.scenes import write_yolo_dataset
 from autoprune.tasks import task_of
 from autoprune.tasks.detection import models as yolo
 
-from conftest import (assert_one_line, randomize_norms, run_offline_child, state_shapes,
-                      stop_after_first_save)
+from conftest import (assert_one_line, ort_session, params, randomize_norms,
+                      run_offline_child, state_shapes, stop_after_first_save)
 
 TRAIN_ARGS = dict(nbs=8, optimizer="AdamW", lr0=0.005, warmup_epochs=0, mosaic=0.0,
                   val=False)  # Ultralytics validates the last epoch only (saves 0.5 s an epoch)
@@ -45,10 +45,6 @@ class Subtask:
     @property
     def meta(self) -> dict:
         return {"task": self.task, "arch": self.arch, "build": self.build, "input_size": 64}
-
-
-def params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def run_flow(sub: Subtask, data_yaml, out: Path, pretrain_epochs: int):
@@ -286,12 +282,9 @@ def exported_pruned(sub: Subtask, flow, tmp_path):
 def check_onnx_runtime_matches_torch(sub: Subtask, flow, tmp_path, channels: int) -> None:
     """:func:`exported_pruned` (one output) run in ONNX Runtime: at batch 1 and 3 its
     ``(batch, channels, 84)`` output equals the deploy module's in torch."""
-    import onnxruntime as ort
     path, graph, pruned = exported_pruned(sub, flow, tmp_path)
     assert len(graph.graph.output) == 1
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort_session(path)
     net = sub.adapter(input_size=64).deploy_module(pruned)
     for batch in (1, 3):
         x = torch.rand(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
